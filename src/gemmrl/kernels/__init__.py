@@ -1,0 +1,1 @@
+"""Kernel families, one module each: its config type, validity predicate and launcher."""
