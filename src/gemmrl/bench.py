@@ -1,0 +1,311 @@
+"""`gemmrl bench`: vendor baselines (and any imported kernel set) verified, then timed side by side,
+interleaved on identical inputs, in the protocols asked for; rows in the results schema.
+
+Per shape: make inputs once; per protocol: prepare every candidate in that protocol (cuBLASLt
+autotuning selects its algorithm in the protocol it is then measured in), verify what has not been
+verified with that algorithm (an unverified candidate is reported with its reason and not timed),
+time the verified ones interleaved, add the aggregate rows (cublas, cublaslt_heuristic,
+cublaslt_autotuned, vendor_best), flag times under the roofline floor, re-measure pairs that break the
+noise rule's bar, and append the batch to the CSV. A killed sweep resumes at the next unfinished
+(shape, protocol).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .candidate import make_buffers
+from .problem import GemmProblem
+from .results import Meta, ResultsWriter, collect_meta, git_sha, now, read_rows, sm_clock_mhz
+from .summary import AGGREGATES, format_summary, markdown_summary, summarize
+from .timing import PROTOCOLS, TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure
+
+# (slower-suspect, reference): re-measured 3 more times when the first is slower (noise rule).
+RECHECK_PAIRS = (("cublaslt_autotuned_tn", "cublaslt_heuristic_tn"), ("cublaslt_autotuned_nn", "cublaslt_heuristic_nn"))
+RECHECKS = 3
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def require_cuda(device: int = 0) -> None:
+    try:
+        import torch
+    except ImportError as e:
+        raise BenchError("gemmrl bench needs PyTorch with CUDA; install torch first") from e
+    if not torch.cuda.is_available():
+        raise BenchError("gemmrl bench needs a CUDA GPU, and torch.cuda.is_available() is False here "
+                         f"(torch {torch.__version__}). Run it on a machine with an NVIDIA GPU and a CUDA build "
+                         "of PyTorch.")
+    if device >= torch.cuda.device_count():
+        raise BenchError(f"--gpu-device-id {device} does not exist; this machine has {torch.cuda.device_count()} GPU(s)")
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    problems: tuple[GemmProblem, ...]
+    protocols: tuple[str, ...]
+    out: Path
+    cfg: TimingConfig = TimingConfig()
+    kernel_dir: str | None = None
+    kernel_acc: str = "fp32"
+    device: int = 0
+    repeat: int = 1
+    vendor: bool = True
+    extra: tuple[Any, ...] = field(default=(), compare=False)  # factories problem -> [candidates]
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.protocols if p not in PROTOCOLS]
+        if bad:
+            raise BenchError(f"unknown protocol(s) {bad}; use any of {', '.join(PROTOCOLS)}")
+        if not self.problems:
+            raise BenchError("no shapes to measure; pass --mnk, --grid cuda-l2 or --shapes FILE")
+        if self.repeat < 1:
+            raise BenchError("--repeat must be >= 1")
+
+
+def _progress(total: int, desc: str):
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit="shape-protocol", dynamic_ncols=True)
+    except ImportError:
+        class _P:
+            def __init__(self):
+                self.n = 0
+
+            def update(self, k=1):
+                self.n += k
+                print(f"{desc}: {self.n}/{total}", flush=True)
+
+            def set_postfix_str(self, s):
+                pass
+
+            def close(self):
+                pass
+
+        return _P()
+
+
+class _Verifier:
+    """Runs the battery once per (candidate, algorithm) and remembers the verdict."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.cache: dict[tuple, tuple[bool, str]] = {}
+
+    def __call__(self, cand, problem: GemmProblem) -> tuple[bool, str]:
+        from .verify import verify
+
+        key = (cand.name, problem, str(cand.info().get("algo", "")))
+        if key not in self.cache:
+            try:
+                v = verify(cand, problem, self.device)
+                self.cache[key] = (bool(v.passed), v.reason)
+            except Exception as e:  # noqa: BLE001 - a crashing candidate is unverified, not fatal
+                self.cache[key] = (False, f"verification raised {type(e).__name__}: {e}"[:300])
+        return self.cache[key]
+
+
+def _candidates(problem: GemmProblem, spec: BenchSpec, imported: dict) -> tuple[list, list[dict]]:
+    """(runnable candidates, rows for candidates that could not even be built)."""
+    cands: list = []
+    broken: list[dict] = []
+    if spec.vendor:
+        from .kernels.vendor import vendor_candidates
+
+        cands += vendor_candidates(problem)
+    for factory in spec.extra:
+        cands += list(factory(problem))
+    if spec.kernel_dir is not None:
+        got = imported.get(problem.mnk)
+        name = f"import:{Path(spec.kernel_dir).name}"
+        if got is None:
+            broken.append({"candidate": name, "reason": f"no {problem.mnk}.cu in {spec.kernel_dir}"})
+        elif callable(got) and hasattr(got, "layout"):
+            cands.append(got)
+        else:
+            broken.append({"candidate": name, "layout": getattr(got, "layout", ""),
+                           "reason": f"build failed: {getattr(got, 'message', got)}"[:400]})
+    return cands, broken
+
+
+def _base_row(problem: GemmProblem, protocol: str, meta_row: dict, rep: int, cfg: TimingConfig) -> dict:
+    host = protocol in ("offline", "server")
+    return {"mnk": problem.mnk, "M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
+            "acc": problem.acc, "protocol": protocol, "rep": rep,
+            "qps": cfg.qps if protocol == "server" else None,
+            "warmup_s": cfg.warmup_s if host else None, "benchmark_s": cfg.benchmark_s if host else None,
+            **meta_row}
+
+
+def _aggregate_rows(rows: list[dict]) -> list[dict]:
+    ok = {r["candidate"]: r for r in rows if r.get("verified") and r.get("floor_ok", True)
+          and math.isfinite(r.get("time_ms", math.inf)) and not r.get("recheck")}
+    out = []
+    for agg, members in AGGREGATES.items():
+        have = [ok[m] for m in members if m in ok]
+        if not have:
+            continue
+        best = max(have, key=lambda r: r["tflops"])
+        out.append({**best, "candidate": agg, "members": best["candidate"]})
+    return out
+
+
+def _timing_fields(t) -> dict:
+    return {"time_ms": t.time_ms, "tflops": t.tflops, "n": t.n, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms}
+
+
+def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg: TimingConfig,
+                    verifier: Callable, floor: float, base: dict) -> list[dict]:
+    timer = make_timer(bufs, protocol, cfg)
+    rows: list[dict] = []
+    live: dict[str, Any] = {}
+    for cand in cands:
+        row = {**base, "candidate": cand.name, "layout": cand.layout}
+        try:
+            cand.prepare(problem, bufs, protocol, timer)
+        except Exception as e:  # noqa: BLE001
+            rows.append({**row, "verified": False, "reason": f"prepare failed: {type(e).__name__}: {e}"[:300]})
+            continue
+        info = cand.info()
+        row.update(algo=info.get("algo", ""), n_algos=info.get("n_algos", ""))
+        ok, reason = verifier(cand, problem)
+        if not ok:
+            rows.append({**row, "verified": False, "reason": reason or "failed verification"})
+            continue
+        a, b, bt, c = bufs.args()
+        live[cand.name] = (row, (lambda f=cand: f(a, b, bt, c)))
+    times = measure({k: v[1] for k, v in live.items()}, bufs, protocol, cfg)
+    clk = sm_clock_mhz(bufs.a.device.index or 0) if bufs.a.is_cuda else ""
+    for name, (row, _) in live.items():
+        t = times[name]
+        r = {**row, **_timing_fields(t), "verified": True, "reason": t.reason, "floor_ms": floor,
+             "floor_ok": not below_floor(t.time_ms, floor), "sm_clock_mhz": f"{base['sm_clock_mhz']}/{clk}",
+             "timestamp": now()}
+        if protocol == "graph":
+            r["info"] = f"calls_per_graph={t.extra.get('calls_per_graph', '')}"
+        if not r["floor_ok"]:
+            r["reason"] = f"below the roofline floor ({t.time_ms:.4g} ms < 0.95 x {floor:.4g} ms): measurement error"
+        rows.append(r)
+    rows += _aggregate_rows(rows)
+    rows += _recheck(rows, live, bufs, protocol, cfg)
+    for r in rows:
+        r.setdefault("timestamp", now())
+        r.setdefault("sm_clock_mhz", f"{base['sm_clock_mhz']}/{clk}")
+    return rows
+
+
+def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfig) -> list[dict]:
+    """Noise rule: a pair (x, ref) with x slower is re-measured RECHECKS more times, interleaved."""
+    by = {r["candidate"]: r for r in rows if r.get("verified") and not r.get("members")}
+    out = []
+    for x, ref in RECHECK_PAIRS:
+        if x in by and ref in by and by[x]["tflops"] < by[ref]["tflops"]:
+            for k in range(1, RECHECKS + 1):
+                cfg_k = TimingConfig(**{**cfg.__dict__, "seed": cfg.seed + 100 * k})
+                ts = measure({x: live[x][1], ref: live[ref][1]}, bufs, protocol, cfg_k)
+                for name in (x, ref):
+                    out.append({**by[name], **_timing_fields(ts[name]), "recheck": k, "timestamp": now()})
+    return out
+
+
+def noise_rule_below(rows: Iterable[dict], cand: str, ref: str) -> list[tuple[str, str]]:
+    """(mnk, protocol) where ``cand`` stays slower than ``ref`` after the rechecks (median of the 3)."""
+    first: dict[tuple, dict[str, float]] = {}
+    again: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        if r.get("verified") not in ("true", True) or r["candidate"] not in (cand, ref):
+            continue
+        key = (r["mnk"], r["dtype"], r["acc"], r["protocol"])
+        tf = float(r["tflops"])
+        if r.get("recheck") not in ("", None):
+            again.setdefault(key, {}).setdefault(r["candidate"], []).append(tf)
+        elif str(r.get("rep", "0")) == "0":
+            first.setdefault(key, {})[r["candidate"]] = tf
+    bad = []
+    for key, by in first.items():
+        if cand in by and ref in by and by[cand] < by[ref]:
+            rc = again.get(key, {})
+            if not (cand in rc and ref in rc) or statistics.median(rc[cand]) < statistics.median(rc[ref]):
+                bad.append((key[0], key[3]))
+    return bad
+
+
+def run_bench(spec: BenchSpec, progress: bool = True, *, on_cpu: bool = False,
+              verifier: Callable | None = None) -> Path:
+    """Measure ``spec`` into ``spec.out`` (resuming a killed run); returns the CSV path.
+
+    ``on_cpu`` runs the host protocols on CPU tensors (the test tier: resume, schema); never a result.
+    ``verifier(cand, problem) -> (ok, reason)`` replaces the battery (tests only).
+    """
+    import torch
+
+    torch.set_grad_enabled(False)
+    if on_cpu:
+        if set(spec.protocols) - {"offline", "server"}:
+            raise BenchError("on the CPU only the host protocols (offline, server) run")
+        meta_row = Meta("cpu", "", "", "", torch.__version__, "", git_sha()).row()
+        dev, l2 = "cpu", None
+    else:
+        require_cuda(spec.device)
+        torch.cuda.set_device(spec.device)
+        meta_row = collect_meta(spec.device).row()
+        dev, l2 = "cuda", l2_bytes(spec.device)
+    writer = ResultsWriter(spec.out)
+    imported: dict = {}
+    if spec.kernel_dir is not None:
+        from .kernels.cuda_l2_import import load_kernel_dir
+
+        imported = load_kernel_dir(spec.kernel_dir, list(spec.problems), acc=spec.kernel_acc, progress=progress)
+    verifier = verifier or _Verifier(dev)
+    todo = [(p, proto, rep) for p in spec.problems for rep in range(spec.repeat) for proto in spec.protocols]
+    bar = _progress(len(todo), "bench") if progress else None
+    current: GemmProblem | None = None
+    bufs = cands = broken = None
+    for problem, protocol, rep in todo:
+        key = (problem.mnk, problem.dtype, problem.acc, protocol, str(rep))
+        if key in writer.done:
+            if bar:
+                bar.update(1)
+            continue
+        if problem != current:
+            bufs = cands = None
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+            bufs = make_buffers(problem, dev, seed=spec.cfg.seed)
+            cands, broken = _candidates(problem, spec, imported)
+            current = problem
+        base = _base_row(problem, protocol, meta_row, rep, spec.cfg)
+        base["sm_clock_mhz"] = sm_clock_mhz(spec.device) if dev == "cuda" else ""
+        floor = floor_ms(problem, meta_row["gpu"], protocol, l2) if dev == "cuda" else math.nan
+        rows = measure_problem(problem, protocol, cands, bufs, spec.cfg, verifier, floor, base)
+        rows += [{**base, **b, "verified": False, "timestamp": now()} for b in broken]
+        writer.write_batch(rows)
+        if bar:
+            best = next((r for r in rows if r["candidate"] == "vendor_best"), None)
+            if best:
+                bar.set_postfix_str(f"{problem.mnk} {protocol} vendor_best={best['time_ms']:.4g}ms ({best['members']})")
+            bar.update(1)
+    if bar:
+        bar.close()
+    return spec.out
+
+
+def summary_text(csv_path: Path, candidates: Iterable[str] | None = None) -> str:
+    rows = read_rows([csv_path])
+    return format_summary(summarize(rows, candidates))
+
+
+def write_summary(csv_path: Path, candidates: Iterable[str] | None = None) -> Path:
+    rows = read_rows([csv_path])
+    md = Path(str(csv_path)[:-4] + ".summary.md")
+    recs = summarize(rows, candidates)
+    md.write_text(f"# Summary of {Path(csv_path).name}\n\nSpeedup of each candidate over each baseline "
+                  "(per-shape ratio of TFLOPS; verified, timed, first-run rows only).\n\n" + markdown_summary(recs))
+    return md

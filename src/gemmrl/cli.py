@@ -1,0 +1,163 @@
+"""`gemmrl` command line: one entry point, each subcommand a thin shell over a typed function."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import date
+from pathlib import Path
+
+from .problem import ProblemError, parse_mnk, read_shapes, sample_grid, grid
+from .timing import PROTOCOLS, TimingConfig
+
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    pass
+
+
+def _protocols(text: str) -> tuple[str, ...]:
+    ps = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in ps if p not in PROTOCOLS]
+    if bad or not ps:
+        raise CliError(f"--protocol takes a comma list of {', '.join(PROTOCOLS)}; got {text!r}")
+    return ps
+
+
+def _problems(args) -> tuple[list, str]:
+    """(problems, short name of what is measured) from --mnk / --grid / --shapes."""
+    kw = {"dtype": args.dtype, "acc": args.acc}
+    chosen = [x for x in (args.mnk, args.grid, args.shapes) if x]
+    if len(chosen) != 1:
+        raise CliError("give exactly one of --mnk M_N_K, --grid cuda-l2 or --shapes FILE")
+    if args.mnk:
+        ps = [parse_mnk(s, **kw) for s in args.mnk.split(",")]
+        return ps, ps[0].mnk if len(ps) == 1 else f"{len(ps)}shapes"
+    if args.grid:
+        if args.grid != "cuda-l2":
+            raise CliError(f"--grid knows only 'cuda-l2', got {args.grid!r}")
+        if args.sample:
+            return sample_grid(args.sample, args.seed, **kw), f"grid{args.sample}s{args.seed}"
+        return grid(**kw), "grid1000"
+    if not Path(args.shapes).is_file():
+        raise CliError(f"--shapes {args.shapes}: no such file (one M_N_K per line)")
+    return read_shapes(args.shapes, **kw), Path(args.shapes).stem
+
+
+def _gpu_slug() -> str:
+    import torch
+
+    name = torch.cuda.get_device_name(torch.cuda.current_device()).lower()
+    for key in ("h200", "h100", "a100", "l40", "b200", "4090", "3090"):
+        if key in name:
+            return key
+    return "".join(ch for ch in name.replace("nvidia", "") if ch.isalnum())[:12] or "gpu"
+
+
+def cmd_bench(args) -> int:
+    from .bench import BenchSpec, require_cuda, run_bench, summary_text, write_summary
+
+    protocols = _protocols(args.mode or args.protocol)
+    if args.mode and args.mode not in ("offline", "server"):
+        raise CliError("--mode is CUDA-L2's flag and takes offline or server; use --protocol for graph/cold")
+    problems, what = _problems(args)
+    require_cuda(args.gpu_device_id)
+    sweep = len(problems) > 1
+    base = TimingConfig(seed=args.seed, qps=args.target_qps)
+    cfg = base.for_sweep() if sweep else base
+    cfg = TimingConfig(**{**cfg.__dict__,
+                          **({"warmup_s": args.warmup_seconds} if args.warmup_seconds is not None else {}),
+                          **({"benchmark_s": args.benchmark_seconds} if args.benchmark_seconds is not None else {})})
+    out = Path(args.out)
+    if out.suffix != ".csv":
+        import torch
+
+        torch.cuda.set_device(args.gpu_device_id)
+        tag = "-".join(protocols)
+        out = out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv"
+    spec = BenchSpec(problems=tuple(problems), protocols=protocols, out=out, cfg=cfg, kernel_dir=args.kernel_dir,
+                     kernel_acc=args.kernel_acc, device=args.gpu_device_id, repeat=args.repeat)
+    if args.kernel_dir and not Path(args.kernel_dir).is_dir():
+        raise CliError(f"--kernel-dir {args.kernel_dir}: not a directory of M_N_K.cu files")
+    path = run_bench(spec, progress=not args.no_progress)
+    md = write_summary(path)
+    print(f"\nrows: {path}\nsummary: {md}\n")
+    print(summary_text(path))
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from .verify_cli import run_verify
+
+    problems, _ = _problems(args)
+    out = run_verify(problems, out=Path(args.out), planted=args.planted, vendor=not args.no_vendor,
+                     kernel_dir=args.kernel_dir, kernel_acc=args.kernel_acc, seeds=args.seeds,
+                     calibrate=args.calibrate, device=args.gpu_device_id)
+    print(out)
+    return 0
+
+
+def _shape_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mnk", help="one shape M_N_K (or a comma list), e.g. 64_4096_64")
+    p.add_argument("--grid", help="'cuda-l2': CUDA-L2's 1000 grid shapes")
+    p.add_argument("--sample", type=int, help="with --grid: a reproducible sample of N shapes")
+    p.add_argument("--seed", type=int, default=0, help="sample and timing seed")
+    p.add_argument("--shapes", help="file with one M_N_K per line")
+    p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    p.add_argument("--acc", default="fp32", choices=("fp32", "fp16"), help="accumulator (fp16 is its own mode)")
+    p.add_argument("--gpu-device-id", type=int, default=0)
+    p.add_argument("--kernel-dir", help="directory of CUDA-L2-style M_N_K.cu files to import and measure")
+    p.add_argument("--kernel-acc", default="fp32", choices=("fp32", "fp16"),
+                   help="accumulator the imported set claims (checked by the battery, not trusted)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gemmrl", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    b = sub.add_parser("bench", help="verify, then time candidates against the vendor baselines")
+    _shape_args(b)
+    b.add_argument("--protocol", default="graph,cold,offline", help=f"comma list of {','.join(PROTOCOLS)}")
+    b.add_argument("--mode", help="CUDA-L2's name for --protocol offline|server")
+    b.add_argument("--target-qps", type=float, default=100.0, help="server mode: mean arrivals per second")
+    b.add_argument("--warmup-seconds", type=float, help="offline/server warm-up (default 5 for one shape, 0.25 in sweeps)")
+    b.add_argument("--benchmark-seconds", type=float, help="offline/server duration (default 10 for one shape, 1 in sweeps)")
+    b.add_argument("--repeat", type=int, default=1, help="measure every (shape, protocol) this many times (rep column)")
+    b.add_argument("--out", default="benchmarks/results", help="directory (file name derived) or a .csv path; an existing file is resumed")
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=cmd_bench)
+
+    v = sub.add_parser("verify", help="run the correctness battery (and CUDA-L2's own check) on candidates")
+    _shape_args(v)
+    v.add_argument("--planted", action="store_true", help="also the planted wrong kernels (must all be rejected)")
+    v.add_argument("--no-vendor", action="store_true", help="skip the vendor paths")
+    v.add_argument("--seeds", type=int, default=3, help="random trials per candidate (calibration: seeds per shape)")
+    v.add_argument("--calibrate", action="store_true", help="write the error statistics the tolerance is calibrated on")
+    v.add_argument("--out", default="benchmarks/results/verify.csv")
+    v.set_defaults(func=cmd_verify)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (CliError, ProblemError) as e:
+        print(f"gemmrl {args.cmd}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as e:
+        from .bench import BenchError
+
+        if isinstance(e, BenchError):
+            print(f"gemmrl {args.cmd}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+    except KeyboardInterrupt:
+        print(f"gemmrl {args.cmd}: interrupted; finished rows are kept, run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

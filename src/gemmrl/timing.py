@@ -1,0 +1,316 @@
+"""Timing protocols (DESIGN.md), each named in every result row.
+
+- ``graph``   device time per call, warm L2: ``n`` back-to-back calls captured in one CUDA graph
+              (enough for >= 1 ms of work, at most 1000 calls), >= 10 replays timed with CUDA events;
+              statistic: median per-call time over replays; p20/p80 kept.
+- ``cold``    device time of one call after writing a buffer of 2x the device's L2 size, events,
+              >= 25 calls, median.
+- ``offline`` CUDA-L2's offline mode: each iteration writes fresh random inputs and NaN into C outside
+              the timed region, shuffles the candidates, and times each with the host clock around one
+              call + synchronize. ``time_ms`` = mean per-call time, ``tflops`` = mean of per-call TFLOPS.
+- ``server``  as offline, with an exponential sleep of mean 1/QPS between iterations.
+
+Every protocol interleaves the candidates in a fresh random order on every round, on identical
+inputs. A candidate that fails (raises, cannot be captured) gets ``inf`` and a reason; it never stops
+the others. Floors: ``floor_ok`` flags a time under 0.95 x T_floor (a measurement or correctness
+error, never a result).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from .candidate import Buffers, refill
+from .problem import GemmProblem
+
+PROTOCOLS = ("graph", "cold", "offline", "server")
+DEVICE_PROTOCOLS = ("graph", "cold")
+HOST_PROTOCOLS = ("offline", "server")
+FLOOR_SLACK = 0.95
+
+
+class TimingError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    graph_min_work_ms: float = 1.0
+    graph_max_calls: int = 1000
+    graph_replays: int = 10
+    cold_calls: int = 25
+    warmup_s: float = 5.0
+    benchmark_s: float = 10.0
+    qps: float = 100.0
+    seed: int = 0
+
+    def for_sweep(self) -> "TimingConfig":
+        """Short host-protocol durations for sweeps (recorded in the rows)."""
+        return TimingConfig(self.graph_min_work_ms, self.graph_max_calls, self.graph_replays,
+                            self.cold_calls, 0.25, 1.0, self.qps, self.seed)
+
+
+@dataclass(frozen=True)
+class Timing:
+    protocol: str
+    time_ms: float
+    tflops: float
+    n: int
+    p20_ms: float
+    p80_ms: float
+    qps: float | None = None
+    reason: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return math.isfinite(self.time_ms) and not self.reason
+
+
+def failed(protocol: str, reason: str) -> Timing:
+    return Timing(protocol, math.inf, 0.0, 0, math.inf, math.inf, None, reason)
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return math.nan
+    pos = q * (len(s) - 1)
+    lo, hi = int(math.floor(pos)), int(math.ceil(pos))
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _summary(protocol: str, per_call_ms: list[float], flops: int, *, mean: bool, qps=None, extra=None) -> Timing:
+    if mean:  # host protocols: CUDA-L2's statistics
+        t = statistics.fmean(per_call_ms)
+        tf = statistics.fmean(flops / (x * 1e-3) / 1e12 for x in per_call_ms)
+    else:
+        t = statistics.median(per_call_ms)
+        tf = flops / (t * 1e-3) / 1e12
+    return Timing(protocol, t, tf, len(per_call_ms), _quantile(per_call_ms, 0.2), _quantile(per_call_ms, 0.8),
+                  qps, "", dict(extra or {}))
+
+
+def _order(names: list[str], rng: random.Random) -> list[str]:
+    out = list(names)
+    rng.shuffle(out)
+    return out
+
+
+# -- device-time protocols ---------------------------------------------------------------------
+
+def _estimate_ms(fn: Callable[[], None], reps: int = 3) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / reps
+
+
+def _capture(fn: Callable[[], None], n: int):
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as torch recommends before capture
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            fn()
+    torch.cuda.synchronize()
+    return g
+
+
+def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: TimingConfig,
+               replays: int | None = None) -> dict[str, Timing]:
+    import torch
+
+    rng = random.Random(cfg.seed)
+    out: dict[str, Timing] = {}
+    graphs: dict[str, tuple[object, int]] = {}
+    for name, fn in fns.items():
+        try:
+            est = max(_estimate_ms(fn), 1e-4)
+            n = int(min(cfg.graph_max_calls, max(1, math.ceil(cfg.graph_min_work_ms / est))))
+            graphs[name] = (_capture(fn, n), n)
+        except Exception as e:  # noqa: BLE001 - a candidate that cannot be captured is recorded, not fatal
+            torch.cuda.synchronize()
+            out[name] = failed("graph", f"not capturable in a CUDA graph: {type(e).__name__}: {e}"[:300])
+    for g, _ in graphs.values():  # one untimed replay each: first-replay upload costs stay out
+        g.replay()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {k: [] for k in graphs}
+    nrep = max(cfg.graph_replays, replays or 0)
+    for _ in range(nrep):
+        for name in _order(list(graphs), rng):
+            g, n = graphs[name]
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            g.replay()
+            e.record()
+            e.synchronize()
+            samples[name].append(s.elapsed_time(e) / n)
+    for name, xs in samples.items():
+        out[name] = _summary("graph", xs, problem.flops, mean=False, extra={"calls_per_graph": graphs[name][1]})
+    del graphs
+    return out
+
+
+_FLUSH: dict[int, object] = {}
+
+
+def l2_bytes(device: int | None = None) -> int:
+    import torch
+
+    d = torch.cuda.current_device() if device is None else device
+    return int(getattr(torch.cuda.get_device_properties(d), "L2_cache_size", 50 * 2**20))
+
+
+def _flush_buffer():
+    import torch
+
+    d = torch.cuda.current_device()
+    if d not in _FLUSH:
+        _FLUSH[d] = torch.empty(2 * l2_bytes(d) // 4, dtype=torch.int32, device="cuda")
+    return _FLUSH[d]
+
+
+def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: TimingConfig,
+              calls: int | None = None) -> dict[str, Timing]:
+    import torch
+
+    rng = random.Random(cfg.seed + 1)
+    flush = _flush_buffer()
+    out: dict[str, Timing] = {}
+    live = {}
+    for name, fn in fns.items():
+        try:
+            fn()
+            torch.cuda.synchronize()
+            live[name] = fn
+        except Exception as e:  # noqa: BLE001
+            out[name] = failed("cold", f"{type(e).__name__}: {e}"[:300])
+    samples: dict[str, list[float]] = {k: [] for k in live}
+    for i in range(max(cfg.cold_calls, calls or 0)):
+        for name in _order(list(live), rng):
+            flush.fill_(i)  # write 2x L2: evicts the operands (and leaves dirty lines, as real work does)
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            live[name]()
+            e.record()
+            e.synchronize()
+            samples[name].append(s.elapsed_time(e))
+    for name, xs in samples.items():
+        out[name] = _summary("cold", xs, problem.flops, mean=False)
+    return out
+
+
+# -- host-time protocols (CUDA-L2's offline / server) -------------------------------------------
+
+def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingConfig, protocol: str,
+              min_calls: int = 0) -> dict[str, Timing]:
+    """CUDA-L2's offline/server loop. Inputs are refreshed in place each iteration, so the zero-arg
+    callables (bound to ``bufs``) see fresh data; C is NaN-filled before every call."""
+    import torch
+
+    if protocol not in HOST_PROTOCOLS:
+        raise TimingError(f"time_host runs {HOST_PROTOCOLS}, not {protocol!r}")
+    rng = random.Random(cfg.seed + 2)
+    exp = random.Random(cfg.seed + 3)
+    gen = torch.Generator(device=bufs.a.device).manual_seed(cfg.seed)
+    out: dict[str, Timing] = {}
+    live = dict(fns)
+    samples: dict[str, list[float]] = {k: [] for k in live}
+    sync = torch.cuda.synchronize if bufs.a.is_cuda else (lambda: None)  # CPU tensors: the test tier
+    clock = time.perf_counter
+
+    def one_iteration(record: bool) -> None:
+        refill(bufs, gen)
+        for name in _order(list(live), rng):
+            bufs.c.fill_(float("nan"))
+            sync()
+            t0 = clock()
+            try:
+                live[name]()
+                sync()
+            except Exception as e:  # noqa: BLE001
+                out[name] = failed(protocol, f"{type(e).__name__}: {e}"[:300])
+                del live[name]
+                samples.pop(name, None)
+                continue
+            t1 = clock()
+            if record:
+                samples[name].append((t1 - t0) * 1e3)
+
+    for phase, dur in (("warmup", cfg.warmup_s), ("bench", cfg.benchmark_s)):
+        start = clock()
+        count = 0
+        while live and (clock() - start < dur or (phase == "bench" and count < max(min_calls, 1))):
+            if protocol == "server":
+                time.sleep(exp.expovariate(cfg.qps))
+            one_iteration(record=phase == "bench")
+            count += 1
+    qps = cfg.qps if protocol == "server" else None
+    for name, xs in samples.items():
+        out[name] = _summary(protocol, xs, bufs.problem.flops, mean=True, qps=qps,
+                             extra={"warmup_s": cfg.warmup_s, "benchmark_s": cfg.benchmark_s})
+    return out
+
+
+def measure(fns: Mapping[str, Callable[[], None]], bufs: Buffers, protocol: str,
+            cfg: TimingConfig | None = None) -> dict[str, Timing]:
+    """Time zero-arg callables (bound to ``bufs``) interleaved, in one protocol."""
+    cfg = cfg or TimingConfig()
+    if protocol == "graph":
+        return time_graph(fns, bufs.problem, cfg)
+    if protocol == "cold":
+        return time_cold(fns, bufs.problem, cfg)
+    if protocol in HOST_PROTOCOLS:
+        return time_host(fns, bufs, cfg, protocol)
+    raise TimingError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
+
+
+def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
+    """A ``Timer`` (see candidate.py) for algorithm selection inside ``protocol``: each callable gets at
+    least ``min_calls`` interleaved calls in that protocol; returns {name: time_ms} (inf on failure)."""
+    cfg = cfg or TimingConfig()
+
+    def timer(fns: Mapping[str, Callable[[], None]], min_calls: int = 20) -> dict[str, float]:
+        if protocol == "graph":
+            # min_calls replays of graphs of >= 1 call each: every callable runs >= min_calls times.
+            res = time_graph(fns, bufs.problem, cfg, replays=min_calls)
+        elif protocol == "cold":
+            res = time_cold(fns, bufs.problem, cfg, calls=min_calls)
+        else:
+            short = TimingConfig(cfg.graph_min_work_ms, cfg.graph_max_calls, cfg.graph_replays, cfg.cold_calls,
+                                 0.0, 0.0, cfg.qps, cfg.seed)
+            res = time_host(fns, bufs, short, protocol, min_calls=min_calls)
+        return {k: (v.time_ms if v.ok else math.inf) for k, v in res.items()}
+
+    return timer
+
+
+# -- floors --------------------------------------------------------------------------------------
+
+def floor_ms(problem: GemmProblem, gpu: str, protocol: str, l2: int | None = None) -> float:
+    """T_floor in ms; in ``graph`` operands that fit in L2 drop the bytes term."""
+    in_l2 = protocol == "graph" and l2 is not None and problem.bytes <= l2
+    return problem.floor_s(gpu, in_l2=in_l2) * 1e3
+
+
+def below_floor(t_ms: float, floor: float) -> bool:
+    return math.isfinite(t_ms) and t_ms < FLOOR_SLACK * floor

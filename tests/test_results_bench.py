@@ -1,0 +1,178 @@
+"""Schema, resume, summaries and the bench loop, on the CPU (host protocols on CPU tensors)."""
+
+import csv
+import math
+
+import pytest
+import torch
+
+from gemmrl.bench import BenchError, BenchSpec, _aggregate_rows, noise_rule_below, run_bench
+from gemmrl.candidate import FnCandidate
+from gemmrl.problem import GemmProblem, parse_mnk
+from gemmrl.results import COLUMNS, REQUIRED, ResultsError, ResultsWriter, read_rows
+from gemmrl.summary import Stats, ratios, summarize
+from gemmrl.timing import TimingConfig
+
+FAST = TimingConfig(warmup_s=0.01, benchmark_s=0.03)
+
+
+def _mm(a, b, bt, c):
+    c.copy_((a.float() @ b.float()).to(c.dtype))
+
+
+def _slow_mm(a, b, bt, c):
+    for _ in range(20):
+        _mm(a, b, bt, c)
+
+
+def _vendorish(problem):
+    return [FnCandidate("cublas_tn", "tn", lambda a, b, bt, c: c.copy_((a.float() @ bt.float().t()).to(c.dtype))),
+            FnCandidate("cublas_nn", "nn", _mm),
+            FnCandidate("slow", "nn", _slow_mm)]
+
+
+def _ok(cand, problem):
+    return True, ""
+
+
+def _spec(tmp_path, shapes, protocols=("offline",), extra=(_vendorish,), **kw):
+    return BenchSpec(problems=tuple(parse_mnk(s) for s in shapes), protocols=protocols, out=tmp_path / "r.csv",
+                     cfg=FAST, vendor=False, extra=extra, **kw)
+
+
+def test_required_columns_present():
+    assert set(REQUIRED) <= set(COLUMNS)
+    for c in ("mnk", "dtype", "acc", "layout", "candidate", "protocol", "qps", "time_ms", "tflops", "n", "p20_ms",
+              "p80_ms", "verified", "reason", "algo", "gpu", "cc", "sm_clock_mhz", "driver", "cuda", "torch",
+              "triton", "git_sha", "timestamp"):
+        assert c in REQUIRED
+
+
+def test_bench_on_cpu_writes_schema_and_summary(tmp_path):
+    path = run_bench(_spec(tmp_path, ["16_24_40", "3_5_7"], protocols=("offline", "server")), progress=False,
+                     on_cpu=True, verifier=_ok)
+    rows = read_rows([path])
+    assert {r["protocol"] for r in rows} == {"offline", "server"}
+    assert {r["mnk"] for r in rows} == {"16_24_40", "3_5_7"}
+    for r in rows:
+        assert r["verified"] == "true" and float(r["time_ms"]) > 0 and r["gpu"] == "cpu"
+    server = [r for r in rows if r["protocol"] == "server"]
+    assert all(float(r["qps"]) == 100.0 for r in server)
+    agg = [r for r in rows if r["candidate"] == "cublas"]
+    assert len(agg) == 4 and all(r["members"] in ("cublas_tn", "cublas_nn") for r in agg)
+    # the deliberately slow kernel is measured slower than the fast one
+    sp = ratios(rows, "slow", "cublas_nn")
+    assert sp and all(v < 1.0 for v in sp.values())
+    recs = summarize(rows, ["slow"], ["cublas"])
+    assert {r["protocol"] for r in recs} == {"offline", "server"} and all(r["geomean"] < 1 for r in recs)
+
+
+def test_unverified_candidate_is_reported_not_timed(tmp_path):
+    def verifier(cand, problem):
+        return (cand.name != "slow", "accuracy: planted")
+
+    path = run_bench(_spec(tmp_path, ["8_8_8"]), progress=False, on_cpu=True, verifier=verifier)
+    rows = {r["candidate"]: r for r in read_rows([path])}
+    assert rows["slow"]["verified"] == "false" and rows["slow"]["reason"] == "accuracy: planted"
+    assert rows["slow"]["time_ms"] == ""
+    assert rows["cublas_nn"]["verified"] == "true"
+
+
+def test_resume_after_kill_loses_nothing(tmp_path):
+    calls = {"n": 0}
+
+    def dying(problem):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # the sweep is killed while building the third shape's candidates
+        return _vendorish(problem)
+
+    shapes = ["4_4_4", "5_6_7", "8_9_10", "11_12_13"]
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(_spec(tmp_path, shapes, extra=(dying,)), progress=False, on_cpu=True, verifier=_ok)
+    first = read_rows([tmp_path / "r.csv"])
+    assert {r["mnk"] for r in first} == {"4_4_4", "5_6_7"}
+    # a torn last line (killed mid-write) is dropped on resume
+    with open(tmp_path / "r.csv", "a") as fh:
+        fh.write("8_9_10,fp16,fp32,nn,cublas")
+    seen = []
+
+    def counting(problem):
+        seen.append(problem.mnk)
+        return _vendorish(problem)
+
+    run_bench(_spec(tmp_path, shapes, extra=(counting,)), progress=False, on_cpu=True, verifier=_ok)
+    assert seen == ["8_9_10", "11_12_13"]  # finished shapes were not measured again
+    rows = read_rows([tmp_path / "r.csv"])
+    assert {r["mnk"] for r in rows} == set(shapes)
+    per = {}
+    for r in rows:
+        per.setdefault((r["mnk"], r["candidate"]), 0)
+        per[(r["mnk"], r["candidate"])] += 1
+    assert set(per.values()) == {1}
+    # rows of the first run are byte-identical after the resume
+    assert rows[: len(first)] == first
+
+
+def test_writer_refuses_foreign_header(tmp_path):
+    p = tmp_path / "x.csv"
+    p.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(ResultsError, match="other columns"):
+        ResultsWriter(p)
+
+
+def test_read_rows_refuses_malformed(tmp_path):
+    p = tmp_path / "x.csv"
+    p.write_text("mnk,candidate\n1_1_1,x\n")
+    with pytest.raises(ResultsError, match="missing columns"):
+        read_rows([p])
+    q = tmp_path / "y.csv"
+    with open(q, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        w.writerow(["1_1_1"] * (len(COLUMNS) + 2))
+    with pytest.raises(ResultsError, match=r"y.csv:2"):
+        read_rows([q])
+
+
+def test_stats():
+    s = Stats.of([0.5, 2.0, 1.0, 4.0])
+    assert s.n == 4 and s.geomean == pytest.approx(math.sqrt(2))
+    assert s.amean == pytest.approx(7.5 / 4) and s.median == pytest.approx(1.5) and s.min == 0.5
+    assert s.share_below == 0.25
+    assert Stats.of([]).n == 0 and math.isnan(Stats.of([]).geomean)
+
+
+def test_aggregates_pick_fastest_verified():
+    rows = [{"candidate": "cublas_tn", "verified": True, "time_ms": 2.0, "tflops": 1.0},
+            {"candidate": "cublas_nn", "verified": True, "time_ms": 1.0, "tflops": 2.0},
+            {"candidate": "torch", "verified": False, "time_ms": math.inf, "tflops": 0.0},
+            {"candidate": "cublaslt_heuristic_tn", "verified": True, "time_ms": 0.5, "tflops": 4.0, "floor_ok": False}]
+    agg = {r["candidate"]: r for r in _aggregate_rows(rows)}
+    assert agg["cublas"]["members"] == "cublas_nn"
+    assert agg["vendor_best"]["members"] == "cublas_nn"  # below-floor row never wins
+    assert "cublaslt_heuristic" not in agg
+
+
+def test_noise_rule():
+    base = {"dtype": "fp16", "acc": "fp32", "protocol": "graph", "verified": "true", "rep": "0"}
+    rows = [
+        {**base, "mnk": "1_1_1", "candidate": "A", "tflops": "1.0", "recheck": ""},
+        {**base, "mnk": "1_1_1", "candidate": "B", "tflops": "1.1", "recheck": ""},
+        *[{**base, "mnk": "1_1_1", "candidate": c, "tflops": t, "recheck": str(k)}
+          for k, (c, t) in enumerate([("A", "1.2"), ("B", "1.1"), ("A", "1.2"), ("B", "1.1"), ("A", "1.0"), ("B", "1.1")])],
+        {**base, "mnk": "2_2_2", "candidate": "A", "tflops": "1.0", "recheck": ""},
+        {**base, "mnk": "2_2_2", "candidate": "B", "tflops": "1.5", "recheck": ""},
+        *[{**base, "mnk": "2_2_2", "candidate": c, "tflops": t, "recheck": str(k)}
+          for k, (c, t) in enumerate([("A", "1.0"), ("B", "1.5")] * 3)],
+    ]
+    assert noise_rule_below(rows, "A", "B") == [("2_2_2", "graph")]
+
+
+def test_spec_errors(tmp_path):
+    with pytest.raises(BenchError, match="unknown protocol"):
+        BenchSpec(problems=(GemmProblem(1, 1, 1),), protocols=("warm",), out=tmp_path / "x.csv")
+    with pytest.raises(BenchError, match="no shapes"):
+        BenchSpec(problems=(), protocols=("graph",), out=tmp_path / "x.csv")
+    with pytest.raises(BenchError, match="host protocols"):
+        run_bench(_spec(tmp_path, ["4_4_4"], protocols=("graph",)), progress=False, on_cpu=True, verifier=_ok)
