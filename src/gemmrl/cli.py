@@ -37,7 +37,7 @@ def _problems(args) -> tuple[list, str]:
     if args.grid:
         if args.grid != "cuda-l2":
             raise CliError(f"--grid knows only 'cuda-l2', got {args.grid!r}")
-        if args.sample:
+        if args.sample is not None:
             return sample_grid(args.sample, args.seed, **kw), f"grid{args.sample}s{args.seed}"
         return grid(**kw), "grid1000"
     if not Path(args.shapes).is_file():

@@ -1,0 +1,45 @@
+"""CLI errors come back clear and non-zero; on a machine without a GPU `bench` says it needs one."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HAS_CUDA
+from gemmrl.cli import main
+
+
+def _run(argv, capsys):
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["bench", "--mnk", "64_64"], "cannot parse shape"),
+    (["bench", "--mnk", "0_64_64"], ">= 1"),
+    (["bench", "--mnk", "64_64_64", "--protocol", "warm"], "--protocol takes"),
+    (["bench", "--mnk", "64_64_64", "--mode", "graph"], "--mode is"),
+    (["bench", "--grid", "cuda-l2", "--sample", "0"], "--sample must be"),
+    (["bench", "--grid", "other"], "knows only"),
+    (["bench", "--shapes", "/nonexistent/shapes.txt"], "no such file"),
+    (["bench"], "exactly one of"),
+    (["bench", "--mnk", "64_64_64", "--grid", "cuda-l2"], "exactly one of"),
+])
+def test_cli_errors(argv, needle, capsys):
+    code, err = _run(argv, capsys)
+    assert code == 2 and needle in err
+
+
+def test_unknown_dtype_rejected_by_argparse(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--mnk", "64_64_64", "--dtype", "fp8"])
+    assert e.value.code == 2
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the no-GPU message; this machine has a GPU")
+def test_bench_without_gpu_says_so():
+    out = subprocess.run([sys.executable, "-m", "gemmrl.cli", "bench", "--mnk", "64_4096_64", "--mode", "offline"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "needs a CUDA GPU" in out.stderr
+    assert "Traceback" not in out.stderr

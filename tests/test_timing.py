@@ -1,0 +1,109 @@
+"""Timing protocols: statistics and floors on the CPU; every protocol on the GPU."""
+
+import math
+
+import pytest
+import torch
+
+from gemmrl.candidate import make_buffers
+from gemmrl.problem import GemmProblem, parse_mnk
+from gemmrl.timing import (TimingConfig, TimingError, _quantile, _summary, below_floor, floor_ms, make_timer,
+                           measure)
+
+
+def test_quantile_and_summary():
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert _quantile(xs, 0.0) == 1.0 and _quantile(xs, 1.0) == 5.0 and _quantile(xs, 0.5) == 3.0
+    assert _quantile(xs, 0.2) == pytest.approx(1.8)
+    med = _summary("graph", xs, flops=2e9, mean=False)
+    assert med.time_ms == 3.0 and med.tflops == pytest.approx(2e9 / 3e-3 / 1e12) and med.n == 5
+    mean = _summary("offline", [1.0, 3.0], flops=2e9, mean=True)
+    assert mean.time_ms == 2.0
+    # CUDA-L2's statistic: mean of per-call TFLOPS, not TFLOPS of the mean time
+    assert mean.tflops == pytest.approx((2e9 / 1e-3 + 2e9 / 3e-3) / 2 / 1e12)
+
+
+def test_floor():
+    p = GemmProblem(64, 4096, 4096)
+    cold = floor_ms(p, "H100", "cold", l2=50 * 2**20)
+    graph = floor_ms(p, "H100", "graph", l2=50 * 2**20)
+    assert cold == pytest.approx(p.bytes / 3.35e12 * 1e3)
+    assert graph == pytest.approx(p.flops / 989e12 * 1e3) and graph < cold  # 33.6 MB fits in 50 MB of L2
+    big = GemmProblem(4096, 4096, 16384)  # operands do not fit in L2: bytes term kept
+    assert floor_ms(big, "H100", "graph", l2=50 * 2**20) == pytest.approx(big.floor_s("H100") * 1e3)
+    assert below_floor(0.9, 1.0) and not below_floor(0.96, 1.0) and not below_floor(math.inf, 1.0)
+
+
+def test_unknown_protocol():
+    b = make_buffers(GemmProblem(2, 2, 2), "cpu")
+    with pytest.raises(TimingError, match="unknown protocol"):
+        measure({}, b, "warm")
+
+
+def test_host_protocol_on_cpu_records_failures_and_timer():
+    b = make_buffers(GemmProblem(8, 8, 8), "cpu")
+
+    def good():
+        b.c.copy_((b.a.float() @ b.b.float()).to(b.c.dtype))
+
+    def bad():
+        raise RuntimeError("boom")
+
+    cfg = TimingConfig(warmup_s=0.0, benchmark_s=0.01)
+    res = measure({"good": good, "bad": bad}, b, "offline", cfg)
+    assert res["good"].ok and res["good"].n >= 1
+    assert not res["bad"].ok and "boom" in res["bad"].reason and math.isinf(res["bad"].time_ms)
+    t = make_timer(b, "offline", cfg)({"good": good}, 20)
+    assert 0 < t["good"] < math.inf
+
+
+# -- GPU tier ------------------------------------------------------------------------------------
+
+def _mm(b):
+    return lambda: torch.matmul(b.a, b.b, out=b.c)
+
+
+def _mm_twice(b):
+    def f():
+        torch.matmul(b.a, b.b, out=b.c)
+        torch.matmul(b.a, b.b, out=b.c)
+    return f
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mnk", ["64_4096_64", "1024_1024_1024", "64_4096_4096", "4096_4096_4096"])
+@pytest.mark.parametrize("protocol", ["graph", "cold", "offline", "server"])
+def test_protocols_above_floor_and_slow_is_slower(mnk, protocol):
+    p = parse_mnk(mnk)
+    b = make_buffers(p, "cuda")
+    cfg = TimingConfig(warmup_s=0.05, benchmark_s=0.3, qps=500)
+    res = measure({"mm": _mm(b), "mm2": _mm_twice(b)}, b, protocol, cfg)
+    gpu = torch.cuda.get_device_name()
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    fl = floor_ms(p, gpu, protocol, l2)
+    for name in ("mm", "mm2"):
+        assert res[name].ok, res[name].reason
+        assert res[name].time_ms >= 0.95 * fl, (name, res[name].time_ms, fl)
+    assert res["mm2"].time_ms > 1.3 * res["mm"].time_ms or (protocol in ("offline", "server") and p.flops < 1e10
+                                                            and res["mm2"].time_ms > res["mm"].time_ms)
+
+
+@pytest.mark.gpu
+def test_graph_rejects_a_candidate_that_synchronizes():
+    b = make_buffers(parse_mnk("256_256_256"), "cuda")
+
+    def syncing():
+        torch.matmul(b.a, b.b, out=b.c)
+        torch.cuda.synchronize()
+
+    res = measure({"ok": _mm(b), "sync": syncing}, b, "graph", TimingConfig())
+    assert res["ok"].ok
+    assert not res["sync"].ok and "not capturable" in res["sync"].reason
+
+
+@pytest.mark.gpu
+def test_graph_repeatable():
+    b = make_buffers(parse_mnk("2048_2048_2048"), "cuda")
+    t1 = measure({"mm": _mm(b)}, b, "graph", TimingConfig(seed=1))["mm"].time_ms
+    t2 = measure({"mm": _mm(b)}, b, "graph", TimingConfig(seed=2))["mm"].time_ms
+    assert abs(t1 - t2) / min(t1, t2) < 0.05
