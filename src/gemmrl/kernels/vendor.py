@@ -1,0 +1,846 @@
+"""Vendor baselines (DESIGN.md "Baselines"): torch.matmul, cublasGemmEx, cuBLASLt heuristic / autotuned.
+
+Candidates (gemmrl.candidate convention, ``cand(a, b, bt, c)``), per problem:
+  ``torch``                  torch.matmul(a, b, out=c), layout nn. ``prepare`` sets
+                             torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False and
+                             allow_bf16_reduced_precision_reduction = False (process-wide, on purpose: the
+                             baseline is torch with fp32 reductions). torch has no fp16-accumulate mode, so it
+                             is not a candidate for acc fp16.
+  ``cublas_tn|nn``           cublasGemmEx, CUBLAS_GEMM_DEFAULT.
+  ``cublaslt_heuristic_tn|nn``   cuBLASLt, the heuristic's first algorithm.
+  ``cublaslt_autotuned_tn|nn``   cuBLASLt, every heuristic candidate (asking for 100) timed with the harness's
+                             timer in the protocol it is then measured in, fastest kept; cached on disk.
+acc fp32 = CUBLAS_COMPUTE_32F (float scalars, never the _FAST_ variants); acc fp16 = CUBLAS_COMPUTE_16F (fp16
+data only). Every path: handles made once per device, one real 32 MiB workspace (cudaMalloc), torch's
+current stream. cuBLAS's split-K reduction policy is the library default (as in CUDA-L2) unless
+``VendorConfig(strict_reduction=True)``, which keeps partial sums in the compute type (torch's setting).
+
+The C++ side (csrc/vendor_blas.cu) is built with nvcc on first use into ``cache_dir("build", ...)``, keyed by
+a hash of the source, flags, nvcc version and the cuBLAS include/lib files, and loaded with ctypes after torch
+has loaded its own libcublas (same soname, so the loader reuses it). ``GEMMRL_VENDOR_LIB=/path/to.so`` uses a
+prebuilt library instead; ``GEMMRL_CUBLAS_DIR`` names a root with include/ and lib/ holding cuBLAS.
+
+The call path is lean: one ctypes call with argtypes bound once (plan pointer, three data pointers, the raw
+current stream from ``torch._C._cuda_getCurrentRawStream``, the exact value of
+``torch.cuda.current_stream(d).cuda_stream`` without building a Stream object per call). Measured with a no-op
+C function in place of vendor_blas, the Python side of a call costs ~0.75 us (3x data_ptr ~0.27 us, the ctypes
+call ~0.35 us). Calls do not re-check shapes: ``prepare`` validates the buffers, and later calls must pass
+tensors of the same problem (the candidate convention). cuBLASLt plans are made for the alignment of the
+prepared buffers (at most 256 B, as cuBLASLt assumes by default); a call with less aligned pointers is refused.
+
+Where CUDA-L2's own baselines differ (on purpose): they run cuBLAS with its default workspace pool, the
+cuBLASLt heuristic with 0 bytes (``20 * 1024 * 1024 * 1024`` overflows int) and the autotuned one with 20 GiB;
+on the legacy default stream; with CUBLAS_GEMM_DEFAULT_TENSOR_OP (deprecated, same as DEFAULT); their
+autotuning is its own CUDA-event loop, ours the harness's timer in the measured protocol.
+Importing this module does no CUDA work and compiles nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..candidate import Buffers, Timer
+from ..paths import cache_dir
+from ..problem import GemmProblem
+
+CSRC = Path(__file__).with_name("csrc") / "vendor_blas.cu"
+WORKSPACE_BYTES = 32 << 20
+FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden")
+DEFAULT_CUDA_ROOTS = ("/usr/local/cuda",)
+MAX_ALIGN = 256
+
+LAYOUTS_BY_NAME = {"tn": 1, "nn": 0}
+DTYPE_CODES = {"fp16": 0, "bf16": 1}
+ACC_CODES = {"fp32": 0, "fp16": 1}
+FLAG_STRICT_REDUCTION = 1
+
+BASELINES = ("torch", "cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn",
+             "cublaslt_autotuned_tn", "cublaslt_autotuned_nn")
+AGGREGATES = {
+    "cublas": ("cublas_tn", "cublas_nn"),
+    "cublaslt_heuristic": ("cublaslt_heuristic_tn", "cublaslt_heuristic_nn"),
+    "cublaslt_autotuned": ("cublaslt_autotuned_tn", "cublaslt_autotuned_nn"),
+    "vendor_best": BASELINES,
+}
+
+
+class VendorError(RuntimeError):
+    """A vendor call or plan failed; the message carries cuBLAS's / CUDA's own words."""
+
+
+class VendorBuildError(VendorError):
+    """vendor_blas.cu cannot be built here: says what is missing and what to do."""
+
+
+class VendorUnavailable(VendorError):
+    """No CUDA GPU (or no CUDA build of torch) in this process."""
+
+
+@dataclass(frozen=True)
+class VendorConfig:
+    """How the vendor baselines are set up (DESIGN.md defaults)."""
+
+    requested_algos: int = 100          # cuBLASLt heuristic results asked for
+    autotune_min_calls: int = 20        # timed calls per algorithm, interleaved, in the protocol
+    strict_reduction: bool = False      # True: split-K partial sums only in the compute type
+    lt_backend: str = "ctypes"          # "ctypes" (vendor_blas.cu) or "nvmath" (nvmath-python)
+    use_autotune_cache: bool = True
+
+    @classmethod
+    def from_env(cls) -> "VendorConfig":
+        """``GEMMRL_CUBLASLT_BACKEND`` (ctypes|nvmath) and ``GEMMRL_VENDOR_STRICT_REDUCTION`` (0|1)."""
+        return cls(lt_backend=os.environ.get("GEMMRL_CUBLASLT_BACKEND", "ctypes"),
+                   strict_reduction=os.environ.get("GEMMRL_VENDOR_STRICT_REDUCTION", "0") == "1")
+
+    @property
+    def flags(self) -> int:
+        return FLAG_STRICT_REDUCTION if self.strict_reduction else 0
+
+
+# -- finding nvcc and cuBLAS -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What a build of vendor_blas.cu uses."""
+
+    nvcc: str
+    nvcc_version: str
+    include_dir: str      # holds cublas_v2.h and cublasLt.h
+    lib_dir: str          # holds the libcublasLt / libcublas linked (and put on the rpath)
+    cublaslt: str
+    cublas: str
+    cudart_dir: str       # toolkit lib dir with libcudart.so ("" = link cudart statically)
+
+
+def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def find_nvcc(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    tried = []
+    for var in ("GEMMRL_NVCC",):
+        if env.get(var):
+            tried.append(env[var])
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(var):
+            tried.append(os.path.join(env[var], "bin", "nvcc"))
+    which = shutil.which("nvcc", path=env.get("PATH", ""))
+    if which:
+        tried.append(which)
+    tried += [os.path.join(r, "bin", "nvcc") for r in DEFAULT_CUDA_ROOTS]
+    for p in tried:
+        if p and os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    raise VendorBuildError(
+        "cannot build the cuBLAS/cuBLASLt baselines: nvcc was not found (looked at $GEMMRL_NVCC, $CUDA_HOME/bin, "
+        f"$CUDA_PATH/bin, PATH and {', '.join(DEFAULT_CUDA_ROOTS)}). Install the CUDA toolkit (nvcc) and set "
+        "CUDA_HOME, or set GEMMRL_VENDOR_LIB to a prebuilt vendor_blas .so.")
+
+
+def _nvidia_paths() -> list[str]:
+    """Directories of the ``nvidia`` namespace package (pip wheels: nvidia/cu13/..., nvidia/cublas/...)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return []
+    return list(spec.submodule_search_locations or []) if spec else []
+
+
+def _loaded_libs(stem: str) -> list[str]:
+    """Paths of already-loaded shared objects whose file name starts with ``stem`` (Linux /proc/self/maps)."""
+    out: list[str] = []
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 6 and os.path.basename(parts[-1]).startswith(stem + ".so") and parts[-1] not in out:
+                    out.append(parts[-1])
+    except OSError:
+        pass
+    return out
+
+
+def _search_roots(env: Mapping[str, str], nvcc: str | None) -> list[str]:
+    roots: list[str] = []
+    if env.get("GEMMRL_CUBLAS_DIR"):
+        roots.append(env["GEMMRL_CUBLAS_DIR"])
+    for lib in _loaded_libs("libcublasLt"):  # the one torch already loaded wins
+        roots.append(os.path.dirname(os.path.dirname(lib)))
+    for p in _nvidia_paths():
+        roots += sorted(glob.glob(os.path.join(p, "*")))
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(var):
+            roots.append(env[var])
+    if nvcc:
+        roots.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    roots += list(DEFAULT_CUDA_ROOTS)
+    return list(dict.fromkeys(os.path.abspath(r) for r in roots if r))
+
+
+def _pick_lib(d: str, stem: str) -> str | None:
+    """``libX.so.<major>`` (the soname torch's wheels ship) over ``libX.so`` over anything else."""
+    files = sorted(glob.glob(os.path.join(d, stem + ".so*")))
+    if not files:
+        return None
+    loaded = [f for f in files if any(os.path.realpath(f) == os.path.realpath(x) for x in _loaded_libs(stem))]
+    soname = [f for f in files if re.fullmatch(re.escape(stem) + r"\.so\.\d+", os.path.basename(f))]
+    plain = [f for f in files if os.path.basename(f) == stem + ".so"]
+    return (loaded or soname or plain or files)[0]
+
+
+def find_cublas(env: Mapping[str, str] | None = None, nvcc: str | None = None) -> tuple[str, str, str, str]:
+    """(include_dir, lib_dir, libcublasLt path, libcublas path), searching $GEMMRL_CUBLAS_DIR, the directory
+    of the libcublasLt torch loaded, the ``nvidia`` pip packages, $CUDA_HOME, $CUDA_PATH, nvcc's root and
+    /usr/local/cuda; headers and libraries from the same root are preferred."""
+    env = os.environ if env is None else env
+    roots = _search_roots(env, nvcc)
+    incs: list[str] = []
+    libs: list[tuple[str, str, str]] = []
+    for r in roots:
+        for inc in [os.path.join(r, "include")] + sorted(glob.glob(os.path.join(r, "targets", "*", "include"))):
+            if all(os.path.isfile(os.path.join(inc, h)) for h in ("cublas_v2.h", "cublasLt.h")):
+                incs.append(inc)
+        for ld in [os.path.join(r, d) for d in ("lib", "lib64")] + sorted(glob.glob(os.path.join(r, "targets", "*", "lib"))):
+            lt, bl = _pick_lib(ld, "libcublasLt"), _pick_lib(ld, "libcublas")
+            if lt and bl:
+                libs.append((ld, lt, bl))
+    if not incs:
+        raise VendorBuildError(
+            "cannot build the cuBLAS/cuBLASLt baselines: cublas_v2.h and cublasLt.h were not found under "
+            f"{', '.join(roots) or '(no candidate roots)'}. Install the cuBLAS headers (the CUDA toolkit, or "
+            "`pip install nvidia-cublas` matching torch's CUDA), or set GEMMRL_CUBLAS_DIR to a directory with "
+            "include/ and lib/, or set GEMMRL_VENDOR_LIB to a prebuilt vendor_blas .so.")
+    if not libs:
+        raise VendorBuildError(
+            f"cannot build the cuBLAS/cuBLASLt baselines: headers found in {incs[0]} but no libcublasLt.so*/"
+            f"libcublas.so* under {', '.join(roots)}. Install cuBLAS (torch's CUDA wheels ship it as "
+            "nvidia-cublas) or set GEMMRL_CUBLAS_DIR.")
+    for ld, lt, bl in libs:  # a library directory whose sibling include/ has the headers
+        sib = os.path.join(os.path.dirname(ld), "include")
+        if sib in incs:
+            return sib, ld, lt, bl
+    ld, lt, bl = libs[0]
+    return incs[0], ld, lt, bl
+
+
+def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
+    env = os.environ if env is None else env
+    nvcc = find_nvcc(env)
+    try:
+        ver = _run([nvcc, "--version"]).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        raise VendorBuildError(f"{nvcc} --version failed ({e}); check the CUDA toolkit install") from e
+    inc, ld, lt, bl = find_cublas(env, nvcc)
+    root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    cudart = next((d for d in (os.path.join(root, "lib64"), os.path.join(root, "lib"))
+                   if glob.glob(os.path.join(d, "libcudart.so*"))), "")
+    return Toolchain(nvcc, ver, inc, ld, lt, bl, cudart)
+
+
+# -- building ----------------------------------------------------------------------------------------
+
+def nvcc_command(tc: Toolchain, src: str, out: str, compile_only: bool = False) -> list[str]:
+    cmd = [tc.nvcc, *FLAGS, f"-I{tc.include_dir}", src, "-o", out]
+    if compile_only:
+        return [c for c in cmd if c != "-shared"] + ["-c"]
+    rpath = ",".join(d for d in (tc.lib_dir, tc.cudart_dir) if d)
+    cmd += ["-Xlinker", tc.cublaslt, "-Xlinker", tc.cublas, "-Xlinker", f"-rpath,{rpath}"]
+    cmd += ["--cudart", "shared" if tc.cudart_dir else "static"]
+    return cmd
+
+
+def build_key(tc: Toolchain, source: bytes) -> str:
+    blob = json.dumps({"source": hashlib.sha256(source).hexdigest(), "flags": FLAGS, "nvcc": tc.nvcc,
+                       "nvcc_version": tc.nvcc_version, "include": tc.include_dir, "lib": tc.lib_dir,
+                       "cublaslt": tc.cublaslt, "cublas": tc.cublas, "cudart": tc.cudart_dir}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def enum_names(include_dir: str) -> dict[str, dict[str, str]]:
+    """Tile, stages, cluster, inner-shape and reduction-scheme names by value, read from cublasLt.h."""
+    try:
+        text = Path(include_dir, "cublasLt.h").read_text(errors="replace")
+    except OSError:
+        return {}
+    pats = {"tile": "CUBLASLT_MATMUL_TILE_", "stages": "CUBLASLT_MATMUL_STAGES_", "cluster": "CUBLASLT_CLUSTER_SHAPE_",
+            "inner": "CUBLASLT_MATMUL_INNER_SHAPE_", "reduction": "CUBLASLT_REDUCTION_SCHEME_"}
+    out: dict[str, dict[str, str]] = {}
+    for key, prefix in pats.items():
+        d: dict[str, str] = {}
+        for name, val in re.findall(re.escape(prefix) + r"(\w+)\s*=\s*(\d+)\s*,", text):
+            d.setdefault(val, name)
+        out[key] = d
+    return out
+
+
+def compile_check(tc: Toolchain | None = None) -> str:
+    """Compile vendor_blas.cu to an object file only (no link, no GPU); returns nvcc's output."""
+    tc = tc or find_toolchain()
+    with tempfile.TemporaryDirectory(prefix="gemmrl-vendor-cc-") as d:
+        cmd = nvcc_command(tc, str(CSRC), os.path.join(d, "vendor_blas.o"), compile_only=True)
+        r = _run(cmd, timeout=300)
+        if r.returncode != 0:
+            raise VendorBuildError(f"nvcc failed on {CSRC.name}:\n$ {' '.join(cmd)}\n{(r.stdout + r.stderr)[-4000:]}")
+        return r.stdout + r.stderr
+
+
+def build_library(tc: Toolchain | None = None) -> Path:
+    """Build (once) and return the path of vendor_blas.so. Safe when several processes build at once: each
+    builds in its own temporary directory and renames it into place; the first rename wins."""
+    tc = tc or find_toolchain()
+    source = CSRC.read_bytes()
+    key = build_key(tc, source)
+    root = cache_dir("build")
+    final = root / f"vendor_blas-{key}"
+    so = final / "vendor_blas.so"
+    if so.is_file():
+        return so
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-vendor_blas-{key}-", dir=root))
+    try:
+        cmd = nvcc_command(tc, str(CSRC), str(tmp / "vendor_blas.so"))
+        r = _run(cmd, timeout=600)
+        if r.returncode != 0:
+            raise VendorBuildError(f"nvcc failed on {CSRC.name}:\n$ {' '.join(cmd)}\n{(r.stdout + r.stderr)[-4000:]}")
+        (tmp / "names.json").write_text(json.dumps(enum_names(tc.include_dir)))
+        (tmp / "build.json").write_text(json.dumps({**asdict(tc), "command": cmd, "key": key}, indent=1))
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not so.is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return so
+
+
+# -- loading -----------------------------------------------------------------------------------------
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "vb_status_string": (ctypes.c_char_p, [_I]),
+    "vb_versions": (_I, [ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_I), ctypes.POINTER(_I), ctypes.POINTER(_I)]),
+    "vb_cublaslt_path": (_I, [ctypes.c_char_p, _I]),
+    "vb_cublas_path": (_I, [ctypes.c_char_p, _I]),
+    "vb_ctx_create": (_I, [_I, ctypes.c_uint, ctypes.POINTER(_P)]),
+    "vb_ctx_destroy": (_I, [_P]),
+    "vb_workspace_bytes": (ctypes.c_size_t, []),
+    "vb_gemmex_plan_create": (_I, [_P, _I, _I, _I, _I, _I, _I, ctypes.POINTER(_P)]),
+    "vb_lt_plan_create": (_I, [_P, _I, _I, _I, _I, _I, _I, _I, _I, ctypes.POINTER(_P)]),
+    "vb_plan_destroy": (_I, [_P]),
+    "vb_plan_count": (_I, [_P]),
+    "vb_plan_select": (_I, [_P, _I]),
+    "vb_run": (_I, [_P, _P, _P, _P, _P]),
+    "vb_run_index": (_I, [_P, _I, _P, _P, _P, _P]),
+    "vb_describe": (_I, [_P, _I, ctypes.c_char_p, _I]),
+}
+
+
+_RAW_NAMES = {"vb_versions": "versions_raw", "vb_describe": "describe_raw"}
+
+
+class VendorLib:
+    """vendor_blas.so loaded with ctypes; every function bound once with argtypes/restype."""
+
+    def __init__(self, path: str | os.PathLike, names: Mapping[str, Mapping[str, str]] | None = None):
+        self.path = str(path)
+        self.cdll = ctypes.CDLL(self.path)
+        for fname, (restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(self.cdll, fname)
+            fn.restype, fn.argtypes = restype, argtypes
+            setattr(self, _RAW_NAMES.get(fname, fname[3:]), fn)
+        self.names = dict(names or {})
+        self._contexts: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
+
+    def message(self, status: int) -> str:
+        return self.status_string(status).decode(errors="replace")
+
+    def check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise VendorError(f"{what}: {self.message(status)} (status {status})")
+
+    def versions(self) -> dict[str, int]:
+        lt, bl, rt, drv = ctypes.c_size_t(), _I(), _I(), _I()
+        self.check(self.versions_raw(lt, bl, rt, drv), "vb_versions")
+        return {"cublaslt": lt.value, "cublas": bl.value, "cudart": rt.value, "driver": drv.value}
+
+    def lib_paths(self) -> dict[str, str]:
+        out = {}
+        for key, fn in (("cublaslt", self.cublaslt_path), ("cublas", self.cublas_path)):
+            buf = ctypes.create_string_buffer(4096)
+            fn(buf, len(buf))
+            out[key] = buf.value.decode(errors="replace")
+        return out
+
+    def context(self, device: int, flags: int = 0) -> int:
+        """The device's context (handles + 32 MiB workspace), made once per (device, flags)."""
+        with self._lock:
+            if (device, flags) not in self._contexts:
+                p = _P()
+                self.check(self.ctx_create(device, flags, ctypes.byref(p)), f"creating the cuBLAS context on cuda:{device}")
+                self._contexts[(device, flags)] = p.value
+            return self._contexts[(device, flags)]
+
+    def describe(self, plan: int, index: int) -> str:
+        buf = ctypes.create_string_buffer(512)
+        self.check(self.describe_raw(plan, index, buf, len(buf)), "vb_describe")
+        return pretty_algo(buf.value.decode(errors="replace"), self.names)
+
+
+def pretty_algo(raw: str, names: Mapping[str, Mapping[str, str]]) -> str:
+    """Replace enum values in vb_describe's ``k=v`` string by their cublasLt.h names where known."""
+    out = []
+    for item in raw.split():
+        k, _, v = item.partition("=")
+        name = names.get(k, {}).get(v) if k in ("tile", "stages", "cluster", "inner", "reduction") else None
+        out.append(f"{k}={name}" if name else item)
+    return " ".join(out)
+
+
+_LIB: VendorLib | None = None
+_LIB_LOCK = threading.Lock()
+
+
+def require_cuda(device: int | None = None):
+    """Import torch and initialise CUDA (so torch's own libcublas is loaded first); clear error without a GPU."""
+    try:
+        import torch
+    except ImportError as e:
+        raise VendorUnavailable("the vendor baselines need PyTorch with CUDA; install torch") from e
+    if not torch.cuda.is_available():
+        raise VendorUnavailable(
+            "the vendor baselines (cuBLAS, cuBLASLt, torch.matmul) need a CUDA GPU, and torch.cuda.is_available() "
+            f"is False here (torch {torch.__version__}, CUDA build: {torch.version.cuda}). Run on a machine with an "
+            "NVIDIA GPU and a CUDA build of PyTorch.")
+    torch.cuda.init()
+    if device is not None and device >= torch.cuda.device_count():
+        raise VendorUnavailable(f"cuda:{device} does not exist; {torch.cuda.device_count()} GPU(s) visible")
+    return torch
+
+
+def load_library() -> VendorLib:
+    """The loaded vendor_blas library (built on first use, or $GEMMRL_VENDOR_LIB)."""
+    global _LIB
+    with _LIB_LOCK:
+        if _LIB is not None:
+            return _LIB
+        torch = require_cuda()
+        if not _loaded_libs("libcublasLt"):
+            torch.cuda.current_blas_handle()  # makes torch load its cuBLAS(Lt) before ours resolves the soname
+        pre = os.environ.get("GEMMRL_VENDOR_LIB")
+        if pre:
+            if not os.path.isfile(pre):
+                raise VendorBuildError(f"GEMMRL_VENDOR_LIB={pre} does not exist; unset it to build vendor_blas.cu here")
+            names_file = Path(pre).with_name("names.json")
+            so = Path(pre)
+        else:
+            so = build_library()
+            names_file = so.with_name("names.json")
+        names = json.loads(names_file.read_text()) if names_file.is_file() else {}
+        lib = VendorLib(so, names)
+        ours = os.path.realpath(lib.lib_paths()["cublaslt"])
+        loaded = {os.path.realpath(p) for p in _loaded_libs("libcublasLt")}
+        if len(loaded) > 1 or (loaded and ours not in loaded):
+            warnings.warn(f"two libcublasLt copies in this process (ours: {ours}; loaded: {sorted(loaded)}); the "
+                          "vendor baselines may not run the cuBLASLt torch uses", RuntimeWarning, stacklevel=2)
+        _LIB = lib
+        return _LIB
+
+
+def library_info() -> dict[str, Any]:
+    """Which .so, which libcublasLt it resolved, and whether that is the one torch loaded."""
+    lib = load_library()
+    paths = lib.lib_paths()
+    torch_lt = _loaded_libs("libcublasLt")
+    same = any(os.path.realpath(paths["cublaslt"]) == os.path.realpath(p) for p in torch_lt)
+    return {"so": lib.path, **{f"{k}_path": v for k, v in paths.items()}, "loaded_cublaslt": torch_lt,
+            "single_cublaslt": same and len({os.path.realpath(p) for p in torch_lt}) == 1, **lib.versions()}
+
+
+# -- autotune cache ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AutotuneKey:
+    """Everything the autotuned choice depends on; a change in any field is a cache miss."""
+
+    mnk: str
+    dtype: str
+    acc: str
+    layout: str
+    protocol: str
+    gpu: str
+    cc: str
+    cublaslt: int
+    driver: int
+    torch: str
+    backend: str = "ctypes"
+    requested: int = 100
+    workspace: int = WORKSPACE_BYTES
+    strict_reduction: bool = False
+    align: int = MAX_ALIGN
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _cache_file(key: AutotuneKey) -> Path:
+    return cache_dir("autotune") / f"cublaslt-{key.digest()}.json"
+
+
+def load_choice(key: AutotuneKey) -> dict | None:
+    try:
+        rec = json.loads(_cache_file(key).read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if rec.get("key") == asdict(key) else None
+
+
+def store_choice(key: AutotuneKey, record: dict) -> None:
+    path = _cache_file(key)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"key": asdict(key), **record}, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def autotune(key: AutotuneKey, descriptions: list[str], make_call: Callable[[int], Callable[[], None]],
+             timer: Timer, min_calls: int = 20, use_cache: bool = True) -> tuple[int, dict, bool]:
+    """Pick the fastest of ``descriptions`` (heuristic order) with ``timer``; (index, record, cache_hit).
+
+    A cached choice is used when its algorithm is still among the heuristic's results."""
+    if use_cache:
+        rec = load_choice(key)
+        if rec is not None and rec.get("algo") in descriptions:
+            return descriptions.index(rec["algo"]), rec, True
+    names = [f"algo{i:03d}" for i in range(len(descriptions))]
+    times = dict(timer({n: make_call(i) for i, n in enumerate(names)}, min_calls))
+    finite = {n: t for n, t in times.items() if n in names and t is not None and math.isfinite(t) and t > 0}
+    if not finite:
+        raise VendorError(f"autotuning {key.mnk} {key.layout}: none of {len(names)} cuBLASLt algorithms ran "
+                          f"(timer returned {times})")
+    best = min(finite, key=lambda n: (finite[n], names.index(n)))
+    idx = names.index(best)
+    rec = {"index": idx, "algo": descriptions[idx], "n_algos": len(descriptions), "time_ms": finite[best],
+           "times_ms": {n: t for n, t in sorted(times.items())},
+           "min_calls": min_calls, "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    if use_cache:
+        store_choice(key, rec)
+    return idx, rec, False
+
+
+def gpu_identity(device: int) -> dict[str, str]:
+    import torch
+
+    cc = torch.cuda.get_device_capability(device)
+    return {"gpu": torch.cuda.get_device_name(device), "cc": f"{cc[0]}.{cc[1]}", "torch": torch.__version__}
+
+
+def autotune_key(problem: GemmProblem, layout: str, protocol: str, device: int, backend: str, cublaslt: int,
+                 driver: int, config: VendorConfig, align: int) -> AutotuneKey:
+    g = gpu_identity(device)
+    return AutotuneKey(problem.mnk, problem.dtype, problem.acc, layout, protocol, g["gpu"], g["cc"], int(cublaslt),
+                       int(driver), g["torch"], backend, config.requested_algos, WORKSPACE_BYTES,
+                       config.strict_reduction, align)
+
+
+# -- candidates --------------------------------------------------------------------------------------
+
+def raw_stream_getter() -> Callable[[int], int]:
+    """``device -> cudaStream_t`` of torch's current stream, as cheaply as torch allows."""
+    import torch
+
+    f = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return f if f is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
+
+
+def alignment(*ptrs: int) -> int:
+    """The largest power of two (at most 256) dividing every pointer."""
+    a = MAX_ALIGN
+    for p in ptrs:
+        while a > 1 and p % a:
+            a //= 2
+    return a
+
+
+def check_buffers(problem: GemmProblem, bufs: Buffers) -> int:
+    """Validate harness buffers for ``problem``; returns the CUDA device index."""
+    from ..candidate import torch_dtype
+
+    M, N, K = problem.M, problem.N, problem.K
+    dt = torch_dtype(problem.dtype)
+    want = {"a": (M, K), "b": (K, N), "bt": (N, K), "c": (M, N)}
+    for name, shape in want.items():
+        t = getattr(bufs, name)
+        if tuple(t.shape) != shape or t.dtype != dt or not t.is_contiguous():
+            raise VendorError(f"buffer {name} must be a contiguous {problem.dtype} tensor of shape {shape}, got "
+                              f"{tuple(t.shape)} {t.dtype} contiguous={t.is_contiguous()}")
+        if not t.is_cuda:
+            raise VendorUnavailable(f"the vendor baselines run on CUDA tensors; buffer {name} is on {t.device}")
+    return bufs.a.device.index if bufs.a.device.index is not None else 0
+
+
+class TorchCandidate:
+    """``torch``: torch.matmul(a, b, out=c), layout nn, fp32 reductions (see module docstring)."""
+
+    def __init__(self, name: str = "torch"):
+        self.name, self.layout, self.acc = name, "nn", "fp32"
+        self._mm: Callable | None = None
+
+    def prepare(self, problem: GemmProblem, bufs: Buffers, protocol: str, timer: Timer | None) -> None:
+        if problem.acc != "fp32":
+            raise VendorError("torch.matmul has no fp16-accumulate mode; `torch` is a baseline for acc fp32 only")
+        torch = require_cuda()
+        check_buffers(problem, bufs)
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        self._mm = torch.matmul
+
+    def __call__(self, a, b, bt, c) -> None:
+        self._mm(a, b, out=c)
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+
+class CtypesCandidate:
+    """cublasGemmEx (mode "cublas") or cuBLASLt (mode "heuristic" | "autotuned") through vendor_blas."""
+
+    def __init__(self, name: str, layout: str, acc: str, mode: str, config: VendorConfig | None = None):
+        if mode not in ("cublas", "heuristic", "autotuned"):
+            raise ValueError(f"unknown mode {mode!r}")
+        self.name, self.layout, self.acc, self.mode = name, layout, acc, mode
+        self.config = config or VendorConfig()
+        self._tn = layout == "tn"
+        self._plan: _Plan | None = None
+        self._plan_key: tuple | None = None
+        self._ptr = 0
+        self._run: Callable[..., int] = _unprepared
+        self._stream: Callable[[int], int] = lambda d: 0
+        self._device = 0
+        self._info: dict[str, Any] = {}
+
+    def _make_plan(self, lib: VendorLib, problem: GemmProblem, device: int, align: int) -> "_Plan":
+        key = (problem.M, problem.N, problem.K, problem.dtype, problem.acc, device, align)
+        if self._plan is not None and self._plan_key == key:
+            return self._plan
+        ctx = lib.context(device, self.config.flags)
+        args = (ctx, DTYPE_CODES[problem.dtype], ACC_CODES[problem.acc], LAYOUTS_BY_NAME[self.layout],
+                problem.M, problem.N, problem.K)
+        p = _P()
+        if self.mode == "cublas":
+            st = lib.gemmex_plan_create(*args, ctypes.byref(p))
+        else:
+            st = lib.lt_plan_create(*args, self.config.requested_algos, align, ctypes.byref(p))
+        lib.check(st, f"{self.name} plan for {problem.mnk} {problem.dtype} acc {problem.acc}")
+        self._plan, self._plan_key = _Plan(lib, p.value), key
+        return self._plan
+
+    def prepare(self, problem: GemmProblem, bufs: Buffers, protocol: str, timer: Timer | None) -> None:
+        if problem.acc != self.acc:
+            raise VendorError(f"{self.name} is the acc-{self.acc} baseline; the problem asks for acc {problem.acc}")
+        if problem.dtype == "bf16" and problem.acc == "fp16":
+            raise VendorError("bf16 has no fp16-accumulate GEMM in cuBLAS (CUBLAS_COMPUTE_16F takes fp16 data only)")
+        self._run, self._ptr, self._info = _unprepared, 0, {}  # a failed prepare leaves nothing callable
+        require_cuda()
+        device = check_buffers(problem, bufs)
+        lib = load_library()
+        bop = bufs.bt if self._tn else bufs.b
+        align = alignment(bufs.a.data_ptr(), bop.data_ptr(), bufs.c.data_ptr()) if self.mode != "cublas" else MAX_ALIGN
+        plan = self._make_plan(lib, problem, device, align)
+        self._stream, self._device, self._lib = raw_stream_getter(), device, lib
+        n = lib.plan_count(plan.ptr)
+        if self.mode == "cublas":
+            self._info = {"algo": lib.describe(plan.ptr, 0)}
+        elif self.mode == "heuristic":
+            lib.check(lib.plan_select(plan.ptr, 0), "vb_plan_select")
+            self._info = {"algo": lib.describe(plan.ptr, 0), "n_algos": n}
+        else:
+            descs = [lib.describe(plan.ptr, i) for i in range(n)]
+            a, bb, c = bufs.a.data_ptr(), bop.data_ptr(), bufs.c.data_ptr()
+            run_index, stream, ptr = lib.run_index, self._stream, plan.ptr
+
+            def make_call(i: int) -> Callable[[], None]:
+                def call() -> None:
+                    st = run_index(ptr, i, a, bb, c, stream(device))
+                    if st:
+                        raise VendorError(f"cuBLASLt algorithm {i} ({descs[i]}): {lib.message(st)}")
+                return call
+
+            v = lib.versions()
+            key = autotune_key(problem, self.layout, protocol if timer is not None else "builtin-events", device,
+                               "ctypes", v["cublaslt"], v["driver"], self.config, align)
+            idx, rec, hit = autotune(key, descs, make_call, timer or event_timer, self.config.autotune_min_calls,
+                                     self.config.use_autotune_cache)
+            lib.check(lib.plan_select(plan.ptr, idx), "vb_plan_select")
+            self._info = {"algo": descs[idx], "n_algos": n, "index": idx, "cache_hit": hit,
+                          "tune_protocol": key.protocol}
+        self._run, self._ptr = lib.run, plan.ptr
+
+    def __call__(self, a, b, bt, c) -> None:
+        st = self._run(self._ptr, a.data_ptr(), (bt if self._tn else b).data_ptr(), c.data_ptr(),
+                       self._stream(self._device))
+        if st:
+            raise VendorError(f"{self.name}: {self._lib.message(st)} (status {st})")
+
+    def info(self) -> dict[str, Any]:
+        return {k: v for k, v in self._info.items() if k in ("algo", "n_algos")}
+
+    def details(self) -> dict[str, Any]:
+        """info() plus the heuristic index, whether the autotune cache hit, and the tuning protocol."""
+        return dict(self._info)
+
+
+def _unprepared(*_args) -> int:
+    raise VendorError("call prepare(problem, bufs, protocol, timer) before calling a vendor candidate")
+
+
+class _Plan:
+    """Owns a vb_plan pointer; destroyed with the Python object."""
+
+    def __init__(self, lib: VendorLib, ptr: int):
+        self.lib, self.ptr = lib, ptr
+
+    def __del__(self):
+        try:
+            if self.ptr:
+                self.lib.plan_destroy(self.ptr)
+                self.ptr = 0
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def event_timer(fns: Mapping[str, Callable[[], None]], min_calls: int = 20) -> dict[str, float]:
+    """Fallback timer when ``prepare`` gets none: CUDA events around single calls, interleaved, median ms."""
+    import random
+
+    import torch
+
+    names = list(fns)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    out: dict[str, float] = {}
+    for n in names:  # warm-up; drop the failures
+        try:
+            fns[n]()
+        except Exception:  # noqa: BLE001
+            out[n] = math.inf
+    torch.cuda.synchronize()
+    live = [n for n in names if n not in out]
+    rng = random.Random(0)
+    for _ in range(min_calls):
+        rng.shuffle(live)
+        for n in live:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fns[n]()
+            e.record()
+            e.synchronize()
+            samples[n].append(s.elapsed_time(e))
+    out.update({n: statistics.median(samples[n]) for n in live})
+    return out
+
+
+def vendor_candidates(problem: GemmProblem, config: VendorConfig | None = None) -> list:
+    """The baselines for ``problem``: 7 for acc fp32, 6 for acc fp16 (torch has no fp16-accumulate mode).
+
+    Nothing touches CUDA here; ``prepare`` does. ``config.lt_backend == "nvmath"`` serves the cuBLASLt
+    baselines through nvmath-python (same names)."""
+    config = config or VendorConfig.from_env()
+    acc = problem.acc
+    out: list = [] if acc == "fp16" else [TorchCandidate()]
+    for layout in ("tn", "nn"):
+        out.append(CtypesCandidate(f"cublas_{layout}", layout, acc, "cublas", config))
+    for mode in ("heuristic", "autotuned"):
+        for layout in ("tn", "nn"):
+            name = f"cublaslt_{mode}_{layout}"
+            if config.lt_backend == "nvmath":
+                from .vendor_nvmath import NvmathCandidate
+
+                out.append(NvmathCandidate(name, layout, acc, mode, config))
+            elif config.lt_backend == "ctypes":
+                out.append(CtypesCandidate(name, layout, acc, mode, config))
+            else:
+                raise VendorError(f"unknown cuBLASLt backend {config.lt_backend!r}; use 'ctypes' or 'nvmath'")
+    order = {n: i for i, n in enumerate(BASELINES)}
+    return sorted(out, key=lambda c: order[c.name])
+
+
+# -- per-call host cost ------------------------------------------------------------------------------
+
+def host_cost(problem: GemmProblem, n: int = 2000, device: int = 0) -> list[dict]:
+    """Per-call host time of each way to call cuBLASLt (and torch.matmul) for ``problem``: the time until
+    the call returns (no synchronize) and call + synchronize (what CUDA-L2's offline mode measures),
+    medians over ``n`` calls, paths interleaved. A path that cannot run gets a row with its ``reason``."""
+    from ..candidate import make_buffers
+
+    torch = require_cuda(device)
+    with torch.cuda.device(device):
+        bufs = make_buffers(problem, device=f"cuda:{device}")
+        cfg = VendorConfig()
+        paths: dict[str, Any] = {
+            "cublaslt_ctypes": CtypesCandidate("cublaslt_heuristic_" + problem.layout, problem.layout, problem.acc,
+                                               "heuristic", cfg),
+            "cublas_ctypes": CtypesCandidate("cublas_" + problem.layout, problem.layout, problem.acc, "cublas", cfg),
+        }
+        from .vendor_nvmath import NvmathCandidate  # imports nvmath only in prepare
+
+        paths["cublaslt_nvmath"] = NvmathCandidate("cublaslt_heuristic_" + problem.layout, problem.layout,
+                                                   problem.acc, "heuristic", cfg)
+        if problem.acc == "fp32":
+            paths["torch"] = TorchCandidate()
+        rows: dict[str, dict] = {}
+        live: dict[str, Any] = {}
+        for name, cand in paths.items():
+            row = {"path": name, "mnk": problem.mnk, "dtype": problem.dtype, "acc": problem.acc,
+                   "layout": getattr(cand, "layout", problem.layout), "call_us_median": math.nan,
+                   "call_sync_us_median": math.nan, "n": 0, "reason": ""}
+            try:
+                cand.prepare(problem, bufs, "offline", None)
+                for _ in range(20):
+                    cand(*bufs.args())
+                torch.cuda.synchronize()
+                live[name] = cand
+            except Exception as e:  # noqa: BLE001 - e.g. nvmath-python not installed
+                row["reason"] = f"{type(e).__name__}: {e}"[:300]
+            rows[name] = row
+        call: dict[str, list[float]] = {k: [] for k in live}
+        both: dict[str, list[float]] = {k: [] for k in live}
+        args = bufs.args()
+        clock, sync = time.perf_counter_ns, torch.cuda.synchronize
+        names = list(live)
+        for i in range(n if names else 0):
+            r = i % len(names)  # rotate the order: no path always runs first
+            for name in names[r:] + names[:r]:
+                fn = live[name]
+                sync()
+                t0 = clock()
+                fn(*args)
+                t1 = clock()
+                sync()
+                t2 = clock()
+                call[name].append((t1 - t0) / 1e3)
+                both[name].append((t2 - t0) / 1e3)
+        for name in live:
+            rows[name].update(call_us_median=statistics.median(call[name]),
+                              call_sync_us_median=statistics.median(both[name]), n=len(call[name]))
+        return list(rows.values())

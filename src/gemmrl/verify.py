@@ -1,0 +1,835 @@
+"""Correctness battery: a candidate earns reward only if every check passes (DESIGN.md "Correctness battery").
+
+A candidate is called ``cand(a, b, bt, c)`` (candidate.py) on CUDA tensors, or on CPU tensors (Triton
+interpreter tier). Every call the battery makes goes through one guarded harness:
+
+* each operand is a contiguous view into the middle of a larger buffer whose bands hold random bits;
+  the bands and the inputs must be bit-identical afterwards (``guard_band``, ``inputs_unchanged``);
+* C is pre-filled with NaN and every element must be written (``nan_fill``);
+* C is read back by a copy enqueued on the current stream straight after the call, with no synchronize
+  in between, and must equal C after a device synchronize (``stream``: work left on another stream);
+* the timing and reference functions (``torch.cuda.Event``/``synchronize``, ``time.perf_counter``,
+  ``Tensor.__matmul__``...) must be the same objects afterwards and no thread may be left running
+  (``tamper``; the originals are put back); an exception is a failed ``crash`` check.
+
+On top of that the checks, in order, stop at the first failure:
+
+1. ``nan_fill``    one call on random data: integrity only.
+2. ``exact_int``   small integers such that every partial sum, in any order, and the output are exact
+                   in the output dtype; C must match the exact product bit for bit (indexing, tails).
+3. ``accuracy``    random-normal unit-scale inputs, a fresh seed per trial, fp64 reference on the same
+                   device; a global statistic and an element-wise bound (``Tolerance``).
+4. ``second_call`` two calls on the same buffers refilled in place with new inputs: both right
+                   (cached results).
+
+``cuda_l2_check`` is CUDA-L2's own 0/1 check, reported beside the battery, never instead of it: it
+cannot see fp16 accumulation. ``planted_candidates`` are deliberately wrong Triton kernels (and one
+correct one) that the battery must reject, each with the reason. ``calibrate`` and ``verify_rows``
+produce CSV rows for the GPU runs that set and justify the tolerance constants.
+
+Tests: ``pytest tests/test_verify.py`` (CPU and interpreter tiers; ``-m gpu`` on a GPU machine).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .candidate import Candidate, make_buffers, torch_dtype
+from .problem import GemmProblem
+
+# Unit roundoff of the output dtypes (half an ulp at 1.0), half the smallest subnormal, and the largest
+# integer L such that every integer in [-L, L] is exact.
+_U = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+_TINY = {"fp16": 2.0 ** -25, "bf16": 2.0 ** -134}
+_EXACT_INT = {"fp16": 2048, "bf16": 256}
+_GROSS = 16.0  # an element this many times over its bound (and over R) is a wrong value, not lost precision
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tolerance
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Tolerance:
+    """The accuracy check's constants.
+
+    With ``ref`` the exact product (fp64 of the fp16/bf16 inputs) and ``u`` the output's unit roundoff:
+
+    * global: ``R = ||c - ref||_F / ||round(ref) - ref||_F`` (1.0 for the correctly rounded answer) must be
+      at most ``r_max * growth(K)``;
+    * element-wise: ``|c - ref| <= alpha*u*|ref| + beta*u_acc*growth(K)*sigma + tiny`` where
+      ``sigma = sqrt((A*A) @ (B*B))`` is the size of the products of that element (what its rounding and
+      accumulation errors scale with; ``~1`` for unit-scale data) and ``tiny`` half the smallest subnormal.
+
+    ``acc_chunk == 0`` is the fp32-accumulation model: growth 1, ``u_acc = u``; an fp32 accumulator's own
+    error is far below ``u``, so ``alpha = 1`` covers the final rounding exactly (|round(x)-x| <= u|x|)
+    and ``beta`` is pure margin for it. ``acc_chunk > 0`` models an fp16 accumulator updated every
+    ``acc_chunk`` products (mma k16): each of ``S = ceil(K/acc_chunk)`` updates rounds a partial sum of
+    size ``~sigma*sqrt(j/S)``, so the expected R is ``sqrt((S+1)/2) = growth(K)`` and ``u_acc = 2**-11``.
+    """
+
+    name: str
+    r_max: float
+    alpha: float
+    beta: float
+    acc_chunk: int
+    calibration: str
+
+    def growth(self, K: int) -> float:
+        if not self.acc_chunk:
+            return 1.0
+        s = -(-K // self.acc_chunk)
+        return math.sqrt((s + 1) / 2)
+
+    def r_limit(self, K: int) -> float:
+        return self.r_max * self.growth(K)
+
+    def abs_unit(self, dtype: str) -> float:
+        """u_acc: the unit roundoff the accumulation error is measured in."""
+        return _U["fp16"] if self.acc_chunk else _U[dtype]
+
+
+FP32_ACC = Tolerance(
+    "fp32", r_max=1.25, alpha=1.0, beta=2.0, acc_chunk=0,
+    calibration=(
+        "Provisional, from the error model and CPU runs; to be confirmed by calibrate() on the GPU (vendor "
+        "paths, 100 seeds, grid sample). Correctly rounded fp32 accumulation gives R = 1.000 (CPU fp32 matmul, "
+        "every seed and shape of tests/test_verify.py) and needs beta < 0.01; the accumulator's own error "
+        "(u32*sqrt(K), or a biased K/16 * 2**-23 from truncating tensor-core adds) stays below 0.4u*sigma, "
+        "R < 1.15, up to K = 16384. fp16 accumulation in k16 steps gives R = sqrt((K/16+1)/2) (CPU "
+        "simulation: 1.59 at K = 64, 12.3 at K = 4096), so 1.25 rejects it from K = 64 up; below that it is "
+        "numerically harmless (1.0 at K <= 16) or borderline (1.22 at K = 32). bf16-rounded inputs give "
+        "R ~ 11.5 on fp16 data, 3-bit-mantissa inputs R ~ 23 on bf16 data. beta = 2: one dropped product "
+        "(~sigma/sqrt(K), 16u*sigma at K = 16384 on fp16) is still far outside the bound."),
+)
+FP16_ACC = Tolerance(
+    "fp16", r_max=2.0, alpha=1.0, beta=16.0, acc_chunk=16,
+    calibration=(
+        "Provisional, for acc='fp16' problems (compared with CUBLAS_COMPUTE_16F vendor calls). An fp16 "
+        "accumulator updated every 16 products has expected R = sqrt((ceil(K/16)+1)/2) = growth(K) (CPU "
+        "simulation: R/growth 1.00-1.01; every 8 products: 1.34-1.41); 2x growth admits both and rejects "
+        "per-product fp16 FMA (3.7x at K = 64, growing like sqrt(K/16)) and bf16-rounded inputs up to "
+        "K ~ 1000. beta: the k16 simulation needs 4.6, k8 5.5 (400k elements); 16 leaves room for 1e8+."),
+)
+
+
+def tolerance_for(problem: GemmProblem) -> Tolerance:
+    return FP16_ACC if problem.acc == "fp16" else FP32_ACC
+
+
+# ---------------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    passed: bool
+    reason: str = ""
+    stats: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """All checks' results; ``reason`` names the failing check and its numbers ('' if passed).
+    ``cuda_l2`` is CUDA-L2's own check when asked for; it never affects ``passed``."""
+
+    passed: bool
+    reason: str
+    checks: tuple[CheckResult, ...]
+    stats: Mapping[str, Any] = field(default_factory=dict)
+    cuda_l2: CheckResult | None = None
+
+    @property
+    def failed_check(self) -> str:
+        return next((c.name for c in self.checks if not c.passed), "")
+
+
+class _Fail(Exception):
+    """A check failed; carries the CheckResult."""
+
+    def __init__(self, result: CheckResult):
+        super().__init__(result.reason)
+        self.result = result
+
+
+def _fail(name: str, reason: str, **stats) -> _Fail:
+    return _Fail(CheckResult(name, False, f"{name}: {reason}", stats))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Guarded harness
+# ---------------------------------------------------------------------------------------------------
+def _torch():
+    import torch
+
+    return torch
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        _torch().cuda.synchronize(device)
+
+
+def _same_bits(x, y) -> bool:
+    torch = _torch()
+    return bool(torch.equal(x.view(torch.int16), y.view(torch.int16)))
+
+
+def _band(rowlen: int) -> int:
+    """Guard band length in elements: covers a whole tile of rows run past the end, 512-byte aligned so the
+    views keep the alignment the allocator gives (vendor algorithm choice depends on it)."""
+    n = min(max(16384, 128 * rowlen), 1 << 22)
+    return -(-n // 256) * 256
+
+
+class _Guarded:
+    """a [M,K], b [K,N], bt [N,K], c [M,N]: contiguous views into buffers with random-bit guard bands."""
+
+    def __init__(self, problem: GemmProblem, device, seed: int = 0):
+        torch = _torch()
+        self.problem, self.device = problem, device
+        self.dt = torch_dtype(problem.dtype)
+        M, N, K = problem.M, problem.N, problem.K
+        gen = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
+        self.bufs, self.views, self.bands = {}, {}, {}
+        for name, (rows, cols) in (("a", (M, K)), ("b", (K, N)), ("bt", (N, K)), ("c", (M, N))):
+            band = _band(cols)
+            buf = torch.randint(-2 ** 15, 2 ** 15, (rows * cols + 2 * band,), dtype=torch.int16,
+                                device=device, generator=gen).view(self.dt)
+            self.bufs[name], self.bands[name] = buf, band
+            self.views[name] = buf[band:band + rows * cols].view(rows, cols)
+        self.canary = {n: (buf[:self.bands[n]].clone(), buf[-self.bands[n]:].clone()) for n, buf in self.bufs.items()}
+        self.saved: dict[str, Any] = {}
+
+    def load(self, a, b) -> None:
+        """Write inputs in place (same addresses every time), save copies, NaN-fill C."""
+        v = self.views
+        v["a"].copy_(a)
+        v["b"].copy_(b)
+        v["bt"].copy_(b.t())
+        v["c"].fill_(float("nan"))
+        self.saved = {n: v[n].clone() for n in ("a", "b", "bt")}
+
+    def args(self):
+        v = self.views
+        return v["a"], v["b"], v["bt"], v["c"]
+
+
+def _watched() -> list[tuple[Any, str, str, Any]]:
+    """(owner, attribute, label, original) for what a candidate could replace to fake a time or a check."""
+    torch = _torch()
+    import time as _time
+
+    owners = [(_time, "time", ("perf_counter", "perf_counter_ns", "time", "monotonic", "process_time")),
+              (torch.cuda, "torch.cuda", ("synchronize", "Event", "Stream", "current_stream")),
+              (torch.cuda.Event, "torch.cuda.Event", ("record", "elapsed_time", "synchronize", "query")),
+              (torch, "torch", ("matmul", "mm", "equal")),
+              (torch.Tensor, "torch.Tensor", ("__matmul__", "clone", "copy_", "double", "to", "equal", "view"))]
+    return [(o, n, f"{label}.{n}", getattr(o, n)) for o, label, names in owners for n in names if hasattr(o, n)]
+
+
+def _call(cand, g: _Guarded, during: str):
+    """One guarded call; returns C as read on the current stream straight after it. Raises _Fail."""
+    torch = _torch()
+    watched = _watched()
+    threads = threading.active_count()
+    _sync(g.device)
+    try:
+        cand(*g.args())
+    except Exception as e:  # a crash is a failed check, not an error of the battery
+        _restore(watched)
+        raise _fail("crash", f"{type(e).__name__}: {e} (during {during})") from None
+    changed = _restore(watched)
+    if changed:
+        raise _fail("tamper", f"candidate replaced {', '.join(changed)} (during {during}); originals restored")
+    snap = g.views["c"].clone()  # enqueued on the current stream, no synchronize before it
+    _sync(g.device)
+    extra = threading.active_count() - threads
+    if extra > 0:
+        raise _fail("tamper", f"candidate left {extra} thread(s) running (during {during})")
+    c = g.views["c"]
+    if not _same_bits(snap, c):
+        n = int((snap.view(torch.int16) != c.view(torch.int16)).sum())
+        raise _fail("stream", f"{n} elements of C changed after the call returned: work left running on another "
+                              f"stream or thread (read on the current stream right after the call vs after a "
+                              f"device synchronize, during {during})", elements=n)
+    for name, buf in g.bufs.items():
+        lo, hi = g.canary[name]
+        band = g.bands[name]
+        for side, now, was in (("before", buf[:band], lo), ("after", buf[-band:], hi)):
+            if not _same_bits(now, was):
+                n = int((now.view(torch.int16) != was.view(torch.int16)).sum())
+                raise _fail("guard_band", f"{n} elements in the guard band {side} {name} were overwritten "
+                                          f"(out-of-bounds write, during {during})", elements=n)
+    for name, was in g.saved.items():
+        if not _same_bits(g.views[name], was):
+            n = int((g.views[name].view(torch.int16) != was.view(torch.int16)).sum())
+            raise _fail("inputs_unchanged", f"input {name} was modified ({n} elements, during {during})", elements=n)
+    nan = torch.isnan(snap)
+    if bool(nan.any()):
+        n = int(nan.sum())
+        i, j = (int(x) for x in nan.nonzero()[0])
+        raise _fail("nan_fill", f"{n} of {snap.numel()} elements of C not written (NaN from the pre-fill left), "
+                                f"first at C[{i},{j}] (during {during})", elements=n)
+    return snap
+
+
+def _restore(watched) -> list[str]:
+    """Put back whatever the candidate replaced; returns the labels of what it had."""
+    changed = []
+    for owner, name, label, orig in watched:
+        if getattr(owner, name, None) is not orig:
+            changed.append(label)
+            setattr(owner, name, orig)
+    return changed
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inputs and reference
+# ---------------------------------------------------------------------------------------------------
+def _normal_inputs(problem: GemmProblem, device, seed: int):
+    """Random-normal A, B scaled by K**-0.25 each (unit-scale C), as make_buffers does, on the device."""
+    torch = _torch()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    s = problem.K ** -0.25
+    dt = torch_dtype(problem.dtype)
+    a = (torch.randn(problem.M, problem.K, device=device, generator=gen) * s).to(dt)
+    b = (torch.randn(problem.K, problem.N, device=device, generator=gen) * s).to(dt)
+    return a, b
+
+
+def _int_inputs(problem: GemmProblem, device, seed: int):
+    """Integers such that sum_k |a_ik b_kj| <= L (exact-integer limit of the output dtype): then every partial
+    sum, in any order and in any accumulator at least as wide as the output, and C itself are exact.
+    Dense nonzeros in +-{1..v} when K*v*v <= L; beyond that +-1 with a density that keeps the mean of that
+    sum at L/4, checked exactly."""
+    torch = _torch()
+    M, N, K = problem.M, problem.N, problem.K
+    L = _EXACT_INT[problem.dtype]
+    v = next((v for v in (4, 3, 2, 1) if K * v * v <= L), 1)
+    density = 1.0 if K * v * v <= L else L / (4.0 * K)
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def draw(rows, cols, p):
+        mag = torch.randint(1, v + 1, (rows, cols), device=device, generator=gen).double()
+        sign = torch.randint(0, 2, (rows, cols), device=device, generator=gen).double() * 2 - 1
+        keep = (torch.rand(rows, cols, device=device, generator=gen, dtype=torch.float64) < p).double()
+        return mag * sign * keep
+
+    for _ in range(8):
+        p = math.sqrt(density)
+        a, b = draw(M, K, p), draw(K, N, p)
+        if float((a.abs() @ b.abs()).max()) <= L:
+            dt = torch_dtype(problem.dtype)
+            return a.to(dt), b.to(dt)
+        density /= 2
+    raise RuntimeError(f"could not draw exact-integer inputs for {problem.mnk}")  # pragma: no cover
+
+
+def _row_chunks(M: int, N: int):
+    rows = max(1, (1 << 24) // max(N, 1))
+    return [(i, min(M, i + rows)) for i in range(0, M, rows)]
+
+
+@dataclass
+class _Reference:
+    ref: Any    # fp64 [M,N], the exact product of the (rounded) inputs
+    sigma: Any  # fp64 [M,N], sqrt((A*A) @ (B*B))
+    e0: float   # ||round(ref) - ref||_F: the error of the correctly rounded answer
+
+
+def _reference(a, b, dtype: str) -> _Reference:
+    a64, b64 = a.double(), b.double()
+    ref = a64 @ b64
+    sigma = (a64.square_() @ b64.square_()).sqrt_()
+    del a64, b64
+    dt = torch_dtype(dtype)
+    e0sq = 0.0
+    for i0, i1 in _row_chunks(*ref.shape):
+        r = ref[i0:i1]
+        e0sq += float((r.to(dt).double() - r).square().sum())
+    return _Reference(ref, sigma, math.sqrt(e0sq))
+
+
+def _measure(c, r: _Reference, problem: GemmProblem, tol: Tolerance) -> dict[str, Any]:
+    """R, its limit, the worst element (ratio to its bound, where, values) and the beta it would need."""
+    u, ua, gK = _U[problem.dtype], tol.abs_unit(problem.dtype), tol.growth(problem.K)
+    tiny = _TINY[problem.dtype]
+    se, worst, at, beta_needed = 0.0, -1.0, (0, 0), 0.0
+    for i0, i1 in _row_chunks(problem.M, problem.N):
+        ref, sig = r.ref[i0:i1], r.sigma[i0:i1]
+        err = (c[i0:i1].double() - ref).abs_()
+        se += float(err.square().sum())
+        rel = tol.alpha * u * ref.abs() + tiny
+        ratio = err / (rel + tol.beta * ua * gK * sig)
+        ratio = ratio.nan_to_num(nan=math.inf)
+        k = int(ratio.argmax())
+        m = float(ratio.view(-1)[k])
+        if m > worst:
+            worst, at = m, (i0 + k // problem.N, k % problem.N)
+        beta_needed = max(beta_needed, float(((err - rel) / (ua * gK * sig.clamp_min(1e-300))).max()))
+    e = math.sqrt(se)
+    R = e / r.e0 if r.e0 > 0 else (1.0 if e == 0 else math.inf)
+    i, j = at
+    return {"r": R, "r_limit": tol.r_limit(problem.K), "elem_ratio": worst, "beta_needed": beta_needed,
+            "at": at, "got": float(c[i, j]), "want": float(r.ref[i, j])}
+
+
+def _judge(m: Mapping[str, Any], problem: GemmProblem, tol: Tolerance, where: str) -> None:
+    """Raise an accuracy failure naming the numbers, with a hint: errors far beyond the global statistic
+    (or R > 256, i.e. errors of ~100u) are wrong values, not a precision shortfall."""
+    over_r, over_e = m["r"] > m["r_limit"], m["elem_ratio"] > 1.0
+    if not (over_r or over_e):
+        return
+    i, j = m["at"]
+    if m["elem_ratio"] > _GROSS * max(1.0, m["r"]) or m["r"] > 256:
+        hint = "wrong values: indexing, tail or race?"
+    elif over_r:
+        hint = ("fp16 accumulation or reduced-precision inputs?" if not tol.acc_chunk
+                else "less accurate than an fp16 accumulator updated every 16 products")
+    else:
+        hint = "a few elements off"
+    glob = (f"error {m['r']:.2f}x that of the correctly rounded result (limit {m['r_limit']:.2f}, {tol.name} "
+            f"accumulation); " if over_r else "")
+    raise _fail("accuracy", f"{glob}worst C[{i},{j}] = {m['got']:.6g}, expected {m['want']:.6g}, "
+                            f"{m['elem_ratio']:.3g}x its element bound, at {problem.mnk} {where} ({hint})",
+                **{k: m[k] for k in ("r", "r_limit", "elem_ratio", "beta_needed")})
+
+
+def _accuracy_trial(cand, g: _Guarded, tol: Tolerance, seed: int, during: str):
+    """Random-normal inputs from ``seed`` into ``g``, one guarded call, measured against fp64: (C, measures)."""
+    a, b = _normal_inputs(g.problem, g.device, seed)
+    g.load(a, b)
+    c = _call(cand, g, during)
+    return c, _measure(c, _reference(a, b, g.problem.dtype), g.problem, tol)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------------
+def _device(device):
+    torch = _torch()
+    return torch.device(device)
+
+
+def _run_check(name: str, body: Callable[[], Mapping[str, Any]]) -> CheckResult:
+    torch = _torch()
+    t0 = time.perf_counter()
+    try:
+        with torch.no_grad():
+            stats = dict(body())
+    except _Fail as f:
+        r = f.result
+        return CheckResult(r.name, False, r.reason, {**r.stats, "check": name, "seconds": time.perf_counter() - t0})
+    stats["seconds"] = time.perf_counter() - t0
+    return CheckResult(name, True, "", stats)
+
+
+def check_nan_fill(cand: Candidate, problem: GemmProblem, device="cuda", seed: int = 0) -> CheckResult:
+    """One call on random data with C pre-filled with NaN: every element written, nothing else touched."""
+    dev = _device(device)
+
+    def body():
+        g = _Guarded(problem, dev, seed)
+        g.load(*_normal_inputs(problem, dev, seed))
+        _call(cand, g, "nan_fill")
+        return {}
+
+    return _run_check("nan_fill", body)
+
+
+def check_exact_int(cand: Candidate, problem: GemmProblem, device="cuda", seeds: Sequence[int] = (0, 1)) -> CheckResult:
+    """Small-integer inputs whose product is exact in the output dtype: C must match it exactly."""
+    dev = _device(device)
+
+    def body():
+        g = _Guarded(problem, dev, seeds[0])
+        for seed in seeds:
+            a, b = _int_inputs(problem, dev, seed)
+            g.load(a, b)
+            c = _call(cand, g, f"exact_int seed {seed}").double()
+            ref = a.double() @ b.double()
+            bad = c != ref
+            if bool(bad.any()):
+                idx = bad.nonzero()
+                i, j = (int(x) for x in idx[0])
+                rows, cols = idx[:, 0], idx[:, 1]
+                raise _fail("exact_int", f"{int(bad.sum())} of {bad.numel()} elements wrong on integer inputs at "
+                                         f"{problem.mnk} seed {seed}, first C[{i},{j}] = {float(c[i, j]):g}, expected "
+                                         f"{float(ref[i, j]):g}; wrong rows {int(rows.min())}..{int(rows.max())}, cols "
+                                         f"{int(cols.min())}..{int(cols.max())}", elements=int(bad.sum()))
+        return {"seeds": list(seeds)}
+
+    return _run_check("exact_int", body)
+
+
+def check_accuracy(cand: Candidate, problem: GemmProblem, device="cuda", seeds: Sequence[int] = (0, 1, 2),
+                   tolerance: Tolerance | None = None) -> CheckResult:
+    """Random-normal inputs, one fresh seed per trial, against the fp64 product (``Tolerance``)."""
+    dev = _device(device)
+    tol = tolerance or tolerance_for(problem)
+
+    def body():
+        g = _Guarded(problem, dev, seeds[0])
+        worst: dict[str, Any] = {}
+        for seed in seeds:
+            _, m = _accuracy_trial(cand, g, tol, seed, f"accuracy seed {seed}")
+            _judge(m, problem, tol, f"seed {seed}")
+            if not worst or m["r"] > worst["r"]:
+                worst = {"r": m["r"], "r_limit": m["r_limit"], "seed": seed}
+            for k in ("elem_ratio", "beta_needed"):
+                worst[k] = max(worst.get(k, -math.inf), m[k])
+        return {**worst, "seeds": list(seeds), "tolerance": tol.name}
+
+    return _run_check("accuracy", body)
+
+
+def check_second_call(cand: Candidate, problem: GemmProblem, device="cuda", seeds: Sequence[int] = (0, 1),
+                      tolerance: Tolerance | None = None) -> CheckResult:
+    """Two calls on the same buffers, refilled in place with new inputs in between: both must be right."""
+    dev = _device(device)
+    tol = tolerance or tolerance_for(problem)
+
+    def body():
+        g = _Guarded(problem, dev, seeds[0])
+        for n, seed in enumerate(seeds[:2], 1):
+            _, m = _accuracy_trial(cand, g, tol, seed, f"second_call call {n}")
+            try:
+                _judge(m, problem, tol, f"seed {seed}")
+            except _Fail as f:
+                raise _fail("second_call", f"call {n} of 2 on the same buffers (new inputs in place) is wrong: "
+                                           f"{f.result.reason}" + (" (cached result?)" if n > 1 else "")) from None
+        return {}
+
+    return _run_check("second_call", body)
+
+
+def verify(cand: Candidate, problem: GemmProblem, device="cuda", *, seeds: Sequence[int] | None = None, trials: int = 3,
+           tolerance: Tolerance | None = None, cuda_l2: bool = False, cuda_l2_iterations: int = 100) -> Verdict:
+    """Run the battery on a prepared candidate; stop at the first failure.
+
+    ``seeds`` are the accuracy trials' seeds (default: ``trials`` fresh random ones, so a candidate cannot
+    know them); the other checks draw theirs from a generator seeded by ``seeds[0]`` when given.
+    ``cuda_l2=True`` also runs ``cuda_l2_check`` and attaches it (it does not affect ``passed``)."""
+    rng = random.Random(seeds[0]) if seeds else random.SystemRandom()
+    seeds = list(seeds) if seeds else [rng.randrange(2 ** 31) for _ in range(trials)]
+    draw = lambda n: [rng.randrange(2 ** 31) for _ in range(n)]  # noqa: E731
+    t0 = time.perf_counter()
+    plan = [
+        lambda: check_nan_fill(cand, problem, device, draw(1)[0]),
+        lambda: check_exact_int(cand, problem, device, draw(2)),
+        lambda: check_accuracy(cand, problem, device, seeds, tolerance),
+        lambda: check_second_call(cand, problem, device, draw(2), tolerance),
+    ]
+    checks: list[CheckResult] = []
+    for run in plan:
+        checks.append(run())
+        if not checks[-1].passed:
+            break
+    passed = all(c.passed for c in checks)
+    if passed:  # every call also went through these
+        checks += [CheckResult(n, True) for n in ("guard_band", "inputs_unchanged", "stream", "tamper")]
+    acc = next((c.stats for c in checks if c.name == "accuracy" and c.passed), {})
+    stats = {"seeds": seeds, "seconds": time.perf_counter() - t0,
+             **{k: acc[k] for k in ("r", "r_limit", "elem_ratio", "tolerance") if k in acc}}
+    l2 = cuda_l2_check(cand, problem, device, iterations=cuda_l2_iterations) if cuda_l2 else None
+    reason = "" if passed else checks[-1].reason
+    return Verdict(passed, reason, tuple(checks), stats, l2)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CUDA-L2's own check
+# ---------------------------------------------------------------------------------------------------
+def cuda_l2_check(cand: Candidate, problem: GemmProblem, device="cuda", *, iterations: int = 100,
+                  max_seconds: float = 60.0, padding: tuple[int, int, int] = (0, 0, 0), seed: int | None = None) -> CheckResult:
+    """CUDA-L2's ``zero_one_correctness_check.py``, named as such (its semantics, our code).
+
+    Per iteration: A, B drawn from {0, 1} ({0, 0, 1} when max(M,N,K) > 8192); truth = the CPU fp32 product
+    rounded to the dtype; elements with |truth| > 2047 (255 for bf16) ignored. Operands padded with zeros
+    to ``padding`` = (pad_m, pad_n, pad_k) (its tile multiples) sit after 16384 random elements and before
+    16384 more; C is zero-filled (not NaN). Fails on any change to those bands ("memory overflow"), on
+    NaN/Inf, or if the mean over iterations of the max |C - truth| is not exactly 0. At most
+    ``iterations`` iterations and ``max_seconds`` (100 and 60 there). It cannot see fp16 accumulation:
+    0/1 inputs make every partial sum a small integer, exact in fp16.
+    """
+    torch = _torch()
+    dev = _device(device)
+    dt = torch_dtype(problem.dtype)
+    M, N, K = problem.M, problem.N, problem.K
+    pm, pn, pk = padding
+    Mp, Np, Kp = M + pm, N + pn, K + pk
+    limit = 2047.0 if problem.dtype == "fp16" else 255.0
+    bar = 16384
+    gen = torch.Generator(device=dev).manual_seed(random.SystemRandom().randrange(2 ** 31) if seed is None else seed)
+    values = torch.tensor([0.0, 1.0] if max(M, N, K) <= 8192 else [0.0, 0.0, 1.0], dtype=dt, device=dev)
+
+    def guarded(rows, cols):
+        big = torch.randn(rows * cols + 2 * bar, dtype=dt, device=dev, generator=gen)
+        view = big[bar:bar + rows * cols].view(rows, cols)
+        view.zero_()
+        return big, view
+
+    diffs, overflow, t0 = [], False, time.perf_counter()
+    with torch.no_grad():
+        for _ in range(iterations):
+            if time.perf_counter() - t0 > max_seconds:
+                break
+            a = values[torch.randint(0, len(values), (M, K), device=dev, generator=gen)]
+            b = values[torch.randint(0, len(values), (K, N), device=dev, generator=gen)]
+            truth = (a.cpu().float() @ b.cpu().float()).to(dt)
+            mask = truth.abs() > limit
+            bufs = [guarded(Mp, Kp), guarded(Kp, Np), guarded(Np, Kp), guarded(Mp, Np)]
+            (_, av), (_, bv), (_, btv), (_, cv) = bufs
+            av[:M, :K] = a
+            bv[:K, :N] = b
+            btv.copy_(bv.t())  # B^T of the padded B, [Np, Kp]: the bytes of its b_col_major
+            backups = [big.clone() for big, _ in bufs]
+            _sync(dev)
+            try:
+                cand(av, bv, btv, cv)
+                _sync(dev)
+            except Exception as e:
+                return CheckResult("cuda_l2", False, f"cuda_l2: {type(e).__name__}: {e}", {"iterations": len(diffs)})
+            for (big, _), was in zip(bufs, backups):
+                if not (torch.equal(big[:bar], was[:bar]) and torch.equal(big[-bar:], was[-bar:])):
+                    overflow = True
+            out = cv[:M, :N].cpu().float()
+            diff = (out - truth.float()).abs()
+            diff[mask] = 0.0
+            diffs.append(float(diff.max()))
+    stats = {"iterations": len(diffs), "avg_max_diff": sum(diffs) / max(len(diffs), 1)}
+    if overflow:
+        return CheckResult("cuda_l2", False, "cuda_l2: memory overflow detected.", stats)
+    avg = stats["avg_max_diff"]
+    if not math.isfinite(avg):
+        return CheckResult("cuda_l2", False, f"cuda_l2: has nan or Inf value: {avg}", stats)
+    if avg > 0.0:
+        return CheckResult("cuda_l2", False, f"cuda_l2: diff ({avg:.6f}) exceeds 0", stats)
+    return CheckResult("cuda_l2", True, "", stats)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Planted candidates: real Triton kernels, all but one wrong
+# ---------------------------------------------------------------------------------------------------
+_MODES = {"correct": 0, "fp16_acc": 1, "round_inputs": 2, "skip_last_k": 3, "partial_write": 4}
+_BF16_ACC = 5  # fp16_acc on bf16 data: the accumulator is kept in bf16
+
+
+@functools.lru_cache(maxsize=None)
+def _planted_kernel(interpret: bool):
+    """The planted GEMM kernel, compiled (CUDA tensors) or under the Triton interpreter (CPU tensors).
+    Triton is imported here, never at module import."""
+    global triton, tl
+    import triton
+    import triton.language as tl
+
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = interpret
+
+        @triton.jit
+        def _planted_mm(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+                        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, MODE: tl.constexpr,
+                        UPCAST: tl.constexpr, SHIFT: tl.constexpr):
+            rm = tl.program_id(0) * BM + tl.arange(0, BM)
+            rn = tl.program_id(1) * BN + tl.arange(0, BN)
+            rk = tl.arange(0, BK)
+            if MODE == 1:
+                acc = tl.full((BM, BN), 0.0, tl.float16)
+            else:
+                acc = tl.full((BM, BN), 0.0, tl.float32)
+            k_tiles = (K + BK - 1) // BK
+            if MODE == 3:
+                k_tiles = k_tiles - 1
+            for kt in range(0, k_tiles):
+                kk = kt * BK + rk
+                a = tl.load(a_ptr + rm[:, None] * s_am + kk[None, :] * s_ak,
+                            mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+                b = tl.load(b_ptr + kk[:, None] * s_bk + rn[None, :] * s_bn,
+                            mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+                if UPCAST:  # the interpreter cannot multiply bf16: widen (exact) and multiply in fp32
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
+                if MODE == 2:  # round the mantissa to 23 - SHIFT bits, half away from zero
+                    ab = (a.to(tl.float32).to(tl.int32, bitcast=True) + (1 << (SHIFT - 1))) & (-(1 << SHIFT))
+                    bb = (b.to(tl.float32).to(tl.int32, bitcast=True) + (1 << (SHIFT - 1))) & (-(1 << SHIFT))
+                    a = ab.to(tl.float32, bitcast=True).to(a.dtype)
+                    b = bb.to(tl.float32, bitcast=True).to(b.dtype)
+                if MODE == 1:
+                    acc = tl.dot(a, b, acc, out_dtype=tl.float16)
+                elif MODE == 5:
+                    acc = (acc + tl.dot(a, b)).to(tl.bfloat16).to(tl.float32)
+                else:
+                    acc = tl.dot(a, b, acc)
+            mask = (rm[:, None] < M) & (rn[None, :] < N)
+            if MODE == 4:
+                mask = mask & (rn[None, :] < N - 1)
+            if UPCAST:  # c is passed as int16: round to bf16 here (RNE; the interpreter's own cast truncates)
+                bits = acc.to(tl.float32).to(tl.int32, bitcast=True)
+                out = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(tl.int16)
+            else:
+                out = acc.to(c_ptr.dtype.element_ty)
+            tl.store(c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn, out, mask=mask)
+
+    return _planted_mm
+
+
+@dataclass
+class PlantedCandidate:
+    """A Triton GEMM (pointer loads with masks, any M, N, K) with one planted defect, or none.
+
+    ``expect`` is the check that must reject it on an acc='fp32' problem ('' for the correct one; on an
+    acc='fp16' problem the fp16-accumulating one is legitimate), ``why`` the reason."""
+
+    name: str
+    mode: str
+    expect: str
+    why: str
+    layout: str = "nn"
+    acc: str = "fp32"
+    block: tuple[int, int, int] = (32, 32, 16)
+    num_warps: int = 4
+
+    def prepare(self, problem, bufs, protocol, timer) -> None:
+        return None
+
+    def info(self) -> dict[str, Any]:
+        return {"mode": self.mode, "block": list(self.block), "expect": self.expect}
+
+    def __call__(self, a, b, bt, c) -> None:
+        torch = _torch()
+        interpret = a.device.type == "cpu"
+        kernel = _planted_kernel(interpret)
+        M, K = a.shape
+        N = c.shape[1]
+        bm, s_bk, s_bn = (b, b.stride(0), b.stride(1)) if self.layout == "nn" else (bt, bt.stride(1), bt.stride(0))
+        mode = _MODES[self.mode]
+        if mode == 1 and a.dtype == torch.bfloat16:
+            mode = _BF16_ACC
+        BM, BN, BK = self.block
+        grid = (-(-M // BM), -(-N // BN))
+        upcast = interpret and a.dtype == torch.bfloat16  # the interpreter's bf16 dot and casts are not usable
+        kernel[grid](a, bm, c.view(torch.int16) if upcast else c, M, N, K, a.stride(0), a.stride(1), s_bk, s_bn,
+                     c.stride(0), c.stride(1), BM=BM, BN=BN, BK=BK, MODE=mode, UPCAST=upcast,
+                     SHIFT=16 if a.dtype == torch.float16 else 20, num_warps=self.num_warps)
+
+
+def planted_candidates(layout: str = "nn", block: tuple[int, int, int] = (32, 32, 16)) -> list[PlantedCandidate]:
+    """One correct Triton GEMM (fp32 accumulation, must pass) and four wrong ones, each with its reason."""
+    specs = [
+        ("correct", "", "fp32 accumulation, masked tails: must pass"),
+        ("fp16_acc", "accuracy", "accumulates in fp16 (bf16 for bf16 data): error grows like sqrt(K/32) over the "
+                                 "correctly rounded result; CUDA-L2's 0/1 check cannot see it"),
+        ("round_inputs", "accuracy", "rounds A and B to bf16 precision (7 mantissa bits; 3 bits, fp8-e4m3-like, "
+                                     "for bf16 data) before the dot"),
+        ("skip_last_k", "exact_int", "skips its last K tile: products missing from every element"),
+        ("partial_write", "nan_fill", "never writes C's last column (store mask off by one)"),
+    ]
+    return [PlantedCandidate(f"planted_{mode}_{layout}", mode, expect, why, layout=layout, block=block)
+            for mode, expect, why in specs]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Calibration and result rows
+# ---------------------------------------------------------------------------------------------------
+def _candidates_for(candidates, problem: GemmProblem) -> list:
+    return list(candidates) if isinstance(candidates, (list, tuple)) else list(candidates(problem))
+
+
+def _prepare(cand, problem: GemmProblem, bufs, timer) -> str:
+    """Call ``prepare`` once (protocol 'graph'); returns '' or the error as a reason."""
+    try:
+        cand.prepare(problem, bufs, "graph", timer)
+        return ""
+    except Exception as e:
+        return f"prepare: {type(e).__name__}: {e}"
+
+
+def calibrate(problems: Iterable[GemmProblem], candidates, seeds: Iterable[int], device="cuda", *,
+              timer=None, tolerance: Tolerance | None = None) -> list[dict]:
+    """Per (problem, candidate, seed): R, its limit, the worst element's ratio to its bound and the beta it
+    would need, for setting ``Tolerance``. ``candidates``: a list, or ``problem -> list`` (e.g.
+    ``vendor_candidates``); each is prepared once per problem. One fp64 reference per (problem, seed) is
+    shared by all candidates. A call that breaks the harness gives a row with ``error`` set."""
+    torch = _torch()
+    dev = _device(device)
+    seeds = list(seeds)
+    rows: list[dict] = []
+    with torch.no_grad():
+        for p in problems:
+            tol = tolerance or tolerance_for(p)
+            cands = _candidates_for(candidates, p)
+            bufs = make_buffers(p, dev)
+            errors = {id(c): _prepare(c, p, bufs, timer) for c in cands}
+            del bufs
+            g = _Guarded(p, dev)
+            for seed in seeds:
+                a, b = _normal_inputs(p, dev, seed)
+                ref = _reference(a, b, p.dtype)
+                for cand in cands:
+                    row = {"mnk": p.mnk, "dtype": p.dtype, "acc": p.acc, "layout": getattr(cand, "layout", ""),
+                           "candidate": getattr(cand, "name", repr(cand)), "seed": seed, "tolerance": tol.name,
+                           "r": math.nan, "r_limit": tol.r_limit(p.K), "elem_ratio": math.nan,
+                           "beta_needed": math.nan, "error": errors[id(cand)]}
+                    if not row["error"]:
+                        g.load(a, b)
+                        try:
+                            m = _measure(_call(cand, g, f"calibrate seed {seed}"), ref, p, tol)
+                            row.update({k: m[k] for k in ("r", "r_limit", "elem_ratio", "beta_needed")})
+                        except _Fail as f:
+                            row["error"] = f.result.reason
+                    rows.append(row)
+                del ref
+    return rows
+
+
+def calibration_summary(rows: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """Per (tolerance, dtype, candidate) over ``calibrate`` rows: how many, how many failed the current
+    constants, and the worst R, R/limit, element ratio and needed beta, with the shape and seed of the worst R."""
+    groups: dict[tuple, dict] = {}
+    for r in rows:
+        g = groups.setdefault((r["tolerance"], r["dtype"], r["candidate"]), {
+            "tolerance": r["tolerance"], "dtype": r["dtype"], "candidate": r["candidate"], "n": 0, "errors": 0,
+            "fails": 0, "r_max": 0.0, "r_over_limit_max": 0.0, "elem_ratio_max": 0.0, "beta_needed_max": 0.0,
+            "worst": ""})
+        g["n"] += 1
+        if r["error"]:
+            g["errors"] += 1
+            continue
+        g["fails"] += int(r["r"] > r["r_limit"] or r["elem_ratio"] > 1.0)
+        if r["r"] > g["r_max"]:
+            g["r_max"], g["worst"] = r["r"], f"{r['mnk']} seed {r['seed']}"
+        g["r_over_limit_max"] = max(g["r_over_limit_max"], r["r"] / r["r_limit"])
+        g["elem_ratio_max"] = max(g["elem_ratio_max"], r["elem_ratio"])
+        g["beta_needed_max"] = max(g["beta_needed_max"], r["beta_needed"])
+    return list(groups.values())
+
+
+def verify_rows(problems: Iterable[GemmProblem], candidates, device="cuda", *, seeds: Sequence[int] | None = None,
+                trials: int = 3, cuda_l2: bool = True, cuda_l2_iterations: int = 100, timer=None) -> list[dict]:
+    """Rows for a results CSV: per (problem, candidate) one row ``check='battery'`` (ours: ``verified``,
+    ``reason``, the failing check and the accuracy statistics) and, with ``cuda_l2``, one ``check='cuda_l2'``."""
+    dev = _device(device)
+    rows: list[dict] = []
+    for p in problems:
+        bufs = make_buffers(p, dev)
+        for cand in _candidates_for(candidates, p):
+            base = {"mnk": p.mnk, "dtype": p.dtype, "acc": p.acc, "layout": getattr(cand, "layout", ""),
+                    "candidate": getattr(cand, "name", repr(cand))}
+            err = _prepare(cand, p, bufs, timer)
+            if err:
+                rows.append({**base, "check": "battery", "verified": False, "reason": err, "failed_check": "prepare"})
+                continue
+            v = verify(cand, p, dev, seeds=seeds, trials=trials, cuda_l2=cuda_l2, cuda_l2_iterations=cuda_l2_iterations)
+            rows.append({**base, "check": "battery", "verified": v.passed, "reason": v.reason,
+                         "failed_check": v.failed_check, **{k: v.stats.get(k, "") for k in
+                                                              ("r", "r_limit", "elem_ratio", "tolerance", "seconds")}})
+            if v.cuda_l2 is not None:
+                rows.append({**base, "check": "cuda_l2", "verified": v.cuda_l2.passed, "reason": v.cuda_l2.reason,
+                             "failed_check": "" if v.cuda_l2.passed else "cuda_l2",
+                             "iterations": v.cuda_l2.stats.get("iterations", 0)})
+    return rows

@@ -1,0 +1,96 @@
+"""`gemmrl verify`: the battery (and CUDA-L2's own 0/1 check, reported beside it) over vendor paths,
+planted wrong kernels and an imported kernel set; or, with ``--calibrate``, the error statistics the
+tolerance constants are calibrated on. Rows carry the machine metadata of the results schema."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Iterable
+
+from .problem import GemmProblem
+
+
+def _factory(vendor: bool, planted: bool, imported: dict | None, kernel_dir: str | None):
+    def make(problem: GemmProblem) -> list:
+        out: list = []
+        if vendor:
+            from .kernels.vendor import vendor_candidates
+
+            out += vendor_candidates(problem)
+        if planted:
+            from .verify import planted_candidates
+
+            out += planted_candidates("nn") + planted_candidates("tn")
+        if imported is not None:
+            got = imported.get(problem.mnk)
+            if got is not None and callable(got) and hasattr(got, "layout"):
+                out.append(got)
+        return out
+
+    return make
+
+
+def _import_failures(problems: Iterable[GemmProblem], imported: dict, kernel_dir: str) -> list[dict]:
+    rows = []
+    name = f"import:{Path(kernel_dir).name}"
+    for p in problems:
+        got = imported.get(p.mnk)
+        if got is None:
+            rows.append({"mnk": p.mnk, "dtype": p.dtype, "acc": p.acc, "candidate": name, "check": "build",
+                         "verified": False, "reason": f"no {p.mnk}.cu in {kernel_dir}"})
+        elif not (callable(got) and hasattr(got, "layout")):
+            rows.append({"mnk": p.mnk, "dtype": p.dtype, "acc": p.acc, "candidate": name, "check": "build",
+                         "verified": False, "reason": f"build failed: {getattr(got, 'message', got)}"[:400]})
+    return rows
+
+
+def _write(rows: list[dict], out: Path, meta: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{**r, **meta} for r in rows]
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields]
+    with open(out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def run_verify(problems: list[GemmProblem], *, out: Path, planted: bool = False, vendor: bool = True,
+               kernel_dir: str | None = None, kernel_acc: str = "fp32", seeds: int = 3, calibrate: bool = False,
+               device: int = 0) -> str:
+    """Run and write ``out``; returns a short text table."""
+    import torch
+
+    from . import verify as V
+    from .bench import require_cuda
+    from .results import collect_meta, now
+
+    require_cuda(device)
+    torch.cuda.set_device(device)
+    meta = {**collect_meta(device).row(), "timestamp": now()}
+    imported = None
+    if kernel_dir:
+        from .kernels.cuda_l2_import import load_kernel_dir
+
+        imported = load_kernel_dir(kernel_dir, problems, acc=kernel_acc)
+    make = _factory(vendor, planted, imported, kernel_dir)
+    if calibrate:
+        rows = V.calibrate(problems, make, range(seeds), "cuda")
+        _write(rows, out, meta)
+        summ = V.calibration_summary(rows)
+        _write(summ, out.with_name(out.stem + "_summary.csv"), meta)
+        lines = [f"{s['tolerance']:4} {s['dtype']:4} {s['candidate'][:28]:28} n={s['n']} fails={s['fails']} "
+                 f"R={s['r_max']:.3f} R/lim={s['r_over_limit_max']:.2f} elem={s['elem_ratio_max']:.2f} worst={s['worst']}"
+                 for s in summ]
+        return "\n".join([f"calibration rows: {out}"] + lines)
+    rows = V.verify_rows(problems, make, "cuda", trials=seeds, cuda_l2=True)
+    if imported is not None and kernel_dir:
+        rows += _import_failures(problems, imported, kernel_dir)
+    _write(rows, out, meta)
+    lines = [f"verify rows: {out}", f"{'mnk':>18} {'candidate':34} {'check':8} verdict  reason"]
+    for r in rows:
+        lines.append(f"{r['mnk']:>18} {str(r['candidate'])[:34]:34} {r['check']:8} "
+                     f"{'PASS' if r['verified'] else 'FAIL':7}  {str(r.get('reason', ''))[:110]}")
+    return "\n".join(lines)
