@@ -10,11 +10,19 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import time
 
 from gemmrl import verify as V
 from gemmrl.kernels.vendor import vendor_candidates
 from gemmrl.problem import GemmProblem, sample_grid
 from gemmrl.results import collect_meta, now
+
+
+def _write(path: str, data: list[dict], meta: dict) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(data[0]) + list(meta))
+        w.writeheader()
+        w.writerows({**r, **meta} for r in data)
 
 
 def main() -> None:
@@ -31,19 +39,21 @@ def main() -> None:
     def planted(p):
         return V.planted_candidates("nn") + V.planted_candidates("tn")
 
-    rows = V.calibrate(small, vendor_candidates, range(args.seeds), "cuda")
-    rows += V.calibrate(big, vendor_candidates, range(5), "cuda")
-    rows += V.calibrate([p.with_(dtype="bf16") for p in small[:10]], vendor_candidates, range(30), "cuda")
-    rows += V.calibrate([p.with_(acc="fp16") for p in small[:10]], vendor_candidates, range(30), "cuda")
-    rows += V.calibrate([GemmProblem(64, 64, 64), GemmProblem(128, 256, 4096), GemmProblem(512, 512, 16384),
-                         GemmProblem(128, 256, 4096, dtype="bf16")], planted, range(5), "cuda")
-    summ = V.calibration_summary(rows)
+    plan = ([(p, vendor_candidates, range(args.seeds)) for p in small]
+            + [(p, vendor_candidates, range(5)) for p in big]
+            + [(p.with_(dtype="bf16"), vendor_candidates, range(30)) for p in small[:10]]
+            + [(p.with_(acc="fp16"), vendor_candidates, range(30)) for p in small[:10]]
+            + [(p, planted, range(5)) for p in (GemmProblem(64, 64, 64), GemmProblem(128, 256, 4096),
+                                               GemmProblem(512, 512, 16384), GemmProblem(128, 256, 4096, dtype="bf16"))])
     meta = {**collect_meta().row(), "timestamp": now()}
-    for name, data in (("verify_calibration.csv", rows), ("verify_calibration_summary.csv", summ)):
-        with open(os.path.join(out, name), "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(data[0]) + list(meta))
-            w.writeheader()
-            w.writerows({**r, **meta} for r in data)
+    rows: list[dict] = []
+    t0 = time.time()
+    for i, (p, cands, seeds) in enumerate(plan, 1):
+        rows += V.calibrate([p], cands, seeds, "cuda")
+        _write(os.path.join(out, "verify_calibration.csv"), rows, meta)  # partial results survive a timeout
+        print(f"[{i}/{len(plan)} {time.time() - t0:5.0f}s] {p.mnk} {p.dtype} acc={p.acc}", flush=True)
+    summ = V.calibration_summary(rows)
+    _write(os.path.join(out, "verify_calibration_summary.csv"), summ, meta)
     for s in summ:
         print(f"{s['tolerance']:4} {s['dtype']:4} {s['candidate'][:28]:28} n={s['n']} err={s['errors']} fails={s['fails']} "
               f"R={s['r_max']:.3f} R/lim={s['r_over_limit_max']:.2f} elem={s['elem_ratio_max']:.2f} "

@@ -262,8 +262,9 @@ def nvcc_command(tc: Toolchain, src: str, out: str, compile_only: bool = False) 
     cmd = [tc.nvcc, *FLAGS, f"-I{tc.include_dir}", src, "-o", out]
     if compile_only:
         return [c for c in cmd if c != "-shared"] + ["-c"]
-    rpath = ",".join(d for d in (tc.lib_dir, tc.cudart_dir) if d)
-    cmd += ["-Xlinker", tc.cublaslt, "-Xlinker", tc.cublas, "-Xlinker", f"-rpath,{rpath}"]
+    # nvcc splits -Xlinker values at commas: pass the rpath as its own value, directories joined with ':'.
+    rpath = ":".join(d for d in (tc.lib_dir, tc.cudart_dir) if d)
+    cmd += ["-Xlinker", tc.cublaslt, "-Xlinker", tc.cublas, "-Xlinker", "-rpath", "-Xlinker", rpath]
     cmd += ["--cudart", "shared" if tc.cudart_dir else "static"]
     return cmd
 
@@ -439,6 +440,9 @@ def require_cuda(device: int | None = None):
     return torch
 
 
+_BUILD_ERROR: VendorBuildError | None = None
+
+
 def load_library() -> VendorLib:
     """The loaded vendor_blas library (built on first use, or $GEMMRL_VENDOR_LIB)."""
     global _LIB
@@ -455,7 +459,13 @@ def load_library() -> VendorLib:
             names_file = Path(pre).with_name("names.json")
             so = Path(pre)
         else:
-            so = build_library()
+            if _BUILD_ERROR is not None:  # a failed build is not retried for every candidate in this process
+                raise _BUILD_ERROR
+            try:
+                so = build_library()
+            except VendorBuildError as e:
+                globals()["_BUILD_ERROR"] = e
+                raise
             names_file = so.with_name("names.json")
         names = json.loads(names_file.read_text()) if names_file.is_file() else {}
         lib = VendorLib(so, names)
