@@ -208,10 +208,14 @@ def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfi
     for x, ref in RECHECK_PAIRS:
         if x in by and ref in by and by[x]["tflops"] < by[ref]["tflops"]:
             for k in range(1, RECHECKS + 1):
-                cfg_k = TimingConfig(**{**cfg.__dict__, "seed": cfg.seed + 100 * k})
+                # host protocols re-measure with the sweep durations (at most 0.25 s + 1 s), recorded in the rows
+                cfg_k = TimingConfig(**{**cfg.__dict__, "seed": cfg.seed + 100 * k,
+                                        "warmup_s": min(cfg.warmup_s, 0.25), "benchmark_s": min(cfg.benchmark_s, 1.0)})
                 ts = measure({x: live[x][1], ref: live[ref][1]}, bufs, protocol, cfg_k)
                 for name in (x, ref):
-                    out.append({**by[name], **_timing_fields(ts[name]), "recheck": k, "timestamp": now()})
+                    out.append({**by[name], **_timing_fields(ts[name]), "recheck": k, "timestamp": now(),
+                                "warmup_s": cfg_k.warmup_s if protocol in ("offline", "server") else None,
+                                "benchmark_s": cfg_k.benchmark_s if protocol in ("offline", "server") else None})
     return out
 
 
