@@ -6,7 +6,8 @@
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
-# Knobs: GPU_TESTS_S / SWEEP_S (time limits), RESUME_CSV (a partial sweep CSV to continue), SKIP_TESTS=1.
+# Knobs: GPU_TESTS_S / SWEEP_S (time limits), RESUME_CSV (a partial sweep CSV to continue), SKIP_TESTS=1,
+# PYTEST_ARGS (extra pytest arguments).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export GEMMRL_OUT=${GEMMRL_OUT:-${OUT:-/tmp/gemmrl_out}}
@@ -21,7 +22,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,temperature.g
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(pip install -e . failed; using PYTHONPATH=src)"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout "${GPU_TESTS_S:-180}" python3 -m pytest -q -m gpu tests -p no:cacheprovider >"$GEMMRL_OUT/gpu_tests.log" 2>&1
+  timeout "${GPU_TESTS_S:-180}" python3 -m pytest -q -m gpu tests -p no:cacheprovider ${PYTEST_ARGS:-} >"$GEMMRL_OUT/gpu_tests.log" 2>&1
   echo "gpu tier: exit $? ; $(tail -n 1 "$GEMMRL_OUT/gpu_tests.log")"
   grep -E "^(FAILED|ERROR)" "$GEMMRL_OUT/gpu_tests.log" | head -20
 fi
