@@ -174,6 +174,7 @@ def test_build_flags_follow_cuda_l2_and_the_arch():
               "-U__CUDA_NO_HALF_OPERATORS__", "-Xptxas=-v"):
         assert f in flags
     assert flags[-1] == "-gencode=arch=compute_90a,code=sm_90a"
+    assert "-DNDEBUG" in flags and "-DNDEBUG" not in imp.build_flags("90a", ndebug=False)  # CUDA-L2's exact build
     assert not any(f.startswith("-std") for f in flags)  # torch picks the standard its headers need
 
 
@@ -219,13 +220,20 @@ def test_parse_build_log_nvcc_gcc_and_link():
     assert p["stage"] == "build"
     head = imp.log_head("[1/2] nvcc " + "x" * 50 + "\nline a\n\nline b\n")
     assert head == "line a\nline b"
+    noisy = "\n".join(f"warning {i}" for i in range(50)) + "\nk.cu(3): error: boom\nafter\n"
+    assert imp.log_head(noisy, n=5).splitlines() == ["warning 47", "warning 48", "warning 49", "k.cu(3): error: boom", "after"]
 
 
 def test_parse_ptxas():
     text = ("ptxas info    : Used 128 registers, used 1 barriers\n    0 bytes stack frame, 8 bytes spill stores, "
             "4 bytes spill loads\nptxas info    : Used 40 registers\n    0 bytes stack frame, 0 bytes spill stores, "
             "0 bytes spill loads\n")
-    assert imp.parse_ptxas(text) == {"kernels": 2, "max_registers": 128, "spill_store_bytes": 8, "spill_load_bytes": 4}
+    text += ("ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+             "to wgmma pipeline crossing function boundary at a function call in the function '_Z1fv'\n")
+    assert imp.parse_ptxas(text) == {
+        "kernels": 2, "max_registers": 128, "spill_store_bytes": 8, "spill_load_bytes": 4,
+        "perf_warnings": ["C7510: wgmma.mma_async instructions are serialized due to wgmma pipeline crossing "
+                          "function boundary at a function call"]}
 
 
 def test_binding_checks_shape_dtype_and_declares_exact_types():

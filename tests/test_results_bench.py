@@ -156,17 +156,26 @@ def test_aggregates_pick_fastest_verified():
 
 def test_noise_rule():
     base = {"dtype": "fp16", "acc": "fp32", "protocol": "graph", "verified": "true", "rep": "0"}
-    rows = [
-        {**base, "mnk": "1_1_1", "candidate": "A", "tflops": "1.0", "recheck": ""},
-        {**base, "mnk": "1_1_1", "candidate": "B", "tflops": "1.1", "recheck": ""},
-        *[{**base, "mnk": "1_1_1", "candidate": c, "tflops": t, "recheck": str(k)}
-          for k, (c, t) in enumerate([("A", "1.2"), ("B", "1.1"), ("A", "1.2"), ("B", "1.1"), ("A", "1.0"), ("B", "1.1")])],
-        {**base, "mnk": "2_2_2", "candidate": "A", "tflops": "1.0", "recheck": ""},
-        {**base, "mnk": "2_2_2", "candidate": "B", "tflops": "1.5", "recheck": ""},
-        *[{**base, "mnk": "2_2_2", "candidate": c, "tflops": t, "recheck": str(k)}
-          for k, (c, t) in enumerate([("A", "1.0"), ("B", "1.5")] * 3)],
-    ]
-    assert noise_rule_below(rows, "A", "B") == [("2_2_2", "graph")]
+
+    def first(mnk, a, b, algo_a="x", algo_b="y"):
+        return [{**base, "mnk": mnk, "candidate": "cublaslt_autotuned", "members": "cublaslt_autotuned_tn",
+                 "layout": "tn", "algo": algo_a, "tflops": a, "recheck": ""},
+                {**base, "mnk": mnk, "candidate": "cublaslt_heuristic", "members": "cublaslt_heuristic_tn",
+                 "layout": "tn", "algo": algo_b, "tflops": b, "recheck": ""}]
+
+    def again(mnk, pairs):
+        out = []
+        for k, (a_tn, a_nn, h_tn, h_nn) in enumerate(pairs, 1):
+            for c, t in (("cublaslt_autotuned_tn", a_tn), ("cublaslt_autotuned_nn", a_nn),
+                         ("cublaslt_heuristic_tn", h_tn), ("cublaslt_heuristic_nn", h_nn)):
+                out.append({**base, "mnk": mnk, "candidate": c, "tflops": t, "recheck": str(k), "members": ""})
+        return out
+
+    rows = (first("1_1_1", "1.0", "1.1") + again("1_1_1", [("1.2", "0.5", "1.1", "0.5")] * 2 + [("1.0", "1", "1.1", "1")])
+            + first("2_2_2", "1.0", "1.5") + again("2_2_2", [("1.0", "1.4", "1.5", "0.2")] * 3)
+            + first("3_3_3", "1.0", "1.5", "same", "same")  # same algorithm, same layout: the same kernel
+            + first("4_4_4", "1.0", "1.5"))  # slower and never rechecked: counts as below
+    assert noise_rule_below(rows, "cublaslt_autotuned", "cublaslt_heuristic") == [("2_2_2", "graph"), ("4_4_4", "graph")]
 
 
 def test_spec_errors(tmp_path):

@@ -198,6 +198,16 @@ def test_autotune_picks_fastest_and_second_run_hits_cache(cache):
     assert V.load_choice(_key())["algo"] == "id=2"
 
 
+def test_autotune_keeps_heuristic_first_within_tie_margin(cache):
+    descs = ["id=0", "id=1", "id=2"]
+    near = {"algo000": 1.000, "algo001": 0.990, "algo002": 1.5}  # 1% faster: within the 2% tie margin
+    idx, rec, _ = V.autotune(_key(), descs, lambda i: (lambda: None), lambda fns, n: near, use_cache=False)
+    assert idx == 0 and rec["algo"] == "id=0" and rec["tie"] == V.AUTOTUNE_TIE
+    far = {"algo000": 1.000, "algo001": 0.970, "algo002": 1.5}  # 3% faster: switches
+    idx, _, _ = V.autotune(_key(), descs, lambda i: (lambda: None), lambda fns, n: far, use_cache=False)
+    assert idx == 1
+
+
 def test_autotune_all_failing_is_an_error(cache):
     with pytest.raises(V.VendorError, match="none of 2"):
         V.autotune(_key(), ["a", "b"], lambda i: (lambda: None), lambda fns, n: {k: math.inf for k in fns})

@@ -24,8 +24,8 @@ from .results import Meta, ResultsWriter, collect_meta, git_sha, now, read_rows,
 from .summary import AGGREGATES, format_summary, markdown_summary, summarize
 from .timing import PROTOCOLS, TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure
 
-# (slower-suspect, reference): re-measured 3 more times when the first is slower (noise rule).
-RECHECK_PAIRS = (("cublaslt_autotuned_tn", "cublaslt_heuristic_tn"), ("cublaslt_autotuned_nn", "cublaslt_heuristic_nn"))
+# (slower-suspect, reference) aggregates: re-measured 3 more times when the first is slower (noise rule).
+RECHECK_PAIRS = (("cublaslt_autotuned", "cublaslt_heuristic"),)
 RECHECKS = 3
 
 
@@ -202,42 +202,58 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
 
 
 def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfig) -> list[dict]:
-    """Noise rule: a pair (x, ref) with x slower is re-measured RECHECKS more times, interleaved."""
+    """Noise rule: where aggregate ``x`` is slower than aggregate ``ref`` in the first measurement, all their
+    members are re-measured RECHECKS more times, interleaved; rows carry ``recheck`` = 1..RECHECKS."""
     by = {r["candidate"]: r for r in rows if r.get("verified") and not r.get("members")}
+    agg = {r["candidate"]: r for r in rows if r.get("members")}
     out = []
     for x, ref in RECHECK_PAIRS:
-        if x in by and ref in by and by[x]["tflops"] < by[ref]["tflops"]:
-            for k in range(1, RECHECKS + 1):
-                # host protocols re-measure with the sweep durations (at most 0.25 s + 1 s), recorded in the rows
-                cfg_k = TimingConfig(**{**cfg.__dict__, "seed": cfg.seed + 100 * k,
-                                        "warmup_s": min(cfg.warmup_s, 0.25), "benchmark_s": min(cfg.benchmark_s, 1.0)})
-                ts = measure({x: live[x][1], ref: live[ref][1]}, bufs, protocol, cfg_k)
-                for name in (x, ref):
-                    out.append({**by[name], **_timing_fields(ts[name]), "recheck": k, "timestamp": now(),
-                                "warmup_s": cfg_k.warmup_s if protocol in ("offline", "server") else None,
-                                "benchmark_s": cfg_k.benchmark_s if protocol in ("offline", "server") else None})
+        if x not in agg or ref not in agg or agg[x]["tflops"] >= agg[ref]["tflops"]:
+            continue
+        names = [m for m in (*AGGREGATES[x], *AGGREGATES[ref]) if m in by and m in live]
+        for k in range(1, RECHECKS + 1):
+            # host protocols re-measure with the sweep durations (at most 0.25 s + 1 s), recorded in the rows
+            cfg_k = TimingConfig(**{**cfg.__dict__, "seed": cfg.seed + 100 * k,
+                                    "warmup_s": min(cfg.warmup_s, 0.25), "benchmark_s": min(cfg.benchmark_s, 1.0)})
+            ts = measure({m: live[m][1] for m in names}, bufs, protocol, cfg_k)
+            host = protocol in ("offline", "server")
+            for m in names:
+                out.append({**by[m], **_timing_fields(ts[m]), "recheck": k, "timestamp": now(),
+                            "warmup_s": cfg_k.warmup_s if host else None,
+                            "benchmark_s": cfg_k.benchmark_s if host else None})
     return out
 
 
 def noise_rule_below(rows: Iterable[dict], cand: str, ref: str) -> list[tuple[str, str]]:
-    """(mnk, protocol) where ``cand`` stays slower than ``ref`` after the rechecks (median of the 3)."""
-    first: dict[tuple, dict[str, float]] = {}
-    again: dict[tuple, dict[str, list[float]]] = {}
+    """(mnk, protocol) where ``cand`` stays slower than ``ref`` after the rechecks (median of the 3).
+
+    ``cand``/``ref`` may be aggregates (their first-run aggregate rows are compared; a recheck compares the
+    fastest member of each). Two candidates that ran the same algorithm on the same layout are the same
+    kernel: never counted as below."""
+    members = {cand: AGGREGATES.get(cand, (cand,)), ref: AGGREGATES.get(ref, (ref,))}
+    first: dict[tuple, dict[str, dict]] = {}
+    again: dict[tuple, dict[int, dict[str, float]]] = {}
     for r in rows:
-        if r.get("verified") not in ("true", True) or r["candidate"] not in (cand, ref):
+        if r.get("verified") not in ("true", True) or str(r.get("rep", "0") or "0") != "0":
             continue
         key = (r["mnk"], r["dtype"], r["acc"], r["protocol"])
-        tf = float(r["tflops"])
         if r.get("recheck") not in ("", None):
-            again.setdefault(key, {}).setdefault(r["candidate"], []).append(tf)
-        elif str(r.get("rep", "0")) == "0":
-            first.setdefault(key, {})[r["candidate"]] = tf
+            for who, ms in members.items():
+                if r["candidate"] in ms:
+                    d = again.setdefault(key, {}).setdefault(int(r["recheck"]), {})
+                    d[who] = max(d.get(who, 0.0), float(r["tflops"]))
+        elif r["candidate"] in (cand, ref) and (r["candidate"] not in AGGREGATES or r.get("members")):
+            first.setdefault(key, {})[r["candidate"]] = r
     bad = []
     for key, by in first.items():
-        if cand in by and ref in by and by[cand] < by[ref]:
-            rc = again.get(key, {})
-            if not (cand in rc and ref in rc) or statistics.median(rc[cand]) < statistics.median(rc[ref]):
-                bad.append((key[0], key[3]))
+        if cand not in by or ref not in by or float(by[cand]["tflops"]) >= float(by[ref]["tflops"]):
+            continue
+        if (by[cand].get("layout"), by[cand].get("algo")) == (by[ref].get("layout"), by[ref].get("algo")) \
+                and by[cand].get("algo"):
+            continue
+        rc = [d for d in again.get(key, {}).values() if cand in d and ref in d]
+        if not rc or statistics.median(d[cand] for d in rc) < statistics.median(d[ref] for d in rc):
+            bad.append((key[0], key[3]))
     return bad
 
 

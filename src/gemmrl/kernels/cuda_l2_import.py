@@ -15,8 +15,9 @@ Pipeline, per requested shape:
   build      one torch extension per file (``torch.utils.cpp_extension.load``): the source copied
              verbatim plus a generated ``binding.cpp`` that declares the entry, checks shape, dtype,
              device and contiguity in C++ (nanoseconds, so host-timed protocols stay honest) and binds
-             it as ``run``. Flags are CUDA-L2's (tools/utils.py) with ``-gencode`` for the device arch
-             (``sm_90a`` on H100) and CUTLASS's include dirs when the source includes cutlass/cute;
+             it as ``run``. Flags are CUDA-L2's (tools/utils.py) plus ``-DNDEBUG`` (``ndebug=False`` drops
+             it; see NDEBUG_FLAG) with ``-gencode`` for the device arch (``sm_90a`` on H100) and
+             CUTLASS's include dirs when the source includes cutlass/cute;
              the C++ standard is left to torch, whose headers need it. Builds run in parallel in
              spawned processes and are cached under ``cache_dir("build", "import", <module>)`` keyed by
              a hash of source, flags, arch, entry, shape, dtype, torch, CUDA/nvcc and CUTLASS versions:
@@ -73,6 +74,11 @@ CUDA_L2_NVCC_FLAGS = (
     "-DNO_CUTE_HGEMM_BIN",
     "-DNO_CUBLAS_HGEMM_BIN",
 )
+# Not in CUDA-L2's flags, added by default: without NDEBUG, CUTLASS's device-side assert() leaves a call
+# inside the SM90 mainloop and ptxas serializes every wgmma (its warning C7510; seen here with nvcc 13.0 on
+# a CUTLASS 3.x file of the H100 set, gone with -DNDEBUG). CUTLASS's own release builds define it.
+# ndebug=False reproduces CUDA-L2's build exactly.
+NDEBUG_FLAG = "-DNDEBUG"
 CXX_FLAGS = ("-O3",)
 MAX_JOBS_PER_BUILD = 2  # kernel.cu and binding.cpp compile side by side
 DTYPE_SCALAR = {"fp16": "at::kHalf", "bf16": "at::kBFloat16"}
@@ -508,9 +514,10 @@ def gencode(arch: str) -> str:
     return f"-gencode=arch=compute_{arch},code=sm_{arch}"
 
 
-def build_flags(arch: str) -> list[str]:
-    """The nvcc flags of a build (torch adds its own common ones and the include dirs)."""
-    return list(CUDA_L2_NVCC_FLAGS) + [gencode(arch)]
+def build_flags(arch: str, ndebug: bool = True) -> list[str]:
+    """The nvcc flags of a build (torch adds its own common ones and the include dirs): CUDA-L2's, plus
+    ``-DNDEBUG`` unless ``ndebug=False`` (see NDEBUG_FLAG), plus ``-gencode`` for ``arch``."""
+    return list(CUDA_L2_NVCC_FLAGS) + ([NDEBUG_FLAG] if ndebug else []) + [gencode(arch)]
 
 
 def cache_key(source: str | bytes, *, flags: Iterable[str], arch: str, torch_version: str, cuda_version: str,
@@ -620,19 +627,24 @@ def parse_build_log(text: str, build_dir: str | Path = "", source: str = "") -> 
 
 
 def log_head(text: str, n: int = 30) -> str:
-    """The first ``n`` lines of compiler output in a build log, without ninja's long command lines."""
+    """``n`` lines of compiler output from a build log, starting a few lines before the first error (from
+    the top when there is none), without ninja's long command lines."""
     keep = [ln[:300] for ln in text.splitlines()
             if ln.strip() and not re.match(r"^\[\d+/\d+\] ", ln) and len(ln) < 2000]
-    return "\n".join(keep[:n])
+    first = next((i for i, ln in enumerate(keep) if re.search(r"\berror\b|cannot find|undefined reference", ln)), 0)
+    start = max(0, first - 3)
+    return "\n".join(keep[start:start + n])
 
 
-def parse_ptxas(text: str) -> dict[str, int]:
-    """Registers and spills from ``-Xptxas -v`` output (max registers, summed spill bytes, kernels)."""
+def parse_ptxas(text: str) -> dict[str, Any]:
+    """From ``-Xptxas -v`` output: kernels compiled, max registers, summed spill bytes, and ptxas's
+    "Potential Performance Loss" notes (e.g. C7510: wgmma serialized), which cost a Hopper kernel dearly."""
     regs = [int(x) for x in re.findall(r"ptxas info\s*: Used (\d+) registers", text)]
     stores = sum(int(x) for x in re.findall(r"(\d+) bytes spill stores", text))
     loads = sum(int(x) for x in re.findall(r"(\d+) bytes spill loads", text))
+    perf = sorted(set(re.findall(r"\((C\d+)\) Potential Performance Loss: ([^']*?)(?: in the function|$)", text, re.M)))
     return {"kernels": len(regs), "max_registers": max(regs, default=0), "spill_store_bytes": stores,
-            "spill_load_bytes": loads}
+            "spill_load_bytes": loads, "perf_warnings": [f"{code}: {msg.strip()}" for code, msg in perf]}
 
 
 def build_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -770,9 +782,9 @@ class ImportedCandidate:
 # the public entry point
 # ---------------------------------------------------------------------------------------------------------
 def _spec(path: Path, mnk: str, info: SourceInfo, *, arch: str, dtype: str, tc: dict[str, str],
-          includes: list[Path]) -> dict[str, Any]:
+          includes: list[Path], ndebug: bool = True) -> dict[str, Any]:
     text = path.read_text(errors="replace")
-    flags = build_flags(arch)
+    flags = build_flags(arch, ndebug)
     key = cache_key(text, flags=flags, arch=arch, torch_version=tc["torch"],
                     cuda_version=f"{tc['torch_cuda']}/{tc['nvcc_version']}", entry=info.entry, mnk=mnk, dtype=dtype,
                     cutlass=_cutlass_version(includes))
@@ -831,7 +843,7 @@ def build_specs(specs: list[dict[str, Any]], jobs: int | None = None, progress: 
 
 def load_kernel_dir(kernel_dir: str | os.PathLike, problems: Iterable[GemmProblem | str], *, acc: str = "fp32",
                     jobs: int | None = None, progress: bool = True, entry: str | None = None,
-                    arch: str | None = None, dtype: str = "fp16", force: bool = False,
+                    arch: str | None = None, dtype: str = "fp16", force: bool = False, ndebug: bool = True,
                     ) -> dict[str, ImportedCandidate | ImportFailure]:
     """Import the kernel files of ``kernel_dir`` for ``problems`` (GemmProblems or ``M_N_K`` strings).
 
@@ -840,7 +852,8 @@ def load_kernel_dir(kernel_dir: str | os.PathLike, problems: Iterable[GemmProble
     loaded without compiling; the rest build in parallel (``jobs`` processes, default the CPU count).
     ``acc`` is the accumulator the set claims (recorded, verified elsewhere); ``dtype`` the element type
     the kernels are imported for (CUDA-L2's are fp16); ``arch`` defaults to the current GPU's
-    (:func:`device_arch`); ``entry`` overrides entry-point detection; ``force`` rebuilds cached failures.
+    (:func:`device_arch`); ``entry`` overrides entry-point detection; ``force`` rebuilds cached failures;
+    ``ndebug=False`` drops ``-DNDEBUG`` to build exactly as CUDA-L2 did (see NDEBUG_FLAG).
     """
     kdir = Path(kernel_dir)
     found = discover(kdir)
@@ -872,7 +885,7 @@ def load_kernel_dir(kernel_dir: str | os.PathLike, problems: Iterable[GemmProble
             out[mnk] = ImportFailure(mnk, str(path), "toolchain",
                                      "nvcc not found: install the CUDA toolkit or set CUDA_HOME")
             continue
-        spec = _spec(path, mnk, info, arch=arch, dtype=dtype, tc=tc, includes=includes)
+        spec = _spec(path, mnk, info, arch=arch, dtype=dtype, tc=tc, includes=includes, ndebug=ndebug)
         bdir = Path(spec["build_dir"])
         so = bdir / f"{spec['name']}{_so_suffix()}"
         if so.is_file():
