@@ -34,5 +34,5 @@ if [ -n "${RESUME_CSV:-}" ] && [ -f "$RESUME_CSV" ]; then cp "$RESUME_CSV" "$csv
 timeout "${SWEEP_S:-420}" python3 -m gemmrl.cli bench --grid cuda-l2 --sample 60 --seed 0 \
   --protocol graph,cold,offline --out "$csv" >"$GEMMRL_OUT/sweep.log" 2>&1
 echo "sweep: exit $?"
-tail -n 3 "$GEMMRL_OUT/sweep.log"
+tail -c 400 "$GEMMRL_OUT/sweep.log" | tr "\r" "\n" | tail -n 2
 python3 scripts/round_table.py "$csv"
