@@ -224,6 +224,14 @@ def test_parse_build_log_nvcc_gcc_and_link():
     assert imp.log_head(noisy, n=5).splitlines() == ["warning 47", "warning 48", "warning 49", "k.cu(3): error: boom", "after"]
 
 
+def test_only_errors_in_the_kernel_source_are_cached():
+    src = "/k/64_64_64.cu"
+    assert imp._cacheable({"stage": "compile", "file": src, "message": 'expected a ";"'}, src)
+    assert not imp._cacheable({"stage": "compile", "file": "/torch/include/x.h", "message": "boom"}, src)
+    assert not imp._cacheable({"stage": "compile", "file": src, "message": 'cannot open source file "cute/x.hpp"'}, src)
+    assert not imp._cacheable({"stage": "link", "file": src, "message": "cannot find -lc10_cuda"}, src)
+
+
 def test_parse_ptxas():
     text = ("ptxas info    : Used 128 registers, used 1 barriers\n    0 bytes stack frame, 8 bytes spill stores, "
             "4 bytes spill loads\nptxas info    : Used 40 registers\n    0 bytes stack frame, 0 bytes spill stores, "

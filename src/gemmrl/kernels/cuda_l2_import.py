@@ -15,15 +15,15 @@ Pipeline, per requested shape:
   build      one torch extension per file (``torch.utils.cpp_extension.load``): the source copied
              verbatim plus a generated ``binding.cpp`` that declares the entry, checks shape, dtype,
              device and contiguity in C++ (nanoseconds, so host-timed protocols stay honest) and binds
-             it as ``run``. Flags are CUDA-L2's (tools/utils.py) plus ``-DNDEBUG`` (``ndebug=False`` drops
-             it; see NDEBUG_FLAG) with ``-gencode`` for the device arch (``sm_90a`` on H100) and
-             CUTLASS's include dirs when the source includes cutlass/cute;
-             the C++ standard is left to torch, whose headers need it. Builds run in parallel in
-             spawned processes and are cached under ``cache_dir("build", "import", <module>)`` keyed by
-             a hash of source, flags, arch, entry, shape, dtype, torch, CUDA/nvcc and CUTLASS versions:
-             a second import finds the ``.so`` and compiles nothing. A compile error is cached too
-             (``force=True`` retries) and comes back as an :class:`ImportFailure` with file, line, message
-             and the first lines of the log; the other files go on.
+             it as ``run``. Flags: CUDA-L2's (tools/utils.py), plus ``-DNDEBUG`` (``ndebug=False`` drops it;
+             see NDEBUG_FLAG), ``-gencode`` for the device arch (``sm_90a`` on H100), CUTLASS's include
+             dirs when the source includes cutlass/cute; the C++ standard is left to torch, whose headers
+             need it. Builds run in parallel in spawned processes and are cached under
+             ``cache_dir("build", "import", <module>)``, keyed by a hash of source, flags, arch, entry,
+             shape, dtype, torch, CUDA/nvcc and CUTLASS versions: a second import finds the ``.so`` and
+             compiles nothing. An error in the kernel source is cached too (``force=True`` retries; missing
+             headers are not cached) and comes back as an :class:`ImportFailure` with file, line,
+             message and the log lines around it; the other files go on.
   load       the ``.so`` is imported in this process and wrapped in an :class:`ImportedCandidate`.
 
 Nothing happens at import time of this module: no CUDA initialisation, no compile.
@@ -684,11 +684,18 @@ def build_one(spec: dict[str, Any]) -> dict[str, Any]:
             parsed = {"stage": "load", "file": spec["source"], "line": None, "message": err[:500]}
         res.update(ok=False, **parsed, log_head=log_head(text) or err[:2000],
                    objects=sorted(p.name for p in bdir.glob("*.o")))
-        if parsed["stage"] == "compile":
+        if _cacheable(parsed, spec["source"]):
             (bdir / "error.json").write_text(json.dumps(res, indent=1))
     else:
         (bdir / "build.json").write_text(json.dumps(res, indent=1))
     return res
+
+
+def _cacheable(parsed: dict[str, Any], source: str) -> bool:
+    """A failure worth remembering: an error in the kernel source itself. Missing headers and errors in
+    other files (the toolkit, torch, CUTLASS) may be this machine's fault and are retried next time."""
+    missing_header = re.search(r"cannot open source file|No such file", parsed.get("message", ""))
+    return parsed.get("stage") == "compile" and parsed.get("file") == source and not missing_header
 
 
 def _so_suffix() -> str:
