@@ -125,13 +125,13 @@ def _candidates(problem: GemmProblem, spec: BenchSpec, imported: dict) -> tuple[
     if spec.kernel_dir is not None:
         got = imported.get(problem.mnk)
         name = f"import:{Path(spec.kernel_dir).name}"
-        if got is None:
+        if got is None or getattr(got, "missing", False):
             broken.append({"candidate": name, "reason": f"no {problem.mnk}.cu in {spec.kernel_dir}"})
         elif callable(got) and hasattr(got, "layout"):
             cands.append(got)
         else:
             broken.append({"candidate": name, "layout": getattr(got, "layout", ""),
-                           "reason": f"build failed: {getattr(got, 'message', got)}"[:400]})
+                           "reason": f"build failed: {getattr(got, 'reason', None) or getattr(got, 'message', got)}"[:400]})
     return cands, broken
 
 

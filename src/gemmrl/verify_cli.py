@@ -36,12 +36,13 @@ def _import_failures(problems: Iterable[GemmProblem], imported: dict, kernel_dir
     name = f"import:{Path(kernel_dir).name}"
     for p in problems:
         got = imported.get(p.mnk)
-        if got is None:
+        if got is None or getattr(got, "missing", False):
             rows.append({"mnk": p.mnk, "dtype": p.dtype, "acc": p.acc, "candidate": name, "check": "build",
                          "verified": False, "reason": f"no {p.mnk}.cu in {kernel_dir}"})
         elif not (callable(got) and hasattr(got, "layout")):
             rows.append({"mnk": p.mnk, "dtype": p.dtype, "acc": p.acc, "candidate": name, "check": "build",
-                         "verified": False, "reason": f"build failed: {getattr(got, 'message', got)}"[:400]})
+                         "verified": False,
+                         "reason": f"build failed: {getattr(got, 'reason', None) or getattr(got, 'message', got)}"[:400]})
     return rows
 
 
