@@ -52,7 +52,7 @@ from ..problem import GemmProblem, ProblemError
 
 log = logging.getLogger(__name__)
 
-BUILDER_VERSION = "2"  # bump when the binding template or the build recipe changes (invalidates the cache)
+BUILDER_VERSION = "3"  # bump when the binding template or the build recipe changes (invalidates the cache)
 MNK_FILE_RE = re.compile(r"^(\d+)_(\d+)_(\d+)\.cu$")
 
 # CUDA-L2's tools/utils.py get_build_cuda_cflags(build_pkg=False), minus -std (torch picks the standard
@@ -80,6 +80,7 @@ CUDA_L2_NVCC_FLAGS = (
 # ndebug=False reproduces CUDA-L2's build exactly.
 NDEBUG_FLAG = "-DNDEBUG"
 CXX_FLAGS = ("-O3",)
+HIDDEN = "-fvisibility=hidden"
 MAX_JOBS_PER_BUILD = 2  # kernel.cu and binding.cpp compile side by side
 DTYPE_SCALAR = {"fp16": "at::kHalf", "bf16": "at::kBFloat16"}
 CUTLASS_HINT = ("CUTLASS headers not found: `pip install nvidia-cutlass` (or gemmrl[cutlass]) or set CUTLASS_DIR "
@@ -666,9 +667,12 @@ def build_one(spec: dict[str, Any]) -> dict[str, Any]:
             if not cpp_extension.CUDA_HOME:  # a CPU build of torch: compiles, cannot link (compile-only check)
                 cpp_extension.CUDA_HOME = spec["cuda_home"]
             cpp_extension.load(name=spec["name"], sources=[str(bdir / "kernel.cu"), str(bdir / "binding.cpp")],
-                 # both translation units see the same NDEBUG: torch's inline headers must agree (ODR)
-                 extra_cflags=list(CXX_FLAGS) + [f for f in spec["flags"] if f == NDEBUG_FLAG],
-                 extra_cuda_cflags=list(spec["flags"]),
+                 # both translation units see the same NDEBUG: torch's inline headers must agree (ODR).
+                 # Every file of a set defines the same entry (and often the same kernels): hidden
+                 # visibility + -Bsymbolic bind each module to its own copy, never to another module's.
+                 extra_cflags=list(CXX_FLAGS) + [f for f in spec["flags"] if f == NDEBUG_FLAG] + [HIDDEN],
+                 extra_cuda_cflags=list(spec["flags"]) + [f"-Xcompiler={HIDDEN}"],
+                 extra_ldflags=["-Wl,-Bsymbolic"],
                  extra_include_paths=list(spec["include_dirs"]), build_directory=str(bdir), verbose=True,
                  with_cuda=True)
         except BaseException as e:  # noqa: BLE001 - any failure is reported, the pool goes on
