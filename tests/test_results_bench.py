@@ -4,7 +4,6 @@ import csv
 import math
 
 import pytest
-import torch
 
 from gemmrl.bench import BenchError, BenchSpec, _aggregate_rows, noise_rule_below, run_bench
 from gemmrl.candidate import FnCandidate

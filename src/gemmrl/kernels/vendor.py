@@ -58,6 +58,7 @@ from typing import Any, Callable, Mapping
 from ..candidate import Buffers, Timer
 from ..paths import cache_dir
 from ..problem import GemmProblem
+from ..summary import AGGREGATES, BASELINES  # noqa: F401 - one definition, shared with the summaries
 
 CSRC = Path(__file__).with_name("csrc") / "vendor_blas.cu"
 WORKSPACE_BYTES = 32 << 20
@@ -69,16 +70,6 @@ LAYOUTS_BY_NAME = {"tn": 1, "nn": 0}
 DTYPE_CODES = {"fp16": 0, "bf16": 1}
 ACC_CODES = {"fp32": 0, "fp16": 1}
 FLAG_STRICT_REDUCTION = 1
-
-BASELINES = ("torch", "cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn",
-             "cublaslt_autotuned_tn", "cublaslt_autotuned_nn")
-AGGREGATES = {
-    "cublas": ("cublas_tn", "cublas_nn"),
-    "cublaslt_heuristic": ("cublaslt_heuristic_tn", "cublaslt_heuristic_nn"),
-    "cublaslt_autotuned": ("cublaslt_autotuned_tn", "cublaslt_autotuned_nn"),
-    "vendor_best": BASELINES,
-}
-
 
 class VendorError(RuntimeError):
     """A vendor call or plan failed; the message carries cuBLAS's / CUDA's own words."""
