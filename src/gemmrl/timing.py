@@ -121,26 +121,36 @@ def _estimate_ms(fn: Callable[[], None], reps: int = 3) -> float:
     return s.elapsed_time(e) / reps
 
 
-_SLEEP_CYCLES_PER_US: dict[int, float] = {}
+_MAX_SM_MHZ: dict[int, float] = {}
 BUSY_US = 60.0
+FALLBACK_MAX_SM_MHZ = 2100.0  # above every current datacenter GPU's boost clock
+
+
+def max_sm_mhz(device: int) -> float:
+    """The SM clock ceiling (NVML's max clock; read-only). A busy-wait of ``us * max_sm_mhz`` cycles lasts at
+    least ``us`` at any clock. Calibrating against the current clock is fragile: the H100 idles at 435 MHz,
+    so a calibration made then gives waits 4.5x too short at 1980 MHz (a likely cause of the launch-latency
+    outliers left in the first cold sweep at the smallest shapes)."""
+    if device not in _MAX_SM_MHZ:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(device)
+            _MAX_SM_MHZ[device] = float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)) or FALLBACK_MAX_SM_MHZ
+        except Exception:  # noqa: BLE001 - no NVML: the safe ceiling
+            _MAX_SM_MHZ[device] = FALLBACK_MAX_SM_MHZ
+    return _MAX_SM_MHZ[device]
 
 
 def _busy(us: float = BUSY_US) -> None:
-    """Keep the GPU busy for ~``us`` before a timed region, so the host has enqueued the start event and the
-    work behind it by the time the start event is stamped: events then measure device time, not the host's
-    launch latency (on an idle GPU the start event fires at once and the gap until the launch is counted)."""
+    """Keep the GPU busy for at least ``us`` before a timed region, so the host has enqueued the start event
+    and the work behind it by the time the start event is stamped: events then measure device time, not
+    the host's launch latency (on an idle GPU the start event fires at once and the gap until the launch
+    is counted)."""
     import torch
 
-    d = torch.cuda.current_device()
-    if d not in _SLEEP_CYCLES_PER_US:
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1000)
-        s.record()
-        torch.cuda._sleep(2_000_000)
-        e.record()
-        e.synchronize()
-        _SLEEP_CYCLES_PER_US[d] = 2_000_000 / max(s.elapsed_time(e) * 1e3, 1.0)
-    torch.cuda._sleep(int(us * _SLEEP_CYCLES_PER_US[d]))
+    torch.cuda._sleep(int(us * max_sm_mhz(torch.cuda.current_device())))
 
 
 def _capture(fn: Callable[[], None], n: int):

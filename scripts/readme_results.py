@@ -1,0 +1,71 @@
+"""Regenerate the README's results section from committed result CSVs (never hand-entered numbers).
+
+    python scripts/readme_results.py benchmarks/results/h100_grid60s0_graph-cold-offline_2026-11-22.csv \
+        --host-cost benchmarks/results/h100_host-cost-nvmath_2026-11-22.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import statistics
+from pathlib import Path
+
+from gemmrl.bench import noise_rule_below
+from gemmrl.results import read_rows
+from gemmrl.summary import BASELINES, markdown_summary, summarize
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def section(paths: list[str], host_cost: str | None) -> str:
+    rows = read_rows(paths)
+    first = [r for r in rows if str(r.get("rep", "0")) == "0" and not r.get("recheck") and not r.get("members")]
+    meta = first[0]
+    shapes = sorted({r["mnk"] for r in first})
+    unverified = sum(1 for r in first if r["candidate"] in BASELINES and r["verified"] != "true")
+    below = sum(1 for r in first if r.get("floor_ok") == "false")
+    slower = noise_rule_below(rows, "cublaslt_autotuned", "cublaslt_heuristic")
+    out = [f"Run: `{' '.join(Path(p).name for p in paths)}` on {meta['gpu']} (driver {meta['driver']}, CUDA "
+           f"{meta['cuda']}, torch {meta['torch']}, git {meta['git_sha']}), {len(shapes)} grid shapes "
+           "(`gemmrl bench --grid cuda-l2 --sample 60 --seed 0 --protocol graph,cold,offline`).",
+           "",
+           f"- vendor rows that failed the correctness battery: {unverified}; rows under 0.95x the roofline floor: {below}",
+           f"- (shape, protocol) where `cublaslt_autotuned` stays slower than `cublaslt_heuristic` after 3 "
+           f"re-measurements (noise rule): {len(slower)}",
+           "",
+           "Each vendor path against the fastest of all seven (`vendor_best`), per-shape speedup statistics:",
+           "",
+           markdown_summary(summarize(rows, list(BASELINES), ("vendor_best",)))]
+    if host_cost:
+        with open(host_cost, newline="") as fh:
+            hc = list(csv.DictReader(fh))
+        paths_ = sorted({r["path"] for r in hc})
+        out += ["Host cost of one call (median over 2000 calls, us; `call` returns without waiting, `call+sync` is "
+                "what CUDA-L2's offline mode times):", "", "| path | call | call+sync | shapes |", "|---|---:|---:|---:|"]
+        for p in paths_:
+            xs = [r for r in hc if r["path"] == p and r["call_us_median"] not in ("", "nan")]
+            if xs:
+                out.append(f"| {p} | {statistics.median(float(r['call_us_median']) for r in xs):.1f} | "
+                           f"{statistics.median(float(r['call_sync_us_median']) for r in xs):.1f} | {len(xs)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv", nargs="+")
+    ap.add_argument("--host-cost")
+    ap.add_argument("--readme", default="README.md")
+    args = ap.parse_args()
+    text = Path(args.readme).read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{args.readme} has no {BEGIN} ... {END} markers")
+    new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda m: f"{BEGIN}\n{section(args.csv, args.host_cost)}\n{END}",
+                 text, flags=re.S)
+    Path(args.readme).write_text(new)
+
+
+if __name__ == "__main__":
+    main()
