@@ -86,9 +86,12 @@ def run_verify(problems: list[GemmProblem], *, out: Path, planted: bool = False,
                  f"R={s['r_max']:.3f} R/lim={s['r_over_limit_max']:.2f} elem={s['elem_ratio_max']:.2f} worst={s['worst']}"
                  for s in summ]
         return "\n".join([f"calibration rows: {out}"] + lines)
-    rows = V.verify_rows(problems, make, "cuda", trials=seeds, cuda_l2=True)
+    rows: list[dict] = []
     if imported is not None and kernel_dir:
         rows += _import_failures(problems, imported, kernel_dir)
+    for p in problems:  # written after every shape: a run stopped by a time limit keeps what it checked
+        rows += V.verify_rows([p], make, "cuda", trials=seeds, cuda_l2=True)
+        _write(rows, out, meta)
     _write(rows, out, meta)
     lines = [f"verify rows: {out}", f"{'mnk':>18} {'candidate':34} {'check':8} verdict  reason"]
     for r in rows:
