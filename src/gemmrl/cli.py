@@ -98,6 +98,23 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from .report import make_report
+    from .results import ResultsError
+
+    if not args.results and not args.compare:
+        raise CliError("give RESULTS.csv files (and/or --compare A.csv B.csv)")
+    try:
+        rep = make_report(args.results or [], Path(args.out), candidate=args.candidate, claims=args.claims,
+                          compare_files=args.compare)
+    except (ResultsError, OSError) as e:
+        raise CliError(str(e)) from None
+    for note in rep.notes:
+        print(f"note: {note}")
+    print(f"markdown: {rep.markdown}\nhtml: {rep.html}\nplots: {len(rep.images)} PNG in {rep.out}")
+    return 0
+
+
 def _shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mnk", help="one shape M_N_K (or a comma list), e.g. 64_4096_64")
     p.add_argument("--grid", help="'cuda-l2': CUDA-L2's 1000 grid shapes")
@@ -136,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--calibrate", action="store_true", help="write the error statistics the tolerance is calibrated on")
     v.add_argument("--out", default="benchmarks/results/verify.csv")
     v.set_defaults(func=cmd_verify)
+
+    r = sub.add_parser("report", help="tables, plots, markdown and one HTML page from result CSVs")
+    r.add_argument("results", nargs="*", metavar="RESULTS.csv", help="result files (several: compared on shared shapes)")
+    r.add_argument("--out", default="benchmarks/report", help="directory for report.md, report.html and PNGs")
+    r.add_argument("--candidate", help="the candidate reported as ours (default: every non-baseline one present)")
+    r.add_argument("--claims", help="CUDA-L2's published per-shape ratios, shown beside ours as claims")
+    r.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"), help="speed in B / speed in A on shared rows")
+    r.set_defaults(func=cmd_report)
     return ap
 
 
