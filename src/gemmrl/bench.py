@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -213,8 +213,8 @@ def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfi
         names = [m for m in (*AGGREGATES[x], *AGGREGATES[ref]) if m in by and m in live]
         for k in range(1, RECHECKS + 1):
             # host protocols re-measure with the sweep durations (at most 0.25 s + 1 s), recorded in the rows
-            cfg_k = TimingConfig(**{**cfg.__dict__, "seed": cfg.seed + 100 * k,
-                                    "warmup_s": min(cfg.warmup_s, 0.25), "benchmark_s": min(cfg.benchmark_s, 1.0)})
+            cfg_k = replace(cfg, seed=cfg.seed + 100 * k, warmup_s=min(cfg.warmup_s, 0.25),
+                            benchmark_s=min(cfg.benchmark_s, 1.0))
             ts = measure({m: live[m][1] for m in names}, bufs, protocol, cfg_k)
             host = protocol in ("offline", "server")
             for m in names:

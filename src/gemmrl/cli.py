@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -66,9 +67,10 @@ def cmd_bench(args) -> int:
     sweep = len(problems) > 1
     base = TimingConfig(seed=args.seed, qps=args.target_qps)
     cfg = base.for_sweep() if sweep else base
-    cfg = TimingConfig(**{**cfg.__dict__,
-                          **({"warmup_s": args.warmup_seconds} if args.warmup_seconds is not None else {}),
-                          **({"benchmark_s": args.benchmark_seconds} if args.benchmark_seconds is not None else {})})
+    if args.warmup_seconds is not None:
+        cfg = replace(cfg, warmup_s=args.warmup_seconds)
+    if args.benchmark_seconds is not None:
+        cfg = replace(cfg, benchmark_s=args.benchmark_seconds)
     out = Path(args.out)
     if out.suffix != ".csv":
         import torch

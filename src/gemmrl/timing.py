@@ -25,7 +25,7 @@ import math
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from .candidate import Buffers, refill
@@ -54,8 +54,7 @@ class TimingConfig:
 
     def for_sweep(self) -> "TimingConfig":
         """Short host-protocol durations for sweeps (recorded in the rows)."""
-        return TimingConfig(self.graph_min_work_ms, self.graph_max_calls, self.graph_replays,
-                            self.cold_calls, 0.25, 1.0, self.qps, self.seed)
+        return replace(self, warmup_s=0.25, benchmark_s=1.0)
 
 
 @dataclass(frozen=True)
@@ -333,8 +332,7 @@ def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
         elif protocol == "cold":
             res = time_cold(fns, bufs.problem, cfg, calls=min_calls)
         else:
-            short = TimingConfig(cfg.graph_min_work_ms, cfg.graph_max_calls, cfg.graph_replays, cfg.cold_calls,
-                                 0.0, 0.0, cfg.qps, cfg.seed)
+            short = replace(cfg, warmup_s=0.0, benchmark_s=0.0)
             res = time_host(fns, bufs, short, protocol, min_calls=min_calls)
         return {k: (v.time_ms if v.ok else math.inf) for k, v in res.items()}
 
