@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# One round of GPU work in one invocation (< 10 minutes on an H100):
-#   1. the gpu test tier,
-#   2. the 60-shape grid sweep (--sample 60 --seed 0) in protocols graph, cold and offline,
-#   3. a short table last.
+# One round of GPU work in one invocation (each step has its own time limit; together < 10 minutes on an H100):
+#   1. the gpu test tier                                   (skip: SKIP_TESTS=1;  limit GPU_TESTS_S)
+#   2. the 60-shape grid sweep (--sample 60 --seed 0) in protocols graph, cold and offline
+#                                                          (skip: SKIP_SWEEP=1;  limit SWEEP_S)
+#   3. repeatability: 12 grid shapes (--sample 12 --seed 7) measured twice in graph
+#                                                          (skip: SKIP_REPEAT=1; limit REPEAT_S)
+#   4. the README's first command, verbatim, from a copy of the tree (skip: SKIP_README=1)
+#   5. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
-# Knobs: GPU_TESTS_S / SWEEP_S (time limits), RESUME_CSV (a partial sweep CSV to continue), SKIP_TESTS=1,
-# PYTEST_ARGS (extra pytest arguments).
+# Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export GEMMRL_OUT=${GEMMRL_OUT:-${OUT:-/tmp/gemmrl_out}}
@@ -17,8 +20,9 @@ export GEMMRL_CACHE_DIR=${GEMMRL_CACHE_DIR:-/tmp/gemmrl_cache}
 mkdir -p "$GEMMRL_OUT"
 : "${GEMMRL_GIT_SHA:=unknown}"
 export GEMMRL_GIT_SHA
+tree=$PWD
 
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,temperature.gpu --format=csv,noheader
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,temperature.gpu,power.draw --format=csv,noheader
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(pip install -e . failed; using PYTHONPATH=src)"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
@@ -29,10 +33,38 @@ fi
 
 day=$(date +%F)
 gpu=$(python3 -c "import torch; n=torch.cuda.get_device_name().lower(); print(next((k for k in ('h200','h100','a100') if k in n), 'gpu'))")
-csv="$GEMMRL_OUT/${gpu}_grid60s0_graph-cold-offline_${day}.csv"
-if [ -n "${RESUME_CSV:-}" ] && [ -f "$RESUME_CSV" ]; then cp "$RESUME_CSV" "$csv"; fi
-timeout "${SWEEP_S:-420}" python3 -m gemmrl.cli bench --grid cuda-l2 --sample 60 --seed 0 \
-  --protocol graph,cold,offline --out "$csv" >"$GEMMRL_OUT/sweep.log" 2>&1
-echo "sweep: exit $?"
-tail -c 400 "$GEMMRL_OUT/sweep.log" | tr "\r" "\n" | tail -n 2
-python3 scripts/round_table.py "$csv"
+tables=()
+if [ "${SKIP_SWEEP:-0}" != 1 ]; then
+  csv="$GEMMRL_OUT/${gpu}_grid60s0_graph-cold-offline_${day}.csv"
+  if [ -n "${RESUME_CSV:-}" ] && [ -f "$RESUME_CSV" ]; then cp "$RESUME_CSV" "$csv"; fi
+  timeout "${SWEEP_S:-420}" python3 -m gemmrl.cli bench --grid cuda-l2 --sample 60 --seed 0 \
+    --protocol graph,cold,offline --out "$csv" >"$GEMMRL_OUT/sweep.log" 2>&1
+  echo "sweep: exit $?"
+  tail -c 400 "$GEMMRL_OUT/sweep.log" | tr "\r" "\n" | tail -n 2
+  tables+=("$csv")
+fi
+
+if [ "${SKIP_REPEAT:-0}" != 1 ]; then
+  rcsv="$GEMMRL_OUT/${gpu}_grid12s7-graph-repeat2_${day}.csv"
+  timeout "${REPEAT_S:-150}" python3 -m gemmrl.cli bench --grid cuda-l2 --sample 12 --seed 7 --protocol graph \
+    --repeat 2 --no-progress --out "$rcsv" >"$GEMMRL_OUT/repeat.log" 2>&1
+  echo "repeat: exit $?"
+  tables+=("$rcsv")
+fi
+
+if [ "${SKIP_README:-0}" != 1 ]; then
+  # the README's first line, verbatim, in a copy of the tree (as a new user would run it), on PATH's python
+  cmd=$(grep -m1 -E '^pip install .*gemmrl bench' README.md | sed 's/ *#.*//')
+  rm -rf /tmp/gemmrl_readme && mkdir -p /tmp/gemmrl_readme && cp -r "$tree"/. /tmp/gemmrl_readme/ 2>/dev/null
+  touch /tmp/gemmrl_readme/.readme_marker
+  ( cd /tmp/gemmrl_readme && unset PYTHONPATH && export GEMMRL_CACHE_DIR=/tmp/gemmrl_readme_cache \
+      && timeout "${README_S:-120}" bash -c "$cmd" ) >"$GEMMRL_OUT/readme_command.log" 2>&1
+  rc=$?
+  echo "README command \`$cmd\`: exit $rc"
+  tail -n 25 "$GEMMRL_OUT/readme_command.log" | tr "\r" "\n" | grep -v "^\s*$" | tail -n 12
+  find /tmp/gemmrl_readme/benchmarks/results -name "*.csv" -newer /tmp/gemmrl_readme/.readme_marker \
+    -exec sh -c 'cp "$1" "$2/readme-command_$(basename "$1")"' _ {} "$GEMMRL_OUT" \;
+  python3 -m pip install -q --no-deps --no-build-isolation -e "$tree" >/dev/null 2>&1  # back to this tree
+fi
+
+for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done

@@ -12,7 +12,7 @@ from collections import Counter
 
 from gemmrl.bench import noise_rule_below
 from gemmrl.results import read_rows
-from gemmrl.summary import BASELINES, format_summary, summarize
+from gemmrl.summary import BASELINES, format_summary, repeat_spread, summarize
 
 
 def main(paths: list[str]) -> int:
@@ -30,6 +30,10 @@ def main(paths: list[str]) -> int:
         print(f"  {r['mnk']} {r['protocol']} {r['candidate']} {r['time_ms']} ms, floor {r['floor_ms']} ms")
     bad = noise_rule_below(rows, "cublaslt_autotuned", "cublaslt_heuristic")
     print(f"cublaslt_autotuned slower than cublaslt_heuristic after 3 rechecks (noise rule): {len(bad)} {bad[:8]}")
+    for proto in sorted({r["protocol"] for r in rows if str(r.get("rep", "0") or "0") != "0"}):
+        sp = repeat_spread(rows, proto)
+        print(f"repeat spread ({proto}, {sp.n} pairs): median {sp.median:.2%}, p90 {sp.p90:.2%}, "
+              f"max {sp.max:.2%} at {sp.worst}")
     imported = sorted({r["candidate"] for r in first if r["candidate"] not in BASELINES})
     names = imported or ["torch", "cublas_tn", "cublaslt_heuristic_tn", "cublaslt_autotuned_tn"]
     print()

@@ -176,6 +176,18 @@ def test_noise_rule():
             + first("4_4_4", "1.0", "1.5"))  # slower and never rechecked: counts as below
     assert noise_rule_below(rows, "cublaslt_autotuned", "cublaslt_heuristic") == [("2_2_2", "graph"), ("4_4_4", "graph")]
 
+    def members(mnk, algos):  # first-run member rows: {candidate: (layout, algo)}
+        return [{**base, "mnk": mnk, "candidate": c, "layout": lay, "algo": a, "tflops": "1.0", "recheck": "",
+                 "members": ""} for c, (lay, a) in algos.items()]
+
+    same = {"cublaslt_autotuned_tn": ("tn", "p"), "cublaslt_autotuned_nn": ("nn", "q"),
+            "cublaslt_heuristic_tn": ("tn", "p"), "cublaslt_heuristic_nn": ("nn", "q")}
+    # the aggregates picked different layouts, but both ran the same two kernels: noise, never below
+    agg_same = first("5_5_5", "1.0", "1.5", "q", "p") + members("5_5_5", same)
+    # one layout's autotuned kernel differs: a real comparison (slower, not rechecked: below)
+    agg_diff = first("6_6_6", "1.0", "1.5", "q", "p") + members("6_6_6", {**same, "cublaslt_autotuned_tn": ("tn", "r")})
+    assert noise_rule_below(agg_same + agg_diff, "cublaslt_autotuned", "cublaslt_heuristic") == [("6_6_6", "graph")]
+
 
 def test_spec_errors(tmp_path):
     with pytest.raises(BenchError, match="unknown protocol"):
@@ -184,3 +196,22 @@ def test_spec_errors(tmp_path):
         BenchSpec(problems=(), protocols=("graph",), out=tmp_path / "x.csv")
     with pytest.raises(BenchError, match="host protocols"):
         run_bench(_spec(tmp_path, ["4_4_4"], protocols=("graph",)), progress=False, on_cpu=True, verifier=_ok)
+
+
+def test_repeat_spread():
+    from gemmrl.summary import repeat_spread
+
+    def row(mnk, cand, rep, t, **kw):
+        return {"mnk": mnk, "candidate": cand, "rep": str(rep), "time_ms": str(t), "protocol": "graph",
+                "verified": "true", "recheck": "", "members": "", **kw}
+
+    rows = [row("1_1_1", "a", 0, 1.0), row("1_1_1", "a", 1, 1.02), row("1_1_1", "b", 0, 2.0), row("1_1_1", "b", 1, 1.9),
+            row("2_2_2", "a", 0, 1.0), row("2_2_2", "a", 1, 1.0),
+            row("2_2_2", "a", 1, 9.0, recheck="1"),  # a recheck is not a rep
+            row("2_2_2", "vendor_best", 1, 9.0, members="a"),  # nor an aggregate
+            row("3_3_3", "a", 1, 5.0),  # no rep 0 to compare with
+            row("1_1_1", "a", 1, 3.0, protocol="cold")]  # another protocol
+    s = repeat_spread(rows)
+    assert s.n == 3 and s.max == pytest.approx(0.05) and s.worst == ("1_1_1", "b")
+    assert s.median == pytest.approx(0.02)
+    assert repeat_spread(rows, "offline").n == 0

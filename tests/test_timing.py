@@ -57,6 +57,40 @@ def test_host_protocol_on_cpu_records_failures_and_timer():
     assert 0 < t["good"] < math.inf
 
 
+def test_settle_runs_every_callable_until_the_time_is_spent(monkeypatch):
+    import time
+
+    from gemmrl import timing
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    ran = {"a": 0, "b": 0}
+    fns = [lambda: ran.__setitem__("a", ran["a"] + 1), lambda: (ran.__setitem__("b", ran["b"] + 1), time.sleep(0.002))]
+    t0 = time.perf_counter()
+    timing._settle(fns, 20.0)
+    assert (time.perf_counter() - t0) * 1e3 >= 20.0 and ran["a"] == ran["b"] >= 5
+    ran.update(a=0, b=0)
+    timing._settle(fns, 0.0)  # at least one round, even with no time asked
+    assert ran == {"a": 1, "b": 1}
+    timing._settle([], 1e9)  # nothing to run: returns at once
+
+
+def test_selection_timer_uses_fresh_rounds_and_the_median(monkeypatch):
+    from gemmrl import timing
+
+    b = make_buffers(GemmProblem(8, 8, 8), "cpu")
+    seen = []
+
+    def fake_host(fns, bufs, cfg, protocol, min_calls=0):
+        seen.append((cfg.seed, cfg.settle_ms, cfg.warmup_s, min_calls))
+        return {k: timing._summary(protocol, [1.0, 1.0, 100.0], 2e9, mean=True) for k in fns}
+
+    monkeypatch.setattr(timing, "time_host", fake_host)
+    timer = make_timer(b, "offline", TimingConfig(settle_ms=500.0))
+    t1, t2 = timer({"x": lambda: None}, 20), timer({"x": lambda: None}, 20)
+    assert t1 == t2 == {"x": 1.0}  # the median, not the mean (34.0) that one outlier drags
+    assert seen[0][0] != seen[1][0] and seen[0][1] == timing.SELECT_SETTLE_MS and seen[0][2:] == (0.0, 20)
+
+
 # -- GPU tier ------------------------------------------------------------------------------------
 
 def _mm(b):
@@ -102,8 +136,10 @@ def test_graph_rejects_a_candidate_that_synchronizes():
 
 
 @pytest.mark.gpu
-def test_graph_repeatable():
-    b = make_buffers(parse_mnk("2048_2048_2048"), "cuda")
+@pytest.mark.parametrize("mnk", ["2048_2048_2048", "4096_4096_4096"])
+def test_graph_repeatable(mnk):
+    """The repeatability bar (3%) at the shapes where clock settling matters most (power-bound)."""
+    b = make_buffers(parse_mnk(mnk), "cuda")
     t1 = measure({"mm": _mm(b)}, b, "graph", TimingConfig(seed=1))["mm"].time_ms
     t2 = measure({"mm": _mm(b)}, b, "graph", TimingConfig(seed=2))["mm"].time_ms
-    assert abs(t1 - t2) / min(t1, t2) < 0.05
+    assert abs(t1 - t2) / min(t1, t2) < 0.03

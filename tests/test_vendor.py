@@ -181,7 +181,9 @@ def test_autotune_picks_fastest_and_second_run_hits_cache(cache):
 
     idx, rec, hit = V.autotune(_key(), descs, make_call, timer)
     assert (idx, hit) == (3, False)
-    assert sorted(ran) == [0, 1, 2, 3, 4]
+    # screening runs every algorithm once here; the confirmation rounds run only the two finalists
+    assert sorted(ran[:5]) == [0, 1, 2, 3, 4] and sorted(set(ran[5:])) == [0, 3]
+    assert len(ran) == 5 + 2 * V.AUTOTUNE_CONFIRM
     assert rec["algo"] == "id=3" and rec["n_algos"] == 5 and rec["time_ms"] == 0.5
 
     def no_timer(fns, min_calls):
@@ -206,6 +208,38 @@ def test_autotune_keeps_heuristic_first_within_tie_margin(cache):
     far = {"algo000": 1.000, "algo001": 0.970, "algo002": 1.5}  # 3% faster: switches
     idx, _, _ = V.autotune(_key(), descs, lambda i: (lambda: None), lambda fns, n: far, use_cache=False)
     assert idx == 1
+
+
+def test_autotune_switch_needs_a_confirmed_head_to_head_win(cache):
+    """The screening's winner replaces the heuristic's first algorithm only if it also wins the fresh
+    head-to-head rounds by more than the tie margin (median of the per-round ratios)."""
+    descs = ["id=0", "id=1", "id=2"]
+    screen = {"algo000": 1.0, "algo001": 0.9, "algo002": 1.5}
+
+    def timer_with(rounds):
+        seen = []
+
+        def timer(fns, n):
+            seen.append(sorted(fns))
+            if len(seen) == 1:
+                return {k: screen[k] for k in fns}
+            r = rounds[len(seen) - 2]
+            return {"algo000": 1.0, "algo001": r}
+        return timer, seen
+
+    # lucky screening: the head-to-head rounds show a tie (median ratio 0.99): the heuristic stays
+    timer, seen = timer_with([0.99, 1.01, 0.90])
+    idx, rec, _ = V.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
+    assert idx == 0 and rec["screen_best"] == "algo001" and rec["confirm_ratios"] == [0.99, 1.01, 0.90]
+    assert seen[1:] == [["algo000", "algo001"]] * V.AUTOTUNE_CONFIRM
+    # a real win (median 0.92) is kept
+    timer, seen = timer_with([0.92, 0.91, 0.99])
+    idx, rec, _ = V.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
+    assert idx == 1 and rec["algo"] == "id=1"
+    # an algorithm that fails in the head-to-head is never picked
+    timer, seen = timer_with([math.inf, math.inf, 0.5])
+    idx, _, _ = V.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
+    assert idx == 0
 
 
 def test_autotune_all_failing_is_an_error(cache):
@@ -317,7 +351,8 @@ def test_autotuned_candidate_with_fake_lib(fake):
     times = {0: 1.0, 1: 0.1, 2: 0.7, 3: 0.4, 4: 0.9}  # 1 is fastest on paper but fails to run
     c = V.CtypesCandidate("cublaslt_autotuned_tn", "tn", "fp32", "autotuned")
     c.prepare(P, bufs, "graph", _timer(times, log))
-    assert len(log) == 1 and len(log[0]) == 5
+    n_tune = 1 + V.AUTOTUNE_CONFIRM  # screening, then head-to-head rounds against the heuristic's first
+    assert len(log) == n_tune and len(log[0]) == 5 and log[1:] == [["algo000", "algo003"]] * V.AUTOTUNE_CONFIRM
     assert sorted(set(fake.index_runs)) == [0, 1, 2, 3, 4]
     assert fake.selected[-1] == 3
     assert c.info() == {"algo": "id=103 tile=128x128", "n_algos": 5}
@@ -329,11 +364,11 @@ def test_autotuned_candidate_with_fake_lib(fake):
 
     c2 = V.CtypesCandidate("cublaslt_autotuned_tn", "tn", "fp32", "autotuned")
     c2.prepare(P, bufs, "graph", _timer(times, log))
-    assert len(log) == 1, "second prepare must be a cache hit"
+    assert len(log) == n_tune, "second prepare must be a cache hit"
     assert c2.details()["cache_hit"] is True and fake.selected[-1] == 3
 
     c2.prepare(P, bufs, "offline", _timer({**times, 4: 0.01}, log))  # another protocol: tuned again
-    assert len(log) == 2 and fake.selected[-1] == 4
+    assert len(log) == 2 * n_tune and fake.selected[-1] == 4
 
 
 def test_heuristic_and_cublas_candidates_wire_operands(fake):

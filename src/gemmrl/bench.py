@@ -229,9 +229,11 @@ def noise_rule_below(rows: Iterable[dict], cand: str, ref: str) -> list[tuple[st
 
     ``cand``/``ref`` may be aggregates (their first-run aggregate rows are compared; a recheck compares the
     fastest member of each). Two candidates that ran the same algorithm on the same layout are the same
-    kernel: never counted as below."""
+    kernel, and two aggregates whose members ran the same set of (layout, algorithm) are the same kernels:
+    never counted as below (their difference is the noise between two measurements of one kernel)."""
     members = {cand: AGGREGATES.get(cand, (cand,)), ref: AGGREGATES.get(ref, (ref,))}
     first: dict[tuple, dict[str, dict]] = {}
+    kernels: dict[tuple, dict[str, set]] = {}
     again: dict[tuple, dict[int, dict[str, float]]] = {}
     for r in rows:
         if r.get("verified") not in ("true", True) or str(r.get("rep", "0") or "0") != "0":
@@ -242,14 +244,21 @@ def noise_rule_below(rows: Iterable[dict], cand: str, ref: str) -> list[tuple[st
                 if r["candidate"] in ms:
                     d = again.setdefault(key, {}).setdefault(int(r["recheck"]), {})
                     d[who] = max(d.get(who, 0.0), float(r["tflops"]))
-        elif r["candidate"] in (cand, ref) and (r["candidate"] not in AGGREGATES or r.get("members")):
-            first.setdefault(key, {})[r["candidate"]] = r
+        else:
+            if r["candidate"] in (cand, ref) and (r["candidate"] not in AGGREGATES or r.get("members")):
+                first.setdefault(key, {})[r["candidate"]] = r
+            for who, ms in members.items():
+                if r["candidate"] in ms and not r.get("members"):
+                    kernels.setdefault(key, {}).setdefault(who, set()).add((r.get("layout"), r.get("algo") or None))
     bad = []
     for key, by in first.items():
         if cand not in by or ref not in by or float(by[cand]["tflops"]) >= float(by[ref]["tflops"]):
             continue
         if (by[cand].get("layout"), by[cand].get("algo")) == (by[ref].get("layout"), by[ref].get("algo")) \
                 and by[cand].get("algo"):
+            continue
+        ks = kernels.get(key, {})
+        if ks.get(cand) and ks.get(cand) == ks.get(ref) and all(a for _, a in ks[cand]):
             continue
         rc = [d for d in again.get(key, {}).values() if cand in d and ref in d]
         if not rc or statistics.median(d[cand] for d in rc) < statistics.median(d[ref] for d in rc):

@@ -125,3 +125,33 @@ def markdown_summary(recs: list[dict]) -> str:
 
 def is_host(protocol: str) -> bool:
     return protocol in HOST_PROTOCOLS
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Repeatability: |t_rep / t_rep0 - 1| of the same (shape, candidate) measured in several reps."""
+
+    n: int
+    median: float
+    p90: float
+    max: float
+    worst: tuple[str, str] | None  # (mnk, candidate)
+
+
+def repeat_spread(rows: Iterable[Mapping[str, str]], protocol: str = "graph") -> Spread:
+    """Spread between reps (``--repeat``) of verified, timed, first-run (no recheck) member rows; the
+    relative difference of each rep > 0 to rep 0, taken on time_ms."""
+    by: dict[tuple[str, str], dict[str, float]] = {}
+    for r in rows:
+        if (r.get("protocol") != protocol or r.get("verified") != "true" or r.get("recheck")
+                or r.get("members") or not math.isfinite(_f(r.get("time_ms")))):
+            continue
+        by.setdefault((r["mnk"], r["candidate"]), {})[str(r.get("rep", "0") or "0")] = _f(r["time_ms"])
+    diffs = [(abs(t / reps["0"] - 1.0), key) for key, reps in by.items() if "0" in reps
+             for rep, t in reps.items() if rep != "0"]
+    if not diffs:
+        return Spread(0, math.nan, math.nan, math.nan, None)
+    xs = sorted(d for d, _ in diffs)
+    k = max(range(len(diffs)), key=lambda i: diffs[i][0])
+    return Spread(len(xs), statistics.median(xs), xs[min(len(xs) - 1, math.ceil(0.9 * len(xs)) - 1)], xs[-1],
+                  diffs[k][1])

@@ -5,7 +5,10 @@
               statistic: median per-call time over replays; p20/p80 kept.
 - ``cold``    device time of one call after writing a buffer of 2x the device's L2 size, events,
               >= 25 calls, median.
-  In both, the GPU is kept busy (~60 us) before the start event, so the events bracket device work only:
+  In both, the candidates first run round-robin for ``settle_ms`` of wall time, untimed, so the GPU's
+  clocks reach the state they hold under sustained load (a cold H100 boosts for tens of ms, then its
+  power limit lowers the clock: the same 4096^3 graph measured 4.7% apart before and after that).
+  And the GPU is kept busy (~60 us) before every start event, so the events bracket device work only:
   on an idle GPU the start event is stamped at once and the host's launch latency would be counted (seen
   on the H100: the same graph of 75 calls measured up to 3.7x slower in one of three re-measurements).
 - ``offline`` CUDA-L2's offline mode: each iteration writes fresh random inputs and NaN into C outside
@@ -35,6 +38,7 @@ PROTOCOLS = ("graph", "cold", "offline", "server")
 DEVICE_PROTOCOLS = ("graph", "cold")
 HOST_PROTOCOLS = ("offline", "server")
 FLOOR_SLACK = 0.95
+SELECT_SETTLE_MS = 50.0
 
 
 class TimingError(RuntimeError):
@@ -45,8 +49,9 @@ class TimingError(RuntimeError):
 class TimingConfig:
     graph_min_work_ms: float = 1.0
     graph_max_calls: int = 1000
-    graph_replays: int = 10
+    graph_replays: int = 20
     cold_calls: int = 25
+    settle_ms: float = 200.0
     warmup_s: float = 5.0
     benchmark_s: float = 10.0
     qps: float = 100.0
@@ -88,14 +93,16 @@ def _quantile(xs: list[float], q: float) -> float:
 
 
 def _summary(protocol: str, per_call_ms: list[float], flops: int, *, mean: bool, qps=None, extra=None) -> Timing:
-    if mean:  # host protocols: CUDA-L2's statistics
+    extra = dict(extra or {})
+    if mean:  # host protocols: CUDA-L2's statistics (the median is kept for algorithm selection)
         t = statistics.fmean(per_call_ms)
         tf = statistics.fmean(flops / (x * 1e-3) / 1e12 for x in per_call_ms)
+        extra["median_ms"] = statistics.median(per_call_ms)
     else:
         t = statistics.median(per_call_ms)
         tf = flops / (t * 1e-3) / 1e12
     return Timing(protocol, t, tf, len(per_call_ms), _quantile(per_call_ms, 0.2), _quantile(per_call_ms, 0.8),
-                  qps, "", dict(extra or {}))
+                  qps, "", extra)
 
 
 def _order(names: list[str], rng: random.Random) -> list[str]:
@@ -152,6 +159,21 @@ def _busy(us: float = BUSY_US) -> None:
     torch.cuda._sleep(int(us * max_sm_mhz(torch.cuda.current_device())))
 
 
+def _settle(fns: list[Callable[[], None]], ms: float) -> None:
+    """Run ``fns`` round-robin, untimed, until ``ms`` of wall time have passed (at least one round)."""
+    import torch
+
+    if not fns:
+        return
+    t0 = time.perf_counter()
+    while True:
+        for f in fns:
+            f()
+        torch.cuda.synchronize()
+        if (time.perf_counter() - t0) * 1e3 >= ms:
+            return
+
+
 def _capture(fn: Callable[[], None], n: int):
     import torch
 
@@ -184,9 +206,8 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
         except Exception as e:  # noqa: BLE001 - a candidate that cannot be captured is recorded, not fatal
             torch.cuda.synchronize()
             out[name] = failed("graph", f"not capturable in a CUDA graph: {type(e).__name__}: {e}"[:300])
-    for g, _ in graphs.values():  # one untimed replay each: first-replay upload costs stay out
-        g.replay()
-    torch.cuda.synchronize()
+    # untimed replays: first-replay upload costs stay out, and the clocks settle under sustained load
+    _settle([g.replay for g, _ in graphs.values()], cfg.settle_ms)
     samples: dict[str, list[float]] = {k: [] for k in graphs}
     nrep = max(cfg.graph_replays, replays or 0)
     for _ in range(nrep):
@@ -239,6 +260,7 @@ def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: 
             live[name] = fn
         except Exception as e:  # noqa: BLE001
             out[name] = failed("cold", f"{type(e).__name__}: {e}"[:300])
+    _settle(list(live.values()), cfg.settle_ms)
     samples: dict[str, list[float]] = {k: [] for k in live}
     for i in range(max(cfg.cold_calls, calls or 0)):
         for name in _order(list(live), rng):
@@ -322,19 +344,26 @@ def measure(fns: Mapping[str, Callable[[], None]], bufs: Buffers, protocol: str,
 
 def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
     """A ``Timer`` (see candidate.py) for algorithm selection inside ``protocol``: each callable gets at
-    least ``min_calls`` interleaved calls in that protocol; returns {name: time_ms} (inf on failure)."""
+    least ``min_calls`` interleaved calls in that protocol; returns {name: median time_ms} (inf on failure).
+    Every call draws a fresh seed for the interleaving order, so repeated calls are independent rounds."""
     cfg = cfg or TimingConfig()
 
+    rounds = iter(range(1, 1 << 30))
+
     def timer(fns: Mapping[str, Callable[[], None]], min_calls: int = 20) -> dict[str, float]:
+        # algorithm selection interleaves its candidates, so they share the clock state: a short settle does
+        cfg_r = replace(cfg, seed=cfg.seed + 7919 * next(rounds), settle_ms=min(cfg.settle_ms, SELECT_SETTLE_MS))
         if protocol == "graph":
             # min_calls replays of graphs of >= 1 call each: every callable runs >= min_calls times.
-            res = time_graph(fns, bufs.problem, cfg, replays=min_calls)
+            res = time_graph(fns, bufs.problem, cfg_r, replays=min_calls)
         elif protocol == "cold":
-            res = time_cold(fns, bufs.problem, cfg, calls=min_calls)
+            res = time_cold(fns, bufs.problem, cfg_r, calls=min_calls)
         else:
-            short = replace(cfg, warmup_s=0.0, benchmark_s=0.0)
+            short = replace(cfg_r, warmup_s=0.0, benchmark_s=0.0)
             res = time_host(fns, bufs, short, protocol, min_calls=min_calls)
-        return {k: (v.time_ms if v.ok else math.inf) for k, v in res.items()}
+        # selection statistic: the median per call in every protocol (a host-timed mean of 20 calls is
+        # swayed by one preempted call)
+        return {k: (v.extra.get("median_ms", v.time_ms) if v.ok else math.inf) for k, v in res.items()}
 
     return timer
 
