@@ -361,15 +361,19 @@ from gemmrl.problem import GemmProblem
 
 def main(kdir):
     probs = [GemmProblem(64, 128, 256), GemmProblem(100, 72, 40)]
+    print("child: building", flush=True)
     res = imp.load_kernel_dir(kdir, probs, progress=False)
+    print("child: loaded", {k: type(v).__name__ for k, v in res.items()}, flush=True)
     for p in probs:
         cand = res[p.mnk]
         assert isinstance(cand, imp.ImportedCandidate), getattr(cand, "log_head", cand)
         assert (cand.name, cand.layout) == ("import:naive_set", "tn")
         assert cand.info()["arch"].endswith("a") or torch.cuda.get_device_capability()[0] < 9
         bufs = make_buffers(p, "cuda", seed=1)
+        print("child: calling", p.mnk, flush=True)
         cand(*bufs.args())
         torch.cuda.synchronize()
+        print("child: called", p.mnk, flush=True)
         ref = (bufs.a.double() @ bufs.b.double()).to(torch.float16)
         torch.testing.assert_close(bufs.c, ref, atol=2e-3, rtol=2e-3)
     # a call with another shape or dtype is refused with a clear message
@@ -408,6 +412,6 @@ def test_gpu_naive_kernel_matches_torch(tmp_path):
     child = tmp_path / "child.py"
     child.write_text(_GPU_CHILD)
     env = {**os.environ, "GEMMRL_CACHE_DIR": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, str(child), str(kdir)], capture_output=True, text=True, env=env,
-                         timeout=900)
+    out = subprocess.run([sys.executable, "-X", "faulthandler", str(child), str(kdir)], capture_output=True,
+                         text=True, env=env, timeout=900)
     assert out.returncode == 0 and "CHILD-OK" in out.stdout, (out.returncode, out.stdout[-2000:], out.stderr[-4000:])

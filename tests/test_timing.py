@@ -143,3 +143,17 @@ def test_graph_repeatable(mnk):
     t1 = measure({"mm": _mm(b)}, b, "graph", TimingConfig(seed=1))["mm"].time_ms
     t2 = measure({"mm": _mm(b)}, b, "graph", TimingConfig(seed=2))["mm"].time_ms
     assert abs(t1 - t2) / min(t1, t2) < 0.03
+
+
+@pytest.mark.gpu
+def test_graph_rejects_work_outside_the_current_stream():
+    """Work launched on another stream is not captured (or breaks the capture): never timed as a result."""
+    b = make_buffers(parse_mnk("512_512_512"), "cuda")
+
+    def elsewhere():
+        with torch.cuda.stream(torch.cuda.default_stream()):
+            torch.matmul(b.a, b.b, out=b.c)
+
+    res = measure({"ok": _mm(b), "elsewhere": elsewhere}, b, "graph", TimingConfig(graph_replays=3))
+    assert res["ok"].ok
+    assert not res["elsewhere"].ok, res["elsewhere"]

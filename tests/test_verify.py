@@ -94,9 +94,11 @@ def test_correct_kernel_passes_battery(shape, layout):
     v = V.verify(cand("fp32", correct_fn(layout), layout), P(shape), CPU, trials=3)
     assert v.passed, v.reason
     assert v.reason == "" and v.failed_check == ""
-    assert {c.name for c in v.checks} >= {"nan_fill", "exact_int", "accuracy", "second_call", "guard_band",
-                                          "inputs_unchanged", "stream", "tamper"}
+    assert {c.name for c in v.checks} >= {"nan_fill", "stream_order", "exact_int", "accuracy", "second_call",
+                                          "guard_band", "inputs_unchanged", "stream", "tamper"}
     assert len(v.stats["seeds"]) == 3
+    so = next(c for c in v.checks if c.name == "stream_order")
+    assert so.passed and so.stats.get("skipped")  # CPU tensors: no streams to order
 
 
 @settings(max_examples=25, deadline=None)
@@ -403,3 +405,33 @@ def test_side_stream_fails_gpu():
             torch.matmul(a, b, out=c)
     v = V.verify(cand("side_stream", fn), P((256, 256, 256)), dev)
     assert not v.passed and v.failed_check == "stream", v.reason
+
+
+@pytest.mark.gpu
+def test_default_stream_launch_fails_stream_order_gpu():
+    """A kernel on the legacy default stream (CUDA-L2's ``<<<grid, block, smem>>>`` with no stream) looks right
+    when the current stream is the default one, and runs unordered on any other: caught by stream_order."""
+    dev = _cuda()
+
+    def fn(a, b, bt, c):
+        with torch.cuda.stream(torch.cuda.default_stream()):
+            torch.matmul(a, b, out=c)
+    v = V.verify(cand("default_stream", fn), P((512, 512, 512)), dev)
+    assert not v.passed and v.failed_check == "stream_order", v.reason
+    assert "not run on torch's current stream" in v.reason
+
+
+@pytest.mark.gpu
+def test_joined_side_stream_passes_gpu():
+    """Work on a side stream that waits on the current stream and is joined back is correctly ordered."""
+    dev = _cuda()
+
+    def fn(a, b, bt, c):
+        cur = torch.cuda.current_stream()
+        s = torch.cuda.Stream()
+        s.wait_stream(cur)
+        with torch.cuda.stream(s):
+            torch.matmul(a, b, out=c)
+        cur.wait_stream(s)
+    v = V.verify(cand("joined", fn), P((512, 512, 512)), dev)
+    assert v.passed, v.reason

@@ -191,8 +191,20 @@ def _capture(fn: Callable[[], None], n: int):
     return g
 
 
+def _unwritten_by_replay(g, c) -> int:
+    import torch
+
+    c.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return int(torch.isnan(c).sum())
+
+
 def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: TimingConfig,
-               replays: int | None = None) -> dict[str, Timing]:
+               replays: int | None = None, c=None) -> dict[str, Timing]:
+    """``c``: the output every callable writes. Each captured graph must write all of it when replayed: work
+    launched outside torch's current stream runs during the capture instead and leaves an empty graph,
+    whose replays would time nothing."""
     import torch
 
     rng = random.Random(cfg.seed)
@@ -202,7 +214,14 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
         try:
             est = max(_estimate_ms(fn), 1e-4)
             n = int(min(cfg.graph_max_calls, max(1, math.ceil(cfg.graph_min_work_ms / est))))
-            graphs[name] = (_capture(fn, n), n)
+            g = _capture(fn, n)
+            left = _unwritten_by_replay(g, c) if c is not None else 0
+            if left:
+                out[name] = failed("graph", f"a replay of the captured graph left {left} of {c.numel()} elements of C "
+                                            f"unwritten: the work was not captured (launched outside torch's "
+                                            f"current stream?)")
+                continue
+            graphs[name] = (g, n)
         except Exception as e:  # noqa: BLE001 - a candidate that cannot be captured is recorded, not fatal
             torch.cuda.synchronize()
             out[name] = failed("graph", f"not capturable in a CUDA graph: {type(e).__name__}: {e}"[:300])
@@ -334,7 +353,7 @@ def measure(fns: Mapping[str, Callable[[], None]], bufs: Buffers, protocol: str,
     """Time zero-arg callables (bound to ``bufs``) interleaved, in one protocol."""
     cfg = cfg or TimingConfig()
     if protocol == "graph":
-        return time_graph(fns, bufs.problem, cfg)
+        return time_graph(fns, bufs.problem, cfg, c=bufs.c)
     if protocol == "cold":
         return time_cold(fns, bufs.problem, cfg)
     if protocol in HOST_PROTOCOLS:
@@ -355,7 +374,7 @@ def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
         cfg_r = replace(cfg, seed=cfg.seed + 7919 * next(rounds), settle_ms=min(cfg.settle_ms, SELECT_SETTLE_MS))
         if protocol == "graph":
             # min_calls replays of graphs of >= 1 call each: every callable runs >= min_calls times.
-            res = time_graph(fns, bufs.problem, cfg_r, replays=min_calls)
+            res = time_graph(fns, bufs.problem, cfg_r, replays=min_calls, c=bufs.c)
         elif protocol == "cold":
             res = time_cold(fns, bufs.problem, cfg_r, calls=min_calls)
         else:

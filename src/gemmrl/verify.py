@@ -15,6 +15,8 @@ interpreter tier). Every call the battery makes goes through one guarded harness
 On top of that the checks, in order, stop at the first failure:
 
 1. ``nan_fill``    one call on random data: integrity only.
+   ``stream_order`` the call queues on torch's current stream (a fresh non-blocking stream held busy by
+                   a device sleep: C must stay untouched until it drains); CUDA only.
 2. ``exact_int``   small integers such that every partial sum, in any order, and the output are exact
                    in the output dtype; C must match the exact product bit for bit (indexing, tails).
 3. ``accuracy``    random-normal unit-scale inputs, a fresh seed per trial, fp64 reference on the same
@@ -444,6 +446,67 @@ def check_nan_fill(cand: Candidate, problem: GemmProblem, device="cuda", seed: i
     return _run_check("nan_fill", body)
 
 
+STREAM_BLOCK_MS = 20.0
+STREAM_PROBE_MS = 2.0
+
+
+def check_stream_order(cand: Candidate, problem: GemmProblem, device="cuda", seed: int = 0,
+                       block_ms: float = STREAM_BLOCK_MS) -> CheckResult:
+    """The work runs on torch's current stream. A fresh torch stream (non-blocking, as torch's pool streams
+    are) is made current and held busy by a device sleep of ``block_ms``; the call must queue behind it. C,
+    read on a second stream ~2 ms after the call returns while the current stream is still blocked, must
+    still be all NaN. A kernel launched on the legacy default stream (``<<<grid, block, smem>>>`` with no
+    stream), the per-thread stream or a stream of its own writes C at once and fails: inside a CUDA graph
+    capture or any serving stack's side stream it would run unordered (its events time nothing, its graph
+    is empty). CPU tensors: nothing to check."""
+    dev = _device(device)
+    torch = _torch()
+
+    def body():
+        if dev.type != "cuda":
+            return {"skipped": "not a CUDA device"}
+        from .timing import max_sm_mhz
+
+        g = _Guarded(problem, dev, seed)
+        g.load(*_normal_inputs(problem, dev, seed))
+        cur, probe = torch.cuda.Stream(device=dev), torch.cuda.Stream(device=dev)
+        c = g.views["c"]
+        for ms in (block_ms, 8 * block_ms):
+            c.fill_(float("nan"))
+            _sync(dev)
+            watched = _watched()
+            with torch.cuda.stream(cur):
+                torch.cuda._sleep(int(ms * 1e3 * max_sm_mhz(dev.index or 0)))  # >= ms at any SM clock
+                t0 = time.perf_counter()
+                try:
+                    cand(*g.args())
+                except Exception as e:  # noqa: BLE001
+                    _restore(watched)
+                    raise _fail("crash", f"{type(e).__name__}: {e} (during stream_order)") from None
+                t_call = time.perf_counter() - t0
+            _restore(watched)
+            time.sleep(STREAM_PROBE_MS * 1e-3)  # time for work on another stream to start writing
+            with torch.cuda.stream(probe):
+                written = int((~torch.isnan(c)).sum())  # on the probe stream, not behind the sleep
+            t_probe = time.perf_counter() - t0
+            _sync(dev)
+            if t_probe * 1e3 < 0.5 * ms:  # conclusive: the current stream was still blocked when probed
+                if written:
+                    raise _fail("stream_order", f"{written} of {c.numel()} elements of C were written while torch's "
+                                                f"current stream was still blocked ({t_probe * 1e3:.1f} ms into a "
+                                                f"{ms:g} ms device sleep queued before the call): the work does not "
+                                                f"run on torch's current stream (legacy default stream, per-thread "
+                                                f"stream or a stream of its own)", elements=written)
+                if bool(torch.isnan(c).any()):
+                    raise _fail("stream_order", "C is incomplete after the current stream drained (launched on a "
+                                                "side stream that was not joined?)")
+                return {"block_ms": ms, "call_ms": t_call * 1e3, "probe_ms": t_probe * 1e3}
+        raise _fail("stream_order", f"inconclusive: the call held the host {t_call * 1e3:.1f} ms while the current "
+                                    f"stream was blocked for {ms:g} ms (does it synchronize the device or the stream?)")
+
+    return _run_check("stream_order", body)
+
+
 def check_exact_int(cand: Candidate, problem: GemmProblem, device="cuda", seeds: Sequence[int] = (0, 1)) -> CheckResult:
     """Small-integer inputs whose product is exact in the output dtype: C must match it exactly."""
     dev = _device(device)
@@ -523,6 +586,7 @@ def verify(cand: Candidate, problem: GemmProblem, device="cuda", *, seeds: Seque
     t0 = time.perf_counter()
     plan = [
         lambda: check_nan_fill(cand, problem, device, draw(1)[0]),
+        lambda: check_stream_order(cand, problem, device, draw(1)[0]),
         lambda: check_exact_int(cand, problem, device, draw(2)),
         lambda: check_accuracy(cand, problem, device, seeds, tolerance),
         lambda: check_second_call(cand, problem, device, draw(2), tolerance),
