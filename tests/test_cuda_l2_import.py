@@ -253,6 +253,19 @@ def test_binding_checks_shape_dtype_and_declares_exact_types():
     assert "M = 64, N = 128, K = 256" in text
     assert "at::kBFloat16" in text and "serves only M_N_K = 64_128_256" in text
     assert 'm.def("run"' in text
+    assert "#define GEMMRL_JOIN_LEGACY 0" in text  # TN_BODY launches on a stream it is given
+
+
+def test_legacy_stream_join_only_where_the_source_launches_on_the_default_stream():
+    legacy = imp.analyze_source(_naive())  # <<<..., 0, 0>>>: a stream argument of 0 is the legacy stream
+    assert imp.joins_legacy_stream(legacy) and "default_stream" in legacy.flags_in_call_path()
+    assert "#define GEMMRL_JOIN_LEGACY 1" in imp.binding_source(legacy, "64_64_64", "64_64_64.cu")
+    current = imp.analyze_source(_naive(stream_include="#include <c10/cuda/CUDAStream.h>",
+                                        stream="c10::cuda::getCurrentCUDAStream()"))
+    assert not imp.joins_legacy_stream(current)
+    assert "#define GEMMRL_JOIN_LEGACY 0" in imp.binding_source(current, "64_64_64", "64_64_64.cu")
+    nostream = imp.analyze_source(_src(TN_BODY.replace("<<<1, 32, 0, stream>>>", "<<<1, 32>>>")))
+    assert imp.joins_legacy_stream(nostream)
 
 
 def test_candidate_convention_and_supports():
@@ -262,6 +275,13 @@ def test_candidate_convention_and_supports():
     assert (cand.name, cand.layout, cand.acc, cand.ok) == ("import:set", "tn", "fp32", True)
     cand(1, 2, 3, 4)
     assert calls == [(1, 2, 3, 4)]
+
+    class T:  # a tensor's device index is all the stream getter needs
+        device = type("D", (), {"index": 3})()
+    streamed = imp.ImportedCandidate("import:set", "64_128_256", "tn", lambda *a: calls.append(a),
+                                     stream=lambda d: 1000 + d)
+    streamed(T, 2, 3, 4)
+    assert calls[-1] == (T, 2, 3, 4, 1003)  # torch's current stream goes to the binding
     assert cand.prepare(None, None, "graph", None) is None
     assert cand.info() == {"hash": "abc"}
     assert cand.supports(GemmProblem(64, 128, 256)) and not cand.supports(GemmProblem(64, 128, 512))
@@ -376,6 +396,9 @@ def main(kdir):
         print("child: called", p.mnk, flush=True)
         ref = (bufs.a.double() @ bufs.b.double()).to(torch.float16)
         torch.testing.assert_close(bufs.c, ref, atol=2e-3, rtol=2e-3)
+        from gemmrl.verify import check_stream_order
+        so = check_stream_order(cand, p, "cuda")
+        assert so.passed, so.reason
     # a call with another shape or dtype is refused with a clear message
     for shape, dtype, needle in (((64, 128, 512), "fp16", "serves only M_N_K = 64_128_256"),
                                  ((64, 128, 256), "bf16", "imported for fp16")):
@@ -414,4 +437,5 @@ def test_gpu_naive_kernel_matches_torch(tmp_path):
     env = {**os.environ, "GEMMRL_CACHE_DIR": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-X", "faulthandler", str(child), str(kdir)], capture_output=True,
                          text=True, env=env, timeout=900)
-    assert out.returncode == 0 and "CHILD-OK" in out.stdout, (out.returncode, out.stdout[-2000:], out.stderr[-4000:])
+    print(out.stdout[-4000:], "\n--- stderr ---\n", out.stderr[-8000:])  # shown by pytest on failure
+    assert out.returncode == 0 and "CHILD-OK" in out.stdout, (out.returncode, out.stdout[-300:])
