@@ -1,0 +1,39 @@
+"""Helpers shared by the kernels: tile order (GROUP swizzle along M or N) and the output cast.
+
+UPCAST is set only under the Triton interpreter with bf16 data: the interpreter cannot multiply bf16 and its
+fp32->bf16 cast truncates, so operands are widened (exactly) to fp32 and C, passed as an int16 view, is
+rounded to bf16 here (round to nearest even), as planted.py does.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def tile_mn(tile, num_m, num_n, GROUP: tl.constexpr, N_MAJOR: tl.constexpr):
+    """Tile index -> (pid_m, pid_n). N_MAJOR False: groups of GROUP tile rows, walked column by column inside a
+    group (the classic swizzle: neighbours share B columns in L2). N_MAJOR True: the same with M and N swapped."""
+    if N_MAJOR:
+        width = GROUP * num_m
+        first = (tile // width) * GROUP
+        size = tl.minimum(num_n - first, GROUP)
+        pid_n = first + (tile % width) % size
+        pid_m = (tile % width) // size
+    else:
+        width = GROUP * num_n
+        first = (tile // width) * GROUP
+        size = tl.minimum(num_m - first, GROUP)
+        pid_m = first + (tile % width) % size
+        pid_n = (tile % width) // size
+    return pid_m, pid_n
+
+
+@triton.jit
+def to_out(acc, c_ptr, UPCAST: tl.constexpr):
+    """``acc`` cast to the element type of ``c_ptr`` (C's dtype)."""
+    if UPCAST:  # C is an int16 view of bf16: round to nearest even by hand
+        bits = acc.to(tl.float32).to(tl.int32, bitcast=True)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(tl.int16)
+    else:
+        return acc.to(c_ptr.dtype.element_ty)
+

@@ -1,0 +1,214 @@
+"""Analytic cost model of the Triton family: ranks configs for a shape and prunes the space before timing.
+
+For a config on a GPU (``Arch``: 132 SMs, 989 TFLOP/s, 3.35 TB/s on an H100) the predicted device time is
+
+    launches * t_launch  +  fill  +  max(mainloop, hbm)  +  reduction
+
+* mainloop: the SM with the most programs (wave quantization: ceil(programs / SMs), for a persistent kernel
+  ceil(tiles / programs)) runs its K steps one after another; a step takes the longer of its MMA time
+  (2*BM*BN*BK at the SM's share of peak times an instruction efficiency: wgmma needs a 64-row MMA dimension and
+  whole warpgroups, else mma.sync at about half the rate) and its L2 time ((BM+BN)*BK*2 bytes at the SM's share
+  of L2 bandwidth), and no less than the load latency divided by the loads in flight (stages-1 per program,
+  times the programs resident on the SM; one with rows Triton cannot prove 16-element aligned, whose scalar
+  loads are neither pipelined nor wide): the pipeline-depth term, Little's law per SM, which is what limits
+  a memory-bound kernel with too few programs or too shallow a pipeline. Padded tiles count as work (tile
+  efficiency).
+* hbm: bytes that must cross HBM (A, B, C once, plus split-K partials written and read) at peak bandwidth.
+  With ``warm_l2`` (the graph protocol) operands that fit in L2 cost nothing here.
+* fill: one load latency plus the epilogue per wave (per program for a persistent kernel, whose later tiles
+  overlap their loads with the previous epilogue).
+* reduction: two-pass split-K adds a launch and a pass over the fp32 workspace; fused adds the last program's
+  read of the partials; atomic, the atomics' traffic.
+
+The constants are rough (datasheet peaks, latencies from microbenchmark lore); the model's job is the
+ranking. ``prune(problem, k)`` keeps the k configs predicted fastest, with a few slots reserved for each
+variant so that timing can correct the model where it is wrong. Nothing here imports torch or triton.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..kernels.triton_gemm.configs import H100, Arch, Config, acc_regs, aligned_operands, smem_bytes
+from ..problem import GemmProblem
+from .space import VARIANTS, enumerate_space
+
+
+@dataclass(frozen=True)
+class CostParams:
+    launch_us: float = 1.5          # one kernel in a CUDA graph: launch to first instruction, and teardown
+    latency_us: float = 0.8         # a load's round trip from HBM under load
+    l2_latency_us: float = 0.4      # ... from L2
+    wgmma_eff: float = 0.85         # fraction of peak a fed wgmma mainloop sustains
+    mma_eff: float = 0.45           # mma.sync (tiles under 64 rows or partial warpgroups)
+    tma_bonus: float = 1.05         # descriptor loads: fewer address instructions and registers
+    ws_bonus: float = 1.03          # warp specialization: producer and consumers overlap
+    atomic_us: float = 0.5          # one counter atomic and its fence
+    scalar_load_eff: float = 0.25   # share of load bandwidth left with 2-byte scalar loads (unaligned rows)
+
+
+DEFAULT = CostParams()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    mainloop: float
+    hbm: float
+    fill: float
+    launch: float
+    reduction: float
+    programs: int
+
+    @property
+    def us(self) -> float:
+        return self.seconds * 1e6
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _occupancy(cfg: Config, problem: GemmProblem, arch: Arch) -> int:
+    """Programs resident per SM: shared memory, registers and the 64-warp limit."""
+    if cfg.variant == "persistent":
+        return cfg.ctas_per_sm
+    smem = smem_bytes(cfg, problem)
+    regs = cfg.warps * 32 * min(arch.max_regs_per_thread, acc_regs(cfg, problem) + 64)
+    return max(1, min(arch.smem_per_sm // smem, arch.regs_per_sm // regs, 64 // cfg.warps, 32))
+
+
+def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool = False,
+             params: CostParams = DEFAULT) -> Estimate:
+    """Predicted device time of one call (seconds) and its parts; assumes ``cfg`` is valid."""
+    M, N, K = problem.M, problem.N, problem.K
+    sms = arch.num_sms
+    split = getattr(cfg, "split", 1)
+    k_steps = _cdiv(_cdiv(K, cfg.BK), split)          # per program
+    tiles = _cdiv(M, cfg.BM) * _cdiv(N, cfg.BN)
+    occ = _occupancy(cfg, problem, arch)
+    if cfg.variant == "persistent":
+        programs = min(tiles, sms * cfg.ctas_per_sm)
+        per_sm = _cdiv(tiles, programs) * _cdiv(programs, sms)   # tiles the busiest SM runs, in turn
+        waves = 1
+    else:
+        programs = tiles * split
+        per_sm = _cdiv(programs, sms)
+        waves = _cdiv(programs, sms * occ)
+    # MMA shape: swap-AB puts N in the MMA's M dimension
+    mma_m = cfg.BN if cfg.variant == "smallm" else cfg.BM
+    wgmma = mma_m >= 64 and cfg.warps % 4 == 0 and arch.cc >= 90
+    eff = params.wgmma_eff if wgmma else params.mma_eff
+    if getattr(cfg, "tma", False):
+        eff *= params.tma_bonus
+    if getattr(cfg, "ws", False):
+        eff *= params.ws_bonus
+    p_sm = arch.peak_tflops * 1e12 / sms
+    l2_sm = arch.l2_tbps * 1e12 / sms
+    step_flops = 2.0 * cfg.BM * cfg.BN * cfg.BK
+    step_bytes = (cfg.BM + cfg.BN) * cfg.BK * 2.0
+    resident = max(1, min(occ, per_sm))
+    # Rows Triton cannot prove 16-element aligned (configs.aligned_operands): scalar loads, no cp.async pipeline.
+    scalar = not getattr(cfg, "tma", False) and not all(aligned_operands(problem))
+    stages = 1 if scalar else cfg.stages
+    in_flight = max(1, stages - 1) * resident          # K steps whose loads are under way on the SM
+    lat = params.l2_latency_us * 1e-6 if warm_l2 else params.latency_us * 1e-6
+    load_bw = l2_sm * (params.scalar_load_eff if scalar else 1.0)
+    t_step = max(step_flops / (p_sm * eff), step_bytes / load_bw, lat / in_flight)
+    mainloop = per_sm * k_steps * t_step
+    # HBM traffic
+    operand_bytes = 2.0 * (M * K + K * N)
+    out_bytes = 2.0 * M * N
+    red = getattr(cfg, "reduction", "none") if split > 1 else "none"
+    ws_bytes = 0.0
+    if red in ("two_pass", "fused"):
+        ws_bytes = 2 * 4.0 * split * M * N              # written, then read back
+    elif red == "atomic":
+        ws_bytes = 4.0 * split * M * N + 8.0 * M * N
+    fits = operand_bytes + out_bytes + ws_bytes <= 0.8 * arch.l2_bytes
+    hbm_bytes = out_bytes + ws_bytes + (0.0 if (warm_l2 and fits) else operand_bytes)
+    hbm = hbm_bytes / (arch.hbm_tbps * 1e12)
+    # fill and epilogue
+    epi = cfg.BM * cfg.BN * 2.0 / l2_sm
+    if cfg.variant == "persistent":
+        fill = lat + epi * max(1, per_sm)
+    else:
+        fill = waves * (lat + epi)
+    launches = 2 if red == "two_pass" else 1
+    reduction = 0.0
+    if red == "two_pass":
+        reduction = 4.0 * split * M * N / (arch.hbm_tbps * 1e12) + lat
+    elif red == "fused":
+        reduction = split * cfg.BM * cfg.BN * 4.0 / l2_sm + params.atomic_us * 1e-6
+    elif red == "atomic":
+        reduction = cfg.BM * cfg.BN * 4.0 / l2_sm + params.atomic_us * 1e-6
+    launch = launches * params.launch_us * 1e-6
+    total = launch + fill + max(mainloop, hbm) + reduction
+    return Estimate(total, mainloop, hbm, fill, launch, reduction, programs)
+
+
+def rank(problem: GemmProblem, configs: Iterable[Config], arch: Arch = H100, warm_l2: bool = False,
+         params: CostParams = DEFAULT) -> list[tuple[float, Config]]:
+    """(predicted seconds, config), fastest first (ties broken by the config's string, so the order is stable)."""
+    scored = [(estimate(c, problem, arch, warm_l2, params).seconds, str(c), c) for c in configs]
+    scored.sort(key=lambda t: (t[0], t[1]))
+    return [(s, c) for s, _, c in scored]
+
+
+def prune(problem: GemmProblem, k: int, arch: Arch = H100, warm_l2: bool = False, min_per_variant: int = 2,
+          params: CostParams = DEFAULT) -> list[Config]:
+    """The ``k`` configs predicted fastest for ``problem``: first the ``min_per_variant`` best of every variant
+    that has valid configs (where k leaves room), then the best of the rest; sorted fastest first."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    by_variant: dict[str, list] = {v: [] for v in VARIANTS}
+    for cfg in enumerate_space(problem, arch):
+        t = estimate(cfg, problem, arch, warm_l2, params).seconds
+        heapq.heappush(by_variant[cfg.variant], (t, str(cfg), cfg))
+    live = [v for v in VARIANTS if by_variant[v]]
+    reserve = min_per_variant if k >= min_per_variant * len(live) else 0
+    picked = []
+    for v in live:
+        for _ in range(min(reserve, len(by_variant[v]))):
+            picked.append(heapq.heappop(by_variant[v]))
+    rest = heapq.merge(*(sorted(by_variant[v]) for v in live))
+    for item in rest:
+        if len(picked) >= k:
+            break
+        picked.append(item)
+    picked.sort(key=lambda t: (t[0], t[1]))
+    return [c for _, _, c in picked[:k]]
+
+
+def floor_seconds(problem: GemmProblem, arch: Arch = H100) -> float:
+    """Roofline floor at the datasheet peaks (problem.floor_s with this arch's numbers)."""
+    return max(problem.flops / (arch.peak_tflops * 1e12), problem.bytes / (arch.hbm_tbps * 1e12))
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    """Spearman rank correlation (average ranks for ties): predicted vs measured times."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ValueError("spearman needs two sequences of equal length >= 2")
+
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for t in range(i, j + 1):
+                r[order[t]] = (i + j) / 2.0
+            i = j + 1
+        return r
+
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    sx = math.sqrt(sum((a - mx) ** 2 for a in rx))
+    sy = math.sqrt(sum((b - my) ** 2 for b in ry))
+    return cov / (sx * sy) if sx and sy else 0.0
