@@ -54,7 +54,7 @@ fi
 
 if [ "${SKIP_README:-0}" != 1 ]; then
   # the README's first line, verbatim, in a copy of the tree (as a new user would run it), on PATH's python
-  cmd=$(grep -m1 -E '^pip install .*gemmrl bench' README.md | sed 's/ *#.*//')
+  cmd=$(grep -m1 -E '^python3 -m pip install .*gemmrl bench' README.md | sed 's/ *#.*//')
   rm -rf /tmp/gemmrl_readme && mkdir -p /tmp/gemmrl_readme && cp -r "$tree"/. /tmp/gemmrl_readme/ 2>/dev/null
   touch /tmp/gemmrl_readme/.readme_marker
   ( cd /tmp/gemmrl_readme && unset PYTHONPATH && export GEMMRL_CACHE_DIR=/tmp/gemmrl_readme_cache \

@@ -190,6 +190,9 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
              "timestamp": now()}
         if protocol == "graph":
             r["info"] = f"calls_per_graph={t.extra.get('calls_per_graph', '')}"
+        if protocol in ("graph", "cold") and "settle_ms" in t.extra:
+            r["info"] = ";".join(x for x in (r.get("info", ""), f"settle_ms={t.extra['settle_ms']}",
+                                             f"settle_mhz={t.extra.get('settle_mhz') or ''}") if x)
         if not r["floor_ok"]:
             r["reason"] = f"below the roofline floor ({t.time_ms:.4g} ms < 0.95 x {floor:.4g} ms): measurement error"
         rows.append(r)

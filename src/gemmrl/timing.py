@@ -39,6 +39,9 @@ DEVICE_PROTOCOLS = ("graph", "cold")
 HOST_PROTOCOLS = ("offline", "server")
 FLOOR_SLACK = 0.95
 SELECT_SETTLE_MS = 50.0
+SETTLE_MAX_MS = 3000.0
+SETTLE_POLL_MS = 50.0
+SETTLE_STABLE = 0.01  # the last 4 clock readings (150 ms) within 1% of each other
 
 
 class TimingError(RuntimeError):
@@ -52,6 +55,7 @@ class TimingConfig:
     graph_replays: int = 20
     cold_calls: int = 25
     settle_ms: float = 200.0
+    settle_max_ms: float = SETTLE_MAX_MS
     warmup_s: float = 5.0
     benchmark_s: float = 10.0
     qps: float = 100.0
@@ -159,19 +163,47 @@ def _busy(us: float = BUSY_US) -> None:
     torch.cuda._sleep(int(us * max_sm_mhz(torch.cuda.current_device())))
 
 
-def _settle(fns: list[Callable[[], None]], ms: float) -> None:
-    """Run ``fns`` round-robin, untimed, until ``ms`` of wall time have passed (at least one round)."""
+def _sm_clock_reader() -> Callable[[], float] | None:
+    """The current SM clock in MHz (NVML, read-only), or None where NVML is absent (CPU tier)."""
+    try:
+        import pynvml
+        import torch
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        return lambda: float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _settle(fns: list[Callable[[], None]], ms: float, max_ms: float = SETTLE_MAX_MS,
+            clock: Callable[[], float] | None = None) -> dict:
+    """Run ``fns`` round-robin, untimed, for at least ``ms`` of wall time (at least one round), then on until
+    the SM clock holds still (the last 4 readings 50 ms apart within 1%) or ``max_ms`` have passed. Under a
+    sustained large GEMM an H100 boosts, then its power limit pulls the clock down over a few hundred ms
+    (1980 -> 1425 -> 1305 MHz seen at 2048_16384_4096): timing before that point measures the boost."""
     import torch
 
+    info = {"settle_ms": 0.0, "mhz": None}
     if not fns:
-        return
+        return info
     t0 = time.perf_counter()
+    readings: list[float] = []
+    last_poll = -math.inf
     while True:
         for f in fns:
             f()
         torch.cuda.synchronize()
-        if (time.perf_counter() - t0) * 1e3 >= ms:
-            return
+        el = (time.perf_counter() - t0) * 1e3
+        if clock is not None and el - last_poll >= SETTLE_POLL_MS:
+            readings.append(clock())
+            last_poll = el
+        if el >= ms:
+            tail = readings[-4:]
+            stable = clock is None or (len(tail) == 4 and max(tail) <= min(tail) * (1 + SETTLE_STABLE))
+            if stable or el >= max_ms:
+                info.update(settle_ms=el, mhz=readings[-1] if readings else None)
+                return info
 
 
 def _capture(fn: Callable[[], None], n: int):
@@ -189,6 +221,21 @@ def _capture(fn: Callable[[], None], n: int):
             fn()
     torch.cuda.synchronize()
     return g
+
+
+def _replay_ms(g) -> float:
+    """Device time of one replay of ``g`` (the GPU kept busy before the start event)."""
+    import torch
+
+    g.replay()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    _busy()
+    s.record()
+    g.replay()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e)
 
 
 def _unwritten_by_replay(g, c) -> int:
@@ -215,6 +262,13 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
             est = max(_estimate_ms(fn), 1e-4)
             n = int(min(cfg.graph_max_calls, max(1, math.ceil(cfg.graph_min_work_ms / est))))
             g = _capture(fn, n)
+            for _ in range(2):  # the estimate above can be inflated by host launch gaps: size by a measured replay
+                t = _replay_ms(g)
+                if t >= 0.9 * cfg.graph_min_work_ms or n >= cfg.graph_max_calls:
+                    break
+                n = int(min(cfg.graph_max_calls, math.ceil(n * 1.1 * cfg.graph_min_work_ms / max(t, 1e-4))))
+                del g
+                g = _capture(fn, n)
             left = _unwritten_by_replay(g, c) if c is not None else 0
             if left:
                 out[name] = failed("graph", f"a replay of the captured graph left {left} of {c.numel()} elements of C "
@@ -226,7 +280,7 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
             torch.cuda.synchronize()
             out[name] = failed("graph", f"not capturable in a CUDA graph: {type(e).__name__}: {e}"[:300])
     # untimed replays: first-replay upload costs stay out, and the clocks settle under sustained load
-    _settle([g.replay for g, _ in graphs.values()], cfg.settle_ms)
+    settled = _settle([g.replay for g, _ in graphs.values()], cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
     samples: dict[str, list[float]] = {k: [] for k in graphs}
     nrep = max(cfg.graph_replays, replays or 0)
     for _ in range(nrep):
@@ -240,7 +294,9 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
             e.synchronize()
             samples[name].append(s.elapsed_time(e) / n)
     for name, xs in samples.items():
-        out[name] = _summary("graph", xs, problem.flops, mean=False, extra={"calls_per_graph": graphs[name][1]})
+        out[name] = _summary("graph", xs, problem.flops, mean=False,
+                             extra={"calls_per_graph": graphs[name][1], "settle_ms": round(settled["settle_ms"]),
+                                    "settle_mhz": settled["mhz"]})
     del graphs
     return out
 
@@ -279,7 +335,7 @@ def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: 
             live[name] = fn
         except Exception as e:  # noqa: BLE001
             out[name] = failed("cold", f"{type(e).__name__}: {e}"[:300])
-    _settle(list(live.values()), cfg.settle_ms)
+    settled = _settle(list(live.values()), cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
     samples: dict[str, list[float]] = {k: [] for k in live}
     for i in range(max(cfg.cold_calls, calls or 0)):
         for name in _order(list(live), rng):
@@ -292,7 +348,8 @@ def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: 
             e.synchronize()
             samples[name].append(s.elapsed_time(e))
     for name, xs in samples.items():
-        out[name] = _summary("cold", xs, problem.flops, mean=False)
+        out[name] = _summary("cold", xs, problem.flops, mean=False,
+                             extra={"settle_ms": round(settled["settle_ms"]), "settle_mhz": settled["mhz"]})
     return out
 
 
@@ -371,7 +428,8 @@ def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
 
     def timer(fns: Mapping[str, Callable[[], None]], min_calls: int = 20) -> dict[str, float]:
         # algorithm selection interleaves its candidates, so they share the clock state: a short settle does
-        cfg_r = replace(cfg, seed=cfg.seed + 7919 * next(rounds), settle_ms=min(cfg.settle_ms, SELECT_SETTLE_MS))
+        cfg_r = replace(cfg, seed=cfg.seed + 7919 * next(rounds), settle_ms=min(cfg.settle_ms, SELECT_SETTLE_MS),
+                        settle_max_ms=min(cfg.settle_max_ms, SELECT_SETTLE_MS))
         if protocol == "graph":
             # min_calls replays of graphs of >= 1 call each: every callable runs >= min_calls times.
             res = time_graph(fns, bufs.problem, cfg_r, replays=min_calls, c=bufs.c)
