@@ -73,10 +73,10 @@ def test_settle_runs_every_callable_until_the_time_is_spent(monkeypatch):
     assert ran == {"a": 1, "b": 1}
     timing._settle([], 1e9)  # nothing to run: returns at once
     # with a clock: on past the minimum until 4 readings agree within 1%, or the maximum
-    mhz = iter([1980, 1900, 1700, 1500, 1420, 1425, 1423, 1421] + [1421] * 1000)
+    mhz = iter([1980, 1900, 1700, 1500, 1420, 1425, 1423, 1421, 1426, 1420, 1424, 1422] + [1421] * 1000)
     t0 = time.perf_counter()
     info = timing._settle([lambda: time.sleep(0.01)], 0.0, max_ms=5000.0, clock=lambda: float(next(mhz)))
-    assert info["mhz"] == 1421.0 and 300 <= (time.perf_counter() - t0) * 1e3 < 2000
+    assert info["mhz"] in (1421.0, 1422.0) and 500 <= (time.perf_counter() - t0) * 1e3 < 2500
     falling = iter(range(2000, 0, -50))
     info = timing._settle([lambda: time.sleep(0.01)], 0.0, max_ms=200.0, clock=lambda: float(next(falling)))
     assert 200.0 <= info["settle_ms"] < 400.0  # never stable: stops at the maximum

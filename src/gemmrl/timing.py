@@ -41,7 +41,8 @@ FLOOR_SLACK = 0.95
 SELECT_SETTLE_MS = 50.0
 SETTLE_MAX_MS = 3000.0
 SETTLE_POLL_MS = 50.0
-SETTLE_STABLE = 0.01  # the last 4 clock readings (150 ms) within 1% of each other
+SETTLE_STABLE = 0.015  # the last SETTLE_READINGS clock readings within 1.5% of each other
+SETTLE_READINGS = 8  # 350 ms of readings 50 ms apart: a power-capped H100 oscillates on that scale
 
 
 class TimingError(RuntimeError):
@@ -53,6 +54,7 @@ class TimingConfig:
     graph_min_work_ms: float = 1.0
     graph_max_calls: int = 1000
     graph_replays: int = 20
+    graph_min_timed_ms: float = 500.0  # more rounds until the timed replays span this much device time
     cold_calls: int = 25
     settle_ms: float = 200.0
     settle_max_ms: float = SETTLE_MAX_MS
@@ -179,7 +181,7 @@ def _sm_clock_reader() -> Callable[[], float] | None:
 def _settle(fns: list[Callable[[], None]], ms: float, max_ms: float = SETTLE_MAX_MS,
             clock: Callable[[], float] | None = None) -> dict:
     """Run ``fns`` round-robin, untimed, for at least ``ms`` of wall time (at least one round), then on until
-    the SM clock holds still (the last 4 readings 50 ms apart within 1%) or ``max_ms`` have passed. Under a
+    the SM clock holds still (the last 8 readings 50 ms apart within 1.5%) or ``max_ms`` have passed. Under a
     sustained large GEMM an H100 boosts, then its power limit pulls the clock down over a few hundred ms
     (1980 -> 1425 -> 1305 MHz seen at 2048_16384_4096): timing before that point measures the boost."""
     import torch
@@ -199,8 +201,8 @@ def _settle(fns: list[Callable[[], None]], ms: float, max_ms: float = SETTLE_MAX
             readings.append(clock())
             last_poll = el
         if el >= ms:
-            tail = readings[-4:]
-            stable = clock is None or (len(tail) == 4 and max(tail) <= min(tail) * (1 + SETTLE_STABLE))
+            tail = readings[-SETTLE_READINGS:]
+            stable = clock is None or (len(tail) == SETTLE_READINGS and max(tail) <= min(tail) * (1 + SETTLE_STABLE))
             if stable or el >= max_ms:
                 info.update(settle_ms=el, mhz=readings[-1] if readings else None)
                 return info
@@ -283,6 +285,10 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
     settled = _settle([g.replay for g, _ in graphs.values()], cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
     samples: dict[str, list[float]] = {k: [] for k in graphs}
     nrep = max(cfg.graph_replays, replays or 0)
+    # a power-capped GPU's clock moves on a scale of 100s of ms: the timed rounds span at least
+    # graph_min_timed_ms of device time so the median is not one phase of that oscillation (at most 200 rounds)
+    round_ms = sum(samples_ms for samples_ms in (_replay_ms(g) for g, _ in graphs.values()))
+    nrep = max(nrep, min(200, math.ceil(cfg.graph_min_timed_ms / max(round_ms, 1e-3))))
     for _ in range(nrep):
         for name in _order(list(graphs), rng):
             g, n = graphs[name]
@@ -429,7 +435,7 @@ def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
     def timer(fns: Mapping[str, Callable[[], None]], min_calls: int = 20) -> dict[str, float]:
         # algorithm selection interleaves its candidates, so they share the clock state: a short settle does
         cfg_r = replace(cfg, seed=cfg.seed + 7919 * next(rounds), settle_ms=min(cfg.settle_ms, SELECT_SETTLE_MS),
-                        settle_max_ms=min(cfg.settle_max_ms, SELECT_SETTLE_MS))
+                        settle_max_ms=min(cfg.settle_max_ms, SELECT_SETTLE_MS), graph_min_timed_ms=0.0)
         if protocol == "graph":
             # min_calls replays of graphs of >= 1 call each: every callable runs >= min_calls times.
             res = time_graph(fns, bufs.problem, cfg_r, replays=min_calls, c=bufs.c)
