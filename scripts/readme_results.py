@@ -1,7 +1,9 @@
 """Regenerate the README's results section from committed result CSVs (never hand-entered numbers).
 
-    python scripts/readme_results.py benchmarks/results/h100_grid60s0_graph-cold-offline_2026-11-22.csv \
-        --host-cost benchmarks/results/h100_host-cost-nvmath_2026-11-22.csv
+    python scripts/readme_results.py benchmarks/results/h100_grid60s0_graph-cold-offline-confirmed-autotune_2026-11-22.csv \
+        --host-cost benchmarks/results/h100_host-cost-nvmath_2026-11-22.csv \
+        --repeat benchmarks/results/h100_grid12s7-graph-repeat2-run4-clock-settle-500ms_2026-11-22.csv \
+        --imports benchmarks/results/h100_cuda-l2-h100-25_graph-cold-offline_2026-11-22.csv
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from pathlib import Path
 
 from gemmrl.bench import noise_rule_below
 from gemmrl.results import read_rows
-from gemmrl.summary import BASELINES, markdown_summary, summarize
+from gemmrl.summary import BASELINES, markdown_summary, repeat_spread, summarize
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
-def section(paths: list[str], host_cost: str | None) -> str:
+def section(paths: list[str], host_cost: str | None, repeat: str | None = None, imports: str | None = None) -> str:
     rows = read_rows(paths)
     first = [r for r in rows if str(r.get("rep", "0")) == "0" and not r.get("recheck") and not r.get("members")]
     meta = first[0]
@@ -27,8 +29,9 @@ def section(paths: list[str], host_cost: str | None) -> str:
     unverified = sum(1 for r in first if r["candidate"] in BASELINES and r["verified"] != "true")
     below = sum(1 for r in first if r.get("floor_ok") == "false")
     slower = noise_rule_below(rows, "cublaslt_autotuned", "cublaslt_heuristic")
+    shas = ", ".join(sorted({r["git_sha"] for r in first}))
     out = [f"Run: `{' '.join(Path(p).name for p in paths)}` on {meta['gpu']} (driver {meta['driver']}, CUDA "
-           f"{meta['cuda']}, torch {meta['torch']}, git {meta['git_sha']}), {len(shapes)} grid shapes "
+           f"{meta['cuda']}, torch {meta['torch']}, git {shas}), {len(shapes)} grid shapes "
            "(`gemmrl bench --grid cuda-l2 --sample 60 --seed 0 --protocol graph,cold,offline`).",
            "",
            f"- vendor rows that failed the correctness battery: {unverified}; rows under 0.95x the roofline floor: {below}",
@@ -38,6 +41,13 @@ def section(paths: list[str], host_cost: str | None) -> str:
            "Each vendor path against the fastest of all seven (`vendor_best`), per-shape speedup statistics:",
            "",
            markdown_summary(summarize(rows, list(BASELINES), ("vendor_best",)))]
+    if repeat:
+        sp = repeat_spread(read_rows([repeat]))
+        out += [f"Repeatability (`{Path(repeat).name}`, 12 grid shapes x 7 vendor paths measured twice in `graph`, "
+                f"`--sample 12 --seed 7 --repeat 2`): |t2/t1 - 1| median {sp.median:.2%}, p90 {sp.p90:.2%}, "
+                f"max {sp.max:.2%} ({sp.worst[0]}, {sp.worst[1]}).", ""]
+    if imports:
+        out += _imports(imports)
     if host_cost:
         with open(host_cost, newline="") as fh:
             hc = list(csv.DictReader(fh))
@@ -53,16 +63,39 @@ def section(paths: list[str], host_cost: str | None) -> str:
     return "\n".join(out)
 
 
+def _imports(path: str) -> list[str]:
+    """CUDA-L2-style imported kernels: the battery's verdicts and, for those that passed, speed vs vendor_best."""
+    rows = read_rows([path])
+    first = [r for r in rows if str(r.get("rep", "0")) == "0" and not r.get("recheck") and not r.get("members")]
+    imp = {}
+    for r in first:
+        if r["candidate"].startswith("import:"):
+            imp.setdefault(r["mnk"], r)  # the battery runs once per shape: the same verdict in every protocol
+    passed = sorted(m for m, r in imp.items() if r["verified"] == "true" or "not capturable" in r.get("reason", ""))
+    failed = {m: r["reason"].split(":")[0] for m, r in imp.items() if m not in passed}
+    why: dict[str, list[str]] = {}
+    for m, k in sorted(failed.items()):
+        why.setdefault(k, []).append(m)
+    names = sorted({r["candidate"] for r in first if r["candidate"].startswith("import:")})
+    out = [f"Imported kernels (`{Path(path).name}`, `gemmrl bench --kernel-dir ... --protocol graph,cold,offline`): "
+           f"{len(passed)} of {len(imp)} passed the battery; rejected: "
+           + "; ".join(f"{k} {len(v)} ({', '.join(v)})" for k, v in why.items()) + ".", ""]
+    out.append(markdown_summary(summarize(rows, names, ("vendor_best",))))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv", nargs="+")
     ap.add_argument("--host-cost")
+    ap.add_argument("--repeat", help="a --repeat 2 graph CSV: repeatability line")
+    ap.add_argument("--imports", help="a --kernel-dir CSV: the imported kernels' verdicts and speed")
     ap.add_argument("--readme", default="README.md")
     args = ap.parse_args()
     text = Path(args.readme).read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{args.readme} has no {BEGIN} ... {END} markers")
-    new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda m: f"{BEGIN}\n{section(args.csv, args.host_cost)}\n{END}",
+    new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda m: f"{BEGIN}\n{section(args.csv, args.host_cost, args.repeat, args.imports)}\n{END}",
                  text, flags=re.S)
     Path(args.readme).write_text(new)
 
