@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from dataclasses import replace
 from datetime import date
@@ -56,9 +57,21 @@ def _gpu_slug() -> str:
     return "".join(ch for ch in name.replace("nvidia", "") if ch.isalnum())[:12] or "gpu"
 
 
+def _triton_top(k: int) -> tuple:
+    """BenchSpec.extra for --triton-top K: the cost model's K best Triton configs per shape (none for 0)."""
+    if k < 0:
+        raise CliError(f"--triton-top takes a count of configs per shape, >= 0 (0 = off); got {k}")
+    if k == 0:
+        return ()
+    from .kernels.triton_gemm.top import top_candidates
+
+    return (functools.partial(top_candidates, k=k),)
+
+
 def cmd_bench(args) -> int:
     from .bench import BenchSpec, require_cuda, run_bench, summary_text, write_summary
 
+    extra = _triton_top(args.triton_top)
     protocols = _protocols(args.mode or args.protocol)
     if args.mode and args.mode not in ("offline", "server"):
         raise CliError("--mode is CUDA-L2's flag and takes offline or server; use --protocol for graph/cold")
@@ -79,7 +92,8 @@ def cmd_bench(args) -> int:
         tag = "-".join(protocols)
         out = out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv"
     spec = BenchSpec(problems=tuple(problems), protocols=protocols, out=out, cfg=cfg, kernel_dir=args.kernel_dir,
-                     kernel_acc=args.kernel_acc, device=args.gpu_device_id, repeat=args.repeat)
+                     kernel_acc=args.kernel_acc, device=args.gpu_device_id, repeat=args.repeat,
+                     extra=extra)
     if args.kernel_dir and not Path(args.kernel_dir).is_dir():
         raise CliError(f"--kernel-dir {args.kernel_dir}: not a directory of M_N_K.cu files")
     path = run_bench(spec, progress=not args.no_progress)
@@ -144,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--benchmark-seconds", type=float, help="offline/server duration (default 10 for one shape, 1 in sweeps)")
     b.add_argument("--repeat", type=int, default=1, help="measure every (shape, protocol) this many times (rep column)")
     b.add_argument("--out", default="benchmarks/results", help="directory (file name derived) or a .csv path; an existing file is resumed")
+    b.add_argument("--triton-top", type=int, default=0, metavar="K",
+                   help="also verify and time the cost model's K best Triton configs per shape (a few of each "
+                        "variant), named triton:<config>; 0 (default) = off")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_bench)
 

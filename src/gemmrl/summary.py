@@ -80,6 +80,21 @@ def ratios(rows: Iterable[Mapping[str, str]], cand: str, base: str) -> dict[tupl
     return out
 
 
+def best_of(rows: Iterable[Mapping[str, str]], prefix: str) -> dict[tuple[str, str], Mapping[str, str]]:
+    """Per (protocol, mnk): the fastest usable row (verified, timed, above the floor, first run) among the
+    candidates whose name starts with ``prefix`` (e.g. ``triton:``); aggregate rows are left out. Ties keep
+    the first row read. Picking the best of many in one run carries the winner's curse (the maximum of noisy
+    measurements is biased upward): an unbiased number re-measures the picked candidate in another run."""
+    out: dict[tuple[str, str], Mapping[str, str]] = {}
+    for r in rows:
+        if not usable(r) or r.get("members") or not str(r.get("candidate", "")).startswith(prefix):
+            continue
+        key = (r["protocol"], r["mnk"])
+        if key not in out or speed(r) > speed(out[key]):
+            out[key] = r
+    return out
+
+
 def summarize(rows: list[Mapping[str, str]], candidates: Iterable[str] | None = None,
               bases: Iterable[str] = REFERENCE_COLUMNS) -> list[dict]:
     """One record per (protocol, candidate, baseline) with the aggregate statistics."""

@@ -59,7 +59,7 @@ class TritonGemm:
         self._slow(a, b, bt, c)
 
     def info(self) -> dict[str, Any]:
-        return {"config": str(self.cfg), "variant": self.cfg.variant, "launch": self.launch_path,
+        return {"config": str(self.cfg), "algo": str(self.cfg), "variant": self.cfg.variant, "launch": self.launch_path,
                 **({"launch_note": self.launch_note} if self.launch_note else {})}
 
     # -- planning and Triton's own path --------------------------------------------------------------
