@@ -316,6 +316,7 @@ def test_validity_rules():
         (PersistentConfig(tma=False, ws=True, warps=4), big, "ws (warp specialization) needs tma=True"),
         (PersistentConfig(tma=True, ws=True, warps=8), big, "warps=4"),
         (PersistentConfig(tma=True, ws=True, warps=4, subtile=True), big, "subtile=False"),
+        (PersistentConfig(BM=128, BN=256, BK=32, tma=True, ws=True, warps=4, stages=5), big, "stages <= 4"),
         (SplitKConfig(BM=128, BN=128, warps=4, split=4, reduction="fused"), big, "(> 96)"),
         (TiledConfig(BM=256, BN=256, warps=16), big, "must be one of 1, 2, 4, 8"),
         (PersistentConfig(tma=False, subtile=True), big, "subtile is a TMA-store epilogue option"),

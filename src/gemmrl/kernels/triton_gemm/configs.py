@@ -92,6 +92,9 @@ class _Base:
         return f"{self.variant}({body})"
 
 
+WS_MAX_STAGES = 4  # see the ws rule in the persistent predicate: stages=5 raced on the H100
+
+
 @dataclass(frozen=True)
 class TiledConfig(_Base):
     """One output tile per program; pointer loads with masked tails; GROUP_M swizzle over the tile grid."""
@@ -346,6 +349,10 @@ def _valid_persistent(cfg: PersistentConfig, problem: GemmProblem, arch: Arch, o
                    "4-warp loop into a producer and two consumer warpgroups; at 8 warps the flag does nothing)")
     if cfg.ws and cfg.BM == 64 and cfg.BN > 128:
         out.append("ws with BM=64 needs BN <= 128 (Triton 3.6's Hopper warp-specialization pass fails on 64x256)")
+    if cfg.ws and cfg.stages > WS_MAX_STAGES:
+        out.append(f"ws needs stages <= {WS_MAX_STAGES}: on the H100 (Triton 3.6, 2026-11-22) every ws config with "
+                   f"stages=5 that ran (128x256x32 at 4096^3) left 15-16k elements of C unwritten, a different "
+                   f"count each call (a race); stages=3 passed the battery")
     if cfg.ws and (cfg.flatten or cfg.subtile or cfg.ctas_per_sm > 1):
         out.append("ws goes with flatten=False (with it the pass does nothing), subtile=False (the pass fails on the "
                    "split epilogue) and ctas_per_sm=1 (12 warps of 168 registers fill an SM)")
