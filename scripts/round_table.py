@@ -37,6 +37,27 @@ def triton_best_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def triton_selected_lines(rows: list[dict]) -> list[str]:
+    """Per protocol: the config selected in that protocol by an earlier run (``--triton-from``), re-measured
+    here, over vendor_best: the unbiased number."""
+    from gemmrl.kernels.triton_gemm.top import selected_for
+
+    vendor = {(r["protocol"], r["mnk"]): r for r in rows if usable(r) and r["candidate"] == "vendor_best"}
+    sel = {(r["protocol"], r["mnk"]): r for r in rows
+           if usable(r) and not r.get("members") and selected_for(r["candidate"], r["protocol"])}
+    if not sel:
+        return []
+    lines = ["selected triton config (chosen in an earlier run, --triton-from) re-measured here / vendor_best",
+             f"  {'protocol':8} {'n':>4} {'geomean':>8} {'median':>7} {'min':>6} {'<1.0':>5}  variants"]
+    for proto in sorted({p for p, _ in sel}):
+        keys = [k for k in sel if k[0] == proto and k in vendor]
+        s = Stats.of(speed(sel[k]) / speed(vendor[k]) for k in keys)
+        wins = Counter(str(sel[k].get("algo", "")).split("(")[0] for k in keys)
+        lines.append(f"  {proto:8} {s.n:>4} {s.geomean:8.3f} {s.median:7.3f} {s.min:6.3f} {s.share_below:5.2f}  "
+                     + ", ".join(f"{v} {n}" for v, n in wins.most_common()))
+    return lines
+
+
 def main(paths: list[str]) -> int:
     rows = read_rows(paths)
     first = [r for r in rows if str(r.get("rep", "0")) == "0" and not r.get("recheck") and not r.get("members")]
@@ -67,6 +88,8 @@ def main(paths: list[str]) -> int:
               + "".join(f"; {n} x {w}" for w, n in why.most_common(4)))
         for line in triton_best_lines(rows):
             print(line)
+    for line in triton_selected_lines(rows):
+        print(line)
     names = imported or ["torch", "cublas_tn", "cublaslt_heuristic_tn", "cublaslt_autotuned_tn"]
     print()
     print(format_summary(summarize(rows, names, ("torch", "cublaslt_autotuned", "vendor_best"))))

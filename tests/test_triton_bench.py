@@ -161,3 +161,88 @@ def test_round_table_prints_best_triton_vs_vendor_best(capsys, tmp_path):
     assert (n, geo, med, mn, below) == ("2", f"{0.6 ** 0.5:.3f}", "1.150", "0.300", "0.50")
     assert cold.split()[1:3] == ["1", "0.500"] and "tiled 1" in cold
     assert rt.triton_best_lines([r for r in ROWS if not r["candidate"].startswith("triton:")]) == []
+
+
+# -- re-measuring a selection: --triton-from --------------------------------------------------------------
+def _selection_csv(tmp_path):
+    import csv
+
+    from gemmrl.kernels.triton_gemm import PersistentConfig
+    from gemmrl.results import COLUMNS
+
+    fast, slow = TiledConfig(BM=64, BN=64, BK=32), PersistentConfig(BM=128, BN=128, BK=64)
+    rows = [_row(f"triton:{fast}", "graph", "64_64_64", 30.0, algo=str(fast)),
+            _row(f"triton:{slow}", "graph", "64_64_64", 10.0, algo=str(slow)),
+            _row(f"triton:{slow}", "cold", "64_64_64", 20.0, algo=str(slow)),
+            _row(f"triton:{fast}", "cold", "64_64_64", 5.0, algo=str(fast)),
+            _row(f"triton:{fast}", "graph", "128_128_128", 9.0, algo=str(fast), verified="false", reason="x")]
+    path = tmp_path / "sel.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return path, fast, slow
+
+
+def test_selection_is_loaded_per_shape_and_protocol_and_rebuilt(tmp_path):
+    from gemmrl.kernels.triton_gemm.top import load_selection, selected_candidates, selected_for
+
+    path, fast, slow = _selection_csv(tmp_path)
+    sel = load_selection([path])
+    assert sel == {"64_64_64": {"graph": str(fast), "cold": str(slow)}}  # unverified rows select nothing
+    cands = selected_candidates(parse_mnk("64_64_64"), sel)
+    assert sorted(c.name for c in cands) == ["triton-sel:cold", "triton-sel:graph"]
+    assert {c.name: str(c.cfg) for c in cands} == {"triton-sel:graph": str(fast), "triton-sel:cold": str(slow)}
+    assert selected_candidates(parse_mnk("128_128_128"), sel) == []
+    # one config selected in both protocols is one candidate
+    both = selected_candidates(parse_mnk("64_64_64"), {"64_64_64": {"graph": str(fast), "cold": str(fast)}})
+    assert [c.name for c in both] == ["triton-sel:cold+graph"]
+    assert selected_for("triton-sel:cold+graph", "graph") and not selected_for("triton-sel:cold", "graph")
+    assert not selected_for("triton:x", "graph")
+
+
+def test_cli_triton_from_errors_and_wiring(monkeypatch, tmp_path, capsys):
+    seen = {}
+    monkeypatch.setattr(bench, "require_cuda", lambda device=0: None)
+    monkeypatch.setattr(bench, "run_bench", lambda spec, progress=True: seen.setdefault("spec", spec).out)
+    monkeypatch.setattr(bench, "write_summary", lambda path: path)
+    monkeypatch.setattr(bench, "summary_text", lambda path: "")
+    out = str(tmp_path / "r.csv")
+    assert main(["bench", "--mnk", "64_64_64", "--triton-from", str(tmp_path / "nope.csv"), "--out", out]) == 2
+    assert "no such file" in capsys.readouterr().err
+    other = tmp_path / "other.csv"
+    other.write_text("mnk,candidate\n")
+    assert main(["bench", "--mnk", "64_64_64", "--triton-from", str(other), "--out", out]) == 2
+    assert "not a gemmrl results file" in capsys.readouterr().err
+    from gemmrl.results import COLUMNS
+
+    empty = tmp_path / "empty.csv"
+    empty.write_text(",".join(COLUMNS) + "\n")
+    assert main(["bench", "--mnk", "64_64_64", "--triton-from", str(empty), "--out", out]) == 2
+    assert "run --triton-top K first" in capsys.readouterr().err
+    path, fast, _ = _selection_csv(tmp_path)
+    assert main(["bench", "--shapes", str(_shapes(tmp_path)), "--triton-from", str(path), "--out", out,
+                 "--no-progress"]) == 0
+    assert "no selected config for 1 shape(s)" in capsys.readouterr().err
+    spec = seen["spec"]
+    assert [c.name for c in spec.extra[0](parse_mnk("64_64_64"))] == ["triton-sel:cold", "triton-sel:graph"]
+
+
+def _shapes(tmp_path):
+    f = tmp_path / "shapes.txt"
+    f.write_text("64_64_64\n128_128_128\n")
+    return f
+
+
+def test_round_table_reports_the_re_measured_selection():
+    spec = importlib.util.spec_from_file_location("round_table", ROOT / "scripts" / "round_table.py")
+    rt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rt)
+    rows = [_row("triton-sel:cold+graph", "graph", "64_64_64", 50.0, algo="tiled(x)"),
+            _row("triton-sel:graph", "cold", "64_64_64", 80.0, algo="splitk(y)"),  # not selected for cold: ignored
+            _row("triton-sel:cold+graph", "cold", "64_64_64", 20.0, algo="tiled(x)")] + ROWS
+    lines = rt.triton_selected_lines(rows)
+    graph = next(x for x in lines if x.split()[0] == "graph")
+    cold = next(x for x in lines if x.split()[0] == "cold")
+    assert graph.split()[1:3] == ["1", "0.500"] and cold.split()[1:3] == ["1", "0.500"] and "tiled 1" in cold
+    assert rt.triton_selected_lines(ROWS) == []

@@ -68,6 +68,30 @@ def _triton_top(k: int) -> tuple:
     return (functools.partial(top_candidates, k=k),)
 
 
+def _triton_from(paths: list[str] | None, problems) -> tuple:
+    """BenchSpec.extra for --triton-from CSV...: the configs a selection run picked, re-measured."""
+    if not paths:
+        return ()
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise CliError(f"--triton-from: no such file(s): {', '.join(missing)} (give the CSVs of a --triton-top run)")
+    from .kernels.triton_gemm.top import load_selection, selected_candidates
+
+    from .results import ResultsError
+
+    try:
+        sel = load_selection(paths)
+    except ResultsError as e:
+        raise CliError(f"--triton-from: {e}") from None
+    if not sel:
+        raise CliError(f"--triton-from: no verified triton:* rows in {', '.join(paths)}; run --triton-top K first")
+    lacking = sorted({p.mnk for p in problems} - set(sel))
+    if lacking:
+        print(f"--triton-from: no selected config for {len(lacking)} shape(s) (vendor paths only there): "
+              f"{', '.join(lacking[:8])}{' ...' if len(lacking) > 8 else ''}", file=sys.stderr)
+    return (functools.partial(selected_candidates, selection=sel),)
+
+
 def cmd_bench(args) -> int:
     from .bench import BenchSpec, require_cuda, run_bench, summary_text, write_summary
 
@@ -76,6 +100,7 @@ def cmd_bench(args) -> int:
     if args.mode and args.mode not in ("offline", "server"):
         raise CliError("--mode is CUDA-L2's flag and takes offline or server; use --protocol for graph/cold")
     problems, what = _problems(args)
+    extra += _triton_from(args.triton_from, problems)
     require_cuda(args.gpu_device_id)
     sweep = len(problems) > 1
     base = TimingConfig(seed=args.seed, qps=args.target_qps)
@@ -158,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--benchmark-seconds", type=float, help="offline/server duration (default 10 for one shape, 1 in sweeps)")
     b.add_argument("--repeat", type=int, default=1, help="measure every (shape, protocol) this many times (rep column)")
     b.add_argument("--out", default="benchmarks/results", help="directory (file name derived) or a .csv path; an existing file is resumed")
+    b.add_argument("--triton-from", nargs="+", metavar="CSV",
+                   help="re-measure the Triton configs a --triton-top run selected (per shape and protocol, its "
+                        "fastest verified config), as triton-sel:<protocols> candidates: the unbiased second run")
     b.add_argument("--triton-top", type=int, default=0, metavar="K",
                    help="also verify and time the cost model's K best Triton configs per shape (a few of each "
                         "variant), named triton:<config>; 0 (default) = off")

@@ -60,3 +60,37 @@ def top_candidates(problem: GemmProblem, k: int, arch: Arch | None = None) -> li
         seen.add(name)
         out.append(TritonGemm(cfg, layout=problem.layout, acc=problem.acc, name=name))
     return out
+
+
+# -- re-measuring a selection (the second run of "select in one run, report from another") -----------------
+SELECTED = "triton-sel:"
+
+
+def load_selection(paths) -> dict[str, dict[str, str]]:
+    """From the CSVs of a selection run (``--triton-top K``): per shape, per protocol, the config string of the
+    fastest verified ``triton:*`` row. ``{mnk: {protocol: config}}``."""
+    from ...results import read_rows
+    from ...summary import best_of
+
+    out: dict[str, dict[str, str]] = {}
+    for (proto, mnk), r in best_of(read_rows(list(paths)), "triton:").items():
+        out.setdefault(mnk, {})[proto] = r.get("algo") or r["candidate"][len("triton:"):]
+    return out
+
+
+def selected_candidates(problem: GemmProblem, selection: dict[str, dict[str, str]]) -> list[TritonGemm]:
+    """One candidate per distinct selected config of ``problem``'s shape, named ``triton-sel:<protocols>``
+    (e.g. ``triton-sel:cold+graph``): the protocols it was selected in. A summary compares, in protocol p, only
+    the candidate selected in p: an unbiased re-measurement of the selection."""
+    from .configs import parse_config
+
+    by_cfg: dict[str, list[str]] = {}
+    for proto, text in sorted(selection.get(problem.mnk, {}).items()):
+        by_cfg.setdefault(text, []).append(proto)
+    return [TritonGemm(parse_config(text), layout=problem.layout, acc=problem.acc,
+                       name=SELECTED + "+".join(protos)) for text, protos in by_cfg.items()]
+
+
+def selected_for(candidate: str, protocol: str) -> bool:
+    """Whether a ``triton-sel:<protocols>`` candidate was selected in ``protocol``."""
+    return candidate.startswith(SELECTED) and protocol in candidate[len(SELECTED):].split("+")
