@@ -6,7 +6,9 @@
 #   3. repeatability: 12 grid shapes (--sample 12 --seed 7) measured twice in graph
 #                                                          (skip: SKIP_REPEAT=1; limit REPEAT_S)
 #   4. the README's first command, verbatim, from a copy of the tree (skip: SKIP_README=1)
-#   5. a short table last.
+#   5. only with TRITON_TOP=K TRITON_SHAPES=FILE: select the best of the cost model's K Triton configs per
+#      shape (graph, cold), then re-measure the selected ones in a second run (TRITON_SELECT_S, TRITON_REMEASURE_S)
+#   6. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -65,6 +67,21 @@ if [ "${SKIP_README:-0}" != 1 ]; then
   find /tmp/gemmrl_readme/benchmarks/results -name "*.csv" -newer /tmp/gemmrl_readme/.readme_marker \
     -exec sh -c 'cp "$1" "$2/readme-command_$(basename "$1")"' _ {} "$GEMMRL_OUT" \;
   python3 -m pip install -q --no-deps --no-build-isolation -e "$tree" >/dev/null 2>&1  # back to this tree
+fi
+
+if [ -n "${TRITON_TOP:-}" ]; then
+  # issue 3's protocol: select the best of the cost model's TRITON_TOP configs per shape in one run, then
+  # re-measure only the selected ones against the vendor paths in a second run (that one counts)
+  tshapes=${TRITON_SHAPES:?TRITON_TOP needs TRITON_SHAPES, a shapes file}
+  sel="$GEMMRL_OUT/${gpu}_triton-top${TRITON_TOP}-select_graph-cold_${day}.csv"
+  rem="$GEMMRL_OUT/${gpu}_triton-selected-remeasure_graph-cold_${day}.csv"
+  timeout "${TRITON_SELECT_S:-300}" python3 -m gemmrl.cli bench --shapes "$tshapes" --triton-top "$TRITON_TOP" \
+    --protocol graph,cold --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
+  echo "triton selection: exit $?"
+  timeout "${TRITON_REMEASURE_S:-200}" python3 -m gemmrl.cli bench --shapes "$tshapes" --triton-from "$sel" \
+    --protocol graph,cold --no-progress --out "$rem" >"$GEMMRL_OUT/triton_remeasure.log" 2>&1
+  echo "triton re-measure: exit $?"
+  tables+=("$sel" "$rem")
 fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done
