@@ -227,19 +227,26 @@ def _capture(fn: Callable[[], None], n: int):
     return g
 
 
+def _event_ms(fn: Callable[[], None]) -> float:
+    """Device time of ``fn``'s work between two events, the GPU kept busy before the start event."""
+    import torch
+
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    _busy()
+    s.record()
+    fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e)
+
+
 def _replay_ms(g) -> float:
-    """Device time of one replay of ``g`` (the GPU kept busy before the start event)."""
+    """Device time of one replay of ``g`` (after an untimed one)."""
     import torch
 
     g.replay()
     torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    _busy()
-    s.record()
-    g.replay()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e)
+    return _event_ms(g.replay)
 
 
 def _unwritten_by_replay(g, c) -> int:
@@ -294,13 +301,7 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
     for _ in range(nrep):
         for name in _order(list(graphs), rng):
             g, n = graphs[name]
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            _busy()
-            s.record()
-            g.replay()
-            e.record()
-            e.synchronize()
-            samples[name].append(s.elapsed_time(e) / n)
+            samples[name].append(_event_ms(g.replay) / n)
     for name, xs in samples.items():
         out[name] = _summary("graph", xs, problem.flops, mean=False,
                              extra={"calls_per_graph": graphs[name][1], "settle_ms": round(settled["settle_ms"]),
@@ -348,13 +349,7 @@ def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: 
     for i in range(max(cfg.cold_calls, calls or 0)):
         for name in _order(list(live), rng):
             flush.fill_(i)  # write 2x L2: evicts the operands (and leaves dirty lines, as real work does)
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            _busy()
-            s.record()
-            live[name]()
-            e.record()
-            e.synchronize()
-            samples[name].append(s.elapsed_time(e))
+            samples[name].append(_event_ms(live[name]))
     for name, xs in samples.items():
         out[name] = _summary("cold", xs, problem.flops, mean=False,
                              extra={"settle_ms": round(settled["settle_ms"]), "settle_mhz": settled["mhz"]})
