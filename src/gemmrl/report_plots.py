@@ -134,21 +134,7 @@ def vs_flops(tab, prs, protos, path: Path, label: str) -> Path | None:
             data.append((p, ser))
     if not data:
         return None
-    plt = _plt()
-    fig, axs = plt.subplots(1, len(data), figsize=(4 * len(data) + 1, 3.8), squeeze=False)
-    for ax, (p, ser) in zip(axs[0], data):
-        for lab, xs, ys in ser:
-            ax.scatter(xs, ys, s=10, label=lab, alpha=0.7)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        _plain(ax.yaxis)
-        ax.axhline(1.0, color="k", lw=0.8, ls="--")
-        ax.set_xlabel("FLOPs (2MNK)")
-        ax.set_ylabel("speedup")
-        ax.set_title(p, fontsize=10)
-    axs[0][0].legend(fontsize=7)
-    fig.suptitle(f"speedup against FLOPs: {label}", fontsize=11)
-    return _save(fig, path)
+    return _flops_panels(data, "speedup", f"speedup against FLOPs: {label}", path, ratio=True)
 
 
 def floor_fraction(tab, names, protos, path: Path) -> Path | None:
@@ -168,23 +154,34 @@ def floor_fraction(tab, names, protos, path: Path) -> Path | None:
                     if math.isfinite(fr):
                         pts.append((2 * math.prod(_mnk(key[3])), fr))
             if pts:
-                ser.append((c, pts))
+                ser.append((c, [x for x, _ in pts], [y for _, y in pts]))
         if ser:
             data.append((p, ser))
     if not data:
         return None
+    return _flops_panels(data, "floor_ms / time_ms", "fraction of the roofline floor per shape", path, ratio=False)
+
+
+def _flops_panels(data, ylabel: str, title: str, path: Path, ratio: bool) -> Path:
+    """One scatter panel per protocol of ``data`` = [(protocol, [(label, flops, ys)])], FLOPs on a log axis;
+    ``ratio``: log y with a line at 1.0 (speedups), else y in [0, 1.05] (fractions)."""
     plt = _plt()
     fig, axs = plt.subplots(1, len(data), figsize=(4 * len(data) + 1, 3.8), squeeze=False)
     for ax, (p, ser) in zip(axs[0], data):
-        for c, pts in ser:
-            ax.scatter([x for x, _ in pts], [y for _, y in pts], s=10, label=c, alpha=0.7)
+        for lab, xs, ys in ser:
+            ax.scatter(xs, ys, s=10, label=lab, alpha=0.7)
         ax.set_xscale("log")
-        ax.set_ylim(0, 1.05)
+        if ratio:
+            ax.set_yscale("log")
+            _plain(ax.yaxis)
+            ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        else:
+            ax.set_ylim(0, 1.05)
         ax.set_xlabel("FLOPs (2MNK)")
-        ax.set_ylabel("floor_ms / time_ms")
+        ax.set_ylabel(ylabel)
         ax.set_title(p, fontsize=10)
     axs[0][0].legend(fontsize=7)
-    fig.suptitle("fraction of the roofline floor per shape", fontsize=11)
+    fig.suptitle(title, fontsize=11)
     return _save(fig, path)
 
 

@@ -296,7 +296,7 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
     nrep = max(cfg.graph_replays, replays or 0)
     # a power-capped GPU's clock moves on a scale of 100s of ms: the timed rounds span at least
     # graph_min_timed_ms of device time so the median is not one phase of that oscillation (at most 200 rounds)
-    round_ms = sum(samples_ms for samples_ms in (_replay_ms(g) for g, _ in graphs.values()))
+    round_ms = sum(_replay_ms(g) for g, _ in graphs.values())
     nrep = max(nrep, min(200, math.ceil(cfg.graph_min_timed_ms / max(round_ms, 1e-3))))
     for _ in range(nrep):
         for name in _order(list(graphs), rng):

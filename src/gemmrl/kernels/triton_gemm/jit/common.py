@@ -1,4 +1,5 @@
-"""Helpers shared by the kernels: tile order (GROUP swizzle along M or N) and the output cast.
+"""Helpers shared by the kernels: tile order (GROUP swizzle along M or N), the accumulator (its zero and one
+multiply-accumulate step, fp32 or the explicit fp16 mode) and the output cast.
 
 UPCAST is set only under the Triton interpreter with bf16 data: the interpreter cannot multiply bf16 and its
 fp32->bf16 cast truncates, so operands are widened (exactly) to fp32 and C, passed as an int16 view, is
@@ -37,3 +38,24 @@ def to_out(acc, c_ptr, UPCAST: tl.constexpr):
     else:
         return acc.to(c_ptr.dtype.element_ty)
 
+
+
+@triton.jit
+def zero_acc(R: tl.constexpr, C: tl.constexpr, ACC_FP16: tl.constexpr):
+    """An R x C accumulator of zeros: fp16 in the explicit fp16-accumulation mode, else fp32."""
+    if ACC_FP16:
+        return tl.full((R, C), 0.0, tl.float16)
+    else:
+        return tl.full((R, C), 0.0, tl.float32)
+
+
+@triton.jit
+def mma(x, y, acc, UPCAST: tl.constexpr, ACC_FP16: tl.constexpr):
+    """acc + x @ y, accumulated as ``zero_acc`` made it; UPCAST widens the operands to fp32 first (interpreter)."""
+    if UPCAST:
+        x = x.to(tl.float32)
+        y = y.to(tl.float32)
+    if ACC_FP16:
+        return tl.dot(x, y, acc, out_dtype=tl.float16)
+    else:
+        return tl.dot(x, y, acc)

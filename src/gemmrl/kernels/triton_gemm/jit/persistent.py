@@ -12,7 +12,7 @@ TMA=False: the same loop with masked pointer loads and stores, for any shape (th
 import triton
 import triton.language as tl
 
-from .common import tile_mn, to_out
+from .common import mma, tile_mn, to_out, zero_acc
 
 
 @triton.jit
@@ -41,10 +41,7 @@ def persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm
     tile_c = start - step
     for tile in tl.range(start, num_tiles, step, flatten=FLATTEN, warp_specialize=WS):
         pid_m, pid_n = tile_mn(tile, num_m, num_n, GROUP, N_MAJOR)
-        if ACC_FP16:
-            acc = tl.full((BM, BN), 0.0, tl.float16)
-        else:
-            acc = tl.full((BM, BN), 0.0, tl.float32)
+        acc = zero_acc(BM, BN, ACC_FP16)
         if TMA:
             om = pid_m * BM
             on = pid_n * BN
@@ -54,13 +51,7 @@ def persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm
                     b = b_d.load([kt * BK, on])
                 else:
                     b = b_d.load([on, kt * BK]).T
-                if UPCAST:
-                    a = a.to(tl.float32)
-                    b = b.to(tl.float32)
-                if ACC_FP16:
-                    acc = tl.dot(a, b, acc, out_dtype=tl.float16)
-                else:
-                    acc = tl.dot(a, b, acc)
+                acc = mma(a, b, acc, UPCAST, ACC_FP16)
         else:
             rm = (pid_m * BM + tl.arange(0, BM)) % M
             rn = (pid_n * BN + tl.arange(0, BN)) % N
@@ -74,13 +65,7 @@ def persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm
                     k_left = K - kt * BK
                     a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
                     b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
-                if UPCAST:
-                    a = a.to(tl.float32)
-                    b = b.to(tl.float32)
-                if ACC_FP16:
-                    acc = tl.dot(a, b, acc, out_dtype=tl.float16)
-                else:
-                    acc = tl.dot(a, b, acc)
+                acc = mma(a, b, acc, UPCAST, ACC_FP16)
                 a_ptrs += BK * s_ak
                 b_ptrs += BK * s_bk
         tile_c += step

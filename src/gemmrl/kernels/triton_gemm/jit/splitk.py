@@ -20,7 +20,7 @@ MODE (what a program does with its partial):
 import triton
 import triton.language as tl
 
-from .common import tile_mn, to_out
+from .common import mma, tile_mn, to_out, zero_acc
 
 
 @triton.jit
@@ -39,15 +39,9 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_b
     rn = pid_n * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
     if SWAP_AB:
-        if ACC_FP16:
-            acc = tl.full((BN, BM), 0.0, tl.float16)
-        else:
-            acc = tl.full((BN, BM), 0.0, tl.float32)
+        acc = zero_acc(BN, BM, ACC_FP16)
     else:
-        if ACC_FP16:
-            acc = tl.full((BM, BN), 0.0, tl.float16)
-        else:
-            acc = tl.full((BM, BN), 0.0, tl.float32)
+        acc = zero_acc(BM, BN, ACC_FP16)
     if TMA:
         a_d = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
         if B_NN:
@@ -60,19 +54,10 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_b
                 bt = b_d.load([k, pid_n * BN]).T
             else:
                 bt = b_d.load([pid_n * BN, k])
-            if UPCAST:
-                a = a.to(tl.float32)
-                bt = bt.to(tl.float32)
             if SWAP_AB:
-                x = bt
-                y = a.T
+                acc = mma(bt, a.T, acc, UPCAST, ACC_FP16)
             else:
-                x = a
-                y = bt.T
-            if ACC_FP16:
-                acc = tl.dot(x, y, acc, out_dtype=tl.float16)
-            else:
-                acc = tl.dot(x, y, acc)
+                acc = mma(a, bt.T, acc, UPCAST, ACC_FP16)
     else:
         ram = rm % M
         rbn = rn % N
@@ -92,19 +77,10 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_b
                     b = tl.load(b_ptrs, mask=rk[None, :] < k_left, other=0.0)
                 else:
                     b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
-            if UPCAST:
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
             if SWAP_AB:
-                x = b
-                y = a.T
+                acc = mma(b, a.T, acc, UPCAST, ACC_FP16)
             else:
-                x = a
-                y = b
-            if ACC_FP16:
-                acc = tl.dot(x, y, acc, out_dtype=tl.float16)
-            else:
-                acc = tl.dot(x, y, acc)
+                acc = mma(a, b, acc, UPCAST, ACC_FP16)
             a_ptrs += BK * s_ak
             b_ptrs += BK * s_bk
     # Output coordinates in the accumulator's own shape ([BN, BM] when swapped).

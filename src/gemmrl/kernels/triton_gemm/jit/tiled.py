@@ -9,7 +9,7 @@ K is masked only when K % BK != 0 (EVEN_K). The store is masked.
 import triton
 import triton.language as tl
 
-from .common import tile_mn, to_out
+from .common import mma, tile_mn, to_out, zero_acc
 
 
 @triton.jit
@@ -26,10 +26,7 @@ def tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_c
     rk = tl.arange(0, BK)
     a_ptrs = a_ptr + ram[:, None] * s_am + rk[None, :] * s_ak
     b_ptrs = b_ptr + rk[:, None] * s_bk + rbn[None, :] * s_bn
-    if ACC_FP16:
-        acc = tl.full((BM, BN), 0.0, tl.float16)
-    else:
-        acc = tl.full((BM, BN), 0.0, tl.float32)
+    acc = zero_acc(BM, BN, ACC_FP16)
     for kt in range(0, (K + BK - 1) // BK):
         if EVEN_K:
             a = tl.load(a_ptrs)
@@ -38,13 +35,7 @@ def tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_c
             k_left = K - kt * BK
             a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        if ACC_FP16:
-            acc = tl.dot(a, b, acc, out_dtype=tl.float16)
-        else:
-            acc = tl.dot(a, b, acc)
+        acc = mma(a, b, acc, UPCAST, ACC_FP16)
         a_ptrs += BK * s_ak
         b_ptrs += BK * s_bk
     mask = (rm[:, None] < M) & (rn[None, :] < N)
