@@ -6,8 +6,9 @@
 #   3. repeatability: 12 grid shapes (--sample 12 --seed 7) measured twice in graph
 #                                                          (skip: SKIP_REPEAT=1; limit REPEAT_S)
 #   4. the README's first command, verbatim, from a copy of the tree (skip: SKIP_README=1)
-#   5. only with TRITON_TOP=K TRITON_SHAPES=FILE: select the best of the cost model's K Triton configs per
-#      shape (graph, cold), then re-measure the selected ones in a second run (TRITON_SELECT_S, TRITON_REMEASURE_S)
+#   5. only with TRITON_SHAPES=FILE: gemmrl select (the cost model's TRITON_TOP configs + TRITON_EXPLORE more per
+#      shape, screened in graph and cold), then the selection re-measured by gemmrl bench --triton-from
+#      (limits TRITON_SELECT_S, TRITON_REMEASURE_S; SKIP_SELECT / SKIP_REMEASURE; SEL_CSV / REM_CSV resume)
 #   6. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
@@ -19,6 +20,7 @@ export GEMMRL_OUT=${GEMMRL_OUT:-${OUT:-/tmp/gemmrl_out}}
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 export GEMMRL_CACHE_DIR=${GEMMRL_CACHE_DIR:-/tmp/gemmrl_cache}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}
 mkdir -p "$GEMMRL_OUT"
 : "${GEMMRL_GIT_SHA:=unknown}"
 export GEMMRL_GIT_SHA
@@ -69,19 +71,28 @@ if [ "${SKIP_README:-0}" != 1 ]; then
   python3 -m pip install -q --no-deps --no-build-isolation -e "$tree" >/dev/null 2>&1  # back to this tree
 fi
 
-if [ -n "${TRITON_TOP:-}" ]; then
-  # issue 3's protocol: select the best of the cost model's TRITON_TOP configs per shape in one run, then
-  # re-measure only the selected ones against the vendor paths in a second run (that one counts)
-  tshapes=${TRITON_SHAPES:?TRITON_TOP needs TRITON_SHAPES, a shapes file}
-  sel="$GEMMRL_OUT/${gpu}_triton-top${TRITON_TOP}-select_graph-cold_${day}.csv"
-  rem="$GEMMRL_OUT/${gpu}_triton-selected-remeasure_graph-cold_${day}.csv"
-  timeout "${TRITON_SELECT_S:-300}" python3 -m gemmrl.cli bench --shapes "$tshapes" --triton-top "$TRITON_TOP" \
-    --protocol graph,cold --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
-  echo "triton selection: exit $?"
-  timeout "${TRITON_REMEASURE_S:-200}" python3 -m gemmrl.cli bench --shapes "$tshapes" --triton-from "$sel" \
-    --protocol graph,cold --no-progress --out "$rem" >"$GEMMRL_OUT/triton_remeasure.log" 2>&1
-  echo "triton re-measure: exit $?"
-  tables+=("$sel" "$rem")
+if [ -n "${TRITON_SHAPES:-}" ]; then
+  # issue 3's protocol: select one Triton config per shape and protocol by screening the cost model's TRITON_TOP
+  # configs plus TRITON_EXPLORE from a shared random pool (gemmrl select), then re-measure only the selected ones
+  # against the vendor paths in a second run (gemmrl bench --triton-from): that second run is what counts.
+  # SEL_CSV / REM_CSV: partial files of an earlier call to resume; SKIP_REMEASURE=1 stops after the selection.
+  tag=$(basename "${TRITON_SHAPES%.*}")
+  sel="$GEMMRL_OUT/${gpu}_${tag}_triton-select-top${TRITON_TOP:-24}-explore${TRITON_EXPLORE:-16}_${day}.csv"
+  rem="$GEMMRL_OUT/${gpu}_${tag}_triton-selected-remeasure_graph-cold_${day}.csv"
+  if [ -n "${SEL_CSV:-}" ] && [ -f "$SEL_CSV" ]; then cp "$SEL_CSV" "$sel"; fi
+  if [ -n "${REM_CSV:-}" ] && [ -f "$REM_CSV" ]; then cp "$REM_CSV" "$rem"; fi
+  if [ "${SKIP_SELECT:-0}" != 1 ]; then
+    timeout "${TRITON_SELECT_S:-300}" python3 -m gemmrl.cli select --shapes "$TRITON_SHAPES" --top "${TRITON_TOP:-24}" \
+      --explore "${TRITON_EXPLORE:-16}" --protocol graph,cold --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
+    echo "triton selection: exit $? ($(grep -c . "$sel" 2>/dev/null) lines)"
+    tail -n 3 "$GEMMRL_OUT/triton_select.log"
+  fi
+  if [ "${SKIP_REMEASURE:-0}" != 1 ]; then
+    timeout "${TRITON_REMEASURE_S:-240}" python3 -m gemmrl.cli bench --shapes "$TRITON_SHAPES" --triton-from "$sel" \
+      --protocol graph,cold --no-progress --out "$rem" >"$GEMMRL_OUT/triton_remeasure.log" 2>&1
+    echo "triton re-measure: exit $?"
+    tables+=("$rem")
+  fi
 fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done

@@ -128,6 +128,42 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_select(args) -> int:
+    from .bench import require_cuda
+    from .search.screen import ScreenSpec, run_screen, selection_table
+
+    problems, what = _problems(args)
+    for name in ("top", "explore", "chunk"):
+        if getattr(args, name) < 0:
+            raise CliError(f"--{name} must be >= 0, got {getattr(args, name)}")
+    require_cuda(args.gpu_device_id)
+    protocols = _protocols(args.protocol)
+    if set(protocols) - {"graph", "cold"}:
+        raise CliError("gemmrl select screens in the device protocols graph and cold; re-measure the selection "
+                       "with gemmrl bench --triton-from for the host protocols")
+    out = Path(args.out)
+    if out.suffix != ".csv":
+        import torch
+
+        torch.cuda.set_device(args.gpu_device_id)
+        out = out / f"{_gpu_slug()}_{what}_triton-select-top{args.top}-explore{args.explore}_{date.today().isoformat()}.csv"
+    try:
+        spec = ScreenSpec(problems=tuple(problems), out=out, top=args.top, explore=args.explore, chunk=args.chunk or 16,
+                          protocols=protocols, seed=args.seed, device=args.gpu_device_id, workers=args.workers)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    path = run_screen(spec, progress=not args.no_progress)
+    from .results import read_rows
+
+    table = selection_table(read_rows([path]))
+    print(f"\nrows: {path}\nselected per shape and protocol (screen timing; re-measure with "
+          f"gemmrl bench --triton-from {path}):")
+    for t in table:
+        print(f"  {t['mnk']:>20} {t['protocol']:5} {t['triton_ms'] * 1e3:9.2f} us  vs {t['ref']} "
+              f"{t['ref_ms'] * 1e3:9.2f} us  x{t['ratio']:.3f}  {t['config']}")
+    return 0
+
+
 def cmd_verify(args) -> int:
     from .verify_cli import run_verify
 
@@ -191,6 +227,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "variant), named triton:<config>; 0 (default) = off")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("select", help="screen Triton configs per shape (cost model's top + exploration) to select "
+                                      "one per shape and protocol; re-measure with bench --triton-from")
+    _shape_args(s)
+    s.add_argument("--protocol", default="graph,cold", help="graph, cold or both")
+    s.add_argument("--top", type=int, default=24, help="the cost model's K best configs per shape")
+    s.add_argument("--explore", type=int, default=16, help="more configs per shape from a shared random pool")
+    s.add_argument("--chunk", type=int, default=16, help="configs timed together (interleaved with the references)")
+    s.add_argument("--workers", type=int, help="compile processes (default: CPU count - 1)")
+    s.add_argument("--out", default="benchmarks/results", help="directory or .csv path; an existing file is resumed")
+    s.add_argument("--no-progress", action="store_true")
+    s.set_defaults(func=cmd_select)
 
     v = sub.add_parser("verify", help="run the correctness battery (and CUDA-L2's own check) on candidates")
     _shape_args(v)

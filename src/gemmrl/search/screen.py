@@ -1,0 +1,259 @@
+"""Screening: time many Triton configs per shape quickly, to select one per shape and protocol.
+
+Issue 3's protocol selects each shape's config by timing the pruned space in one run and re-measures the
+selection against the vendor paths in a separate run (``gemmrl bench --triton-from``), which is the number
+reported. This module is the first run. Per shape it times:
+
+* the cost model's ``top`` configs (``costmodel.prune``, every live variant represented), and
+* ``explore`` more drawn at random from a pool shared by all shapes (``pool``), so the selection can find
+  what the model ranks low and the model's rank correlation can be measured over more than its own top;
+* the cuBLASLt heuristic and cuBLAS paths (both layouts) in every chunk, as references.
+
+Every config gets a quick check before it is timed: C pre-filled with NaN, one call, the Frobenius error
+against an fp32 reference no more than ``QUICK_R`` times that of the correctly rounded fp32 result, and no
+NaN left. The full battery runs on the selected configs in the re-measure run. Timing uses the graph and
+cold protocols with short settings (``SCREEN_TIMING``: graphs of >= 1 ms of work, 5 replays; 7 cold calls), in
+chunks of ``chunk`` configs interleaved with the references (split-K workspaces of a chunk live together).
+Kernels are compiled beforehand in parallel processes (``precompile``).
+
+Rows go to a results CSV as they are made (one batch per shape; a killed run resumes at the next shape):
+candidate ``triton:<config>``, ``info`` = ``screen;source=top|explore;rank=<model rank>;pred_us=...;chunk=i``;
+``verified`` is the quick check's verdict and ``reason`` says it was only the quick check.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable
+
+from ..kernels.triton_gemm.configs import Arch, Config, valid
+from ..problem import GemmProblem
+from ..timing import TimingConfig
+from .costmodel import estimate, prune
+from .space import VARIANTS, _combos
+
+QUICK_R = 1.5
+SCREEN_TIMING = TimingConfig(graph_min_work_ms=1.0, graph_replays=5, graph_min_timed_ms=0.0, cold_calls=7,
+                             settle_ms=30.0, settle_max_ms=30.0)
+REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
+QUICK_REASON = "screen: quick check only (one input vs fp32), the battery runs when the selection is re-measured"
+
+
+@dataclass(frozen=True)
+class ScreenSpec:
+    problems: tuple[GemmProblem, ...]
+    out: Path
+    top: int = 24
+    explore: int = 16
+    pool: int = 64             # configs drawn per variant into the shared exploration pool (few: shared kernels)
+    chunk: int = 16
+    protocols: tuple[str, ...] = ("graph", "cold")
+    seed: int = 0
+    device: int = 0
+    workers: int | None = None
+    timing: TimingConfig = SCREEN_TIMING
+
+    def __post_init__(self) -> None:
+        if self.top < 0 or self.explore < 0 or self.top + self.explore == 0:
+            raise ValueError(f"screen needs top + explore >= 1 configs per shape (top={self.top}, "
+                             f"explore={self.explore})")
+        if self.chunk < 1:
+            raise ValueError("chunk must be >= 1")
+        bad = [p for p in self.protocols if p not in ("graph", "cold")]
+        if bad:
+            raise ValueError(f"screening times the device protocols graph and cold, not {bad}")
+
+
+def exploration_pool(seed: int, per_variant: int) -> list[Config]:
+    """``per_variant`` configs drawn (without replacement, seeded) from each variant's raw space: shared by all
+    shapes, so the kernels to compile stay few however many shapes are screened."""
+    rng = random.Random(seed)
+    out: list[Config] = []
+    for v in VARIANTS:
+        every = [c for c in _combos(v) if not getattr(c, "nondeterministic", False)]
+        out += rng.sample(every, min(per_variant, len(every)))
+    return out
+
+
+def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: list[Config],
+                seed: int = 0) -> list[tuple[Config, str, int]]:
+    """(config, source, model rank within the list) for one shape: the model's ``top`` then ``explore`` valid
+    configs of ``pool`` not among them (seeded per shape)."""
+    picked = prune(problem, top, arch, min_per_variant=max(1, top // len(VARIANTS))) if top else []
+    seen = {str(c) for c in picked}
+    rng = random.Random(f"{seed}:{problem.mnk}:{problem.layout}")
+    ok = [c for c in pool if str(c) not in seen and valid(c, problem, arch)[0]]
+    extra = rng.sample(ok, min(explore, len(ok)))
+    out = [(c, "top") for c in picked] + [(c, "explore") for c in extra]
+    order = sorted(range(len(out)), key=lambda i: estimate(out[i][0], problem, arch).seconds)
+    ranks = {i: r for r, i in enumerate(order)}
+    return [(c, src, ranks[i]) for i, (c, src) in enumerate(out)]
+
+
+class QuickCheck:
+    """The fp32 reference of one shape's buffers and the error of its correctly rounded result."""
+
+    def __init__(self, bufs):
+        import torch
+
+        a, b = bufs.a.float(), bufs.b.float()
+        prev = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            self.ref = a @ b
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = prev
+        del a, b
+        self.e0 = float((self.ref.to(bufs.c.dtype).float() - self.ref).square().sum().sqrt())
+        self.bufs = bufs
+
+    def __call__(self, fn) -> tuple[bool, str]:
+        import torch
+
+        c = self.bufs.c
+        c.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize(c.device)
+        nan = int(torch.isnan(c).sum())
+        if nan:
+            return False, f"quick check: {nan} of {c.numel()} elements of C left NaN"
+        err = float((c.float() - self.ref).square().sum().sqrt())
+        r = err / self.e0 if self.e0 else (0.0 if err == 0 else math.inf)
+        if not r <= QUICK_R:
+            return False, f"quick check: error {r:.3g}x that of the correctly rounded result (limit {QUICK_R})"
+        return True, ""
+
+
+def _rows_for(problem: GemmProblem, base: dict, name: str, layout: str, t, info: str, verified: bool,
+              reason: str, algo: str = "", floor: float = math.nan) -> dict:
+    from ..results import now
+    from ..timing import below_floor
+
+    row = {**base, "candidate": name, "layout": layout, "algo": algo, "verified": verified, "reason": reason,
+           "info": info, "timestamp": now()}
+    if t is not None:
+        row.update(time_ms=t.time_ms, tflops=t.tflops, n=t.n, p20_ms=t.p20_ms, p80_ms=t.p80_ms, floor_ms=floor,
+                   floor_ok=not below_floor(t.time_ms, floor))
+        if t.reason:
+            row["reason"] = "; ".join(x for x in (reason, t.reason) if x)
+        if not row["floor_ok"]:
+            row["reason"] = f"below the roofline floor ({t.time_ms:.4g} ms < 0.95 x {floor:.4g} ms): measurement error"
+    return row
+
+
+def screen_problem(problem: GemmProblem, entries: list[tuple[Config, str, int]], spec: ScreenSpec, base: dict,
+                   arch: Arch) -> list[dict]:
+    """Quick-check and time one shape's configs (and the references), chunk by chunk; result rows."""
+    import torch
+
+    from ..candidate import make_buffers
+    from ..kernels.triton_gemm import TritonGemm
+    from ..kernels.vendor import vendor_candidates
+    from ..timing import floor_ms, l2_bytes, make_timer, measure
+
+    floors = {p: floor_ms(problem, base["gpu"], p, l2_bytes(spec.device)) for p in spec.protocols}
+    bufs = make_buffers(problem, "cuda", seed=spec.seed)
+    check = QuickCheck(bufs)
+    a, b, bt, c = bufs.args()
+    refs = {}
+    for v in vendor_candidates(problem):
+        if v.name in REFERENCES:
+            v.prepare(problem, bufs, "cold", make_timer(bufs, "cold", spec.timing))
+            refs[v.name] = v
+    rows: list[dict] = []
+    for ci in range(0, len(entries), spec.chunk):
+        chunk = entries[ci:ci + spec.chunk]
+        live, meta = {}, {}
+        for cfg, src, rank in chunk:
+            name = f"triton:{cfg}"
+            info = (f"screen;source={src};rank={rank};pred_us={estimate(cfg, problem, arch).seconds * 1e6:.4g};"
+                    f"chunk={ci // spec.chunk}")
+            cand = TritonGemm(cfg, layout=problem.layout, acc=problem.acc, name=name)
+            try:
+                cand.prepare(problem, bufs, "graph", None)
+                ok, why = check(lambda f=cand: f(a, b, bt, c))
+            except Exception as e:  # noqa: BLE001 - a config that fails is a row
+                torch.cuda.synchronize()
+                ok, why = False, f"prepare/call failed: {type(e).__name__}: {e}"[:300]
+            if not ok:
+                for p in spec.protocols:
+                    rows.append(_rows_for(problem, {**base, "protocol": p}, name, problem.layout, None, info, False,
+                                          why, str(cfg)))
+                continue
+            live[name] = lambda f=cand: f(a, b, bt, c)
+            meta[name] = (info, str(cfg), problem.layout)
+        for rn, v in refs.items():
+            live[rn] = lambda f=v: f(a, b, bt, c)
+            meta[rn] = (f"screen_ref;chunk={ci // spec.chunk}", str(v.info().get("algo", "")), v.layout)
+        for p in spec.protocols:
+            cfg_t = replace(spec.timing, seed=spec.seed + ci)
+            ts = measure(live, bufs, p, cfg_t)
+            for name, t in ts.items():
+                info, algo, layout = meta[name]
+                reason = QUICK_REASON if name.startswith("triton:") else ""
+                rows.append(_rows_for(problem, {**base, "protocol": p}, name, layout, t, info, t.ok, reason, algo,
+                                      floors[p]))
+        del live
+        torch.cuda.synchronize()
+    del bufs, check
+    torch.cuda.empty_cache()
+    return rows
+
+
+def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
+    """Screen every shape of ``spec`` into ``spec.out`` (resuming at the first shape without rows)."""
+    import torch
+
+    from ..bench import _base_row, _progress, require_cuda
+    from ..kernels.triton_gemm.precompile import precompile
+    from ..results import ResultsWriter, collect_meta, read_rows, sm_clock_mhz
+
+    require_cuda(spec.device)
+    torch.cuda.set_device(spec.device)
+    torch.set_grad_enabled(False)
+    arch = Arch.from_device(spec.device)
+    meta_row = collect_meta(spec.device).row()
+    done = {r["mnk"] for r in read_rows([spec.out])} if Path(spec.out).is_file() else set()
+    todo = [p for p in spec.problems if p.mnk not in done]
+    pool = exploration_pool(spec.seed, spec.pool)
+    plan = {p: configs_for(p, arch, spec.top, spec.explore, pool, spec.seed) for p in todo}
+    if todo:
+        failed = precompile([(c, p) for p, es in plan.items() for c, _, _ in es], arch, spec.workers, progress)
+        if failed:
+            print(f"screen: {len(failed)} kernel(s) failed to compile; they are recorded as failed rows")
+    writer = ResultsWriter(spec.out)
+    bar = _progress(len(todo), "screen") if progress else None
+    for p in todo:
+        base = _base_row(p, "graph", meta_row, 0, spec.timing)
+        base["sm_clock_mhz"] = sm_clock_mhz(spec.device)
+        rows = screen_problem(p, plan[p], spec, base, arch)
+        writer.write_batch(rows)
+        if bar:
+            bar.update(1)
+    if bar:
+        bar.close()
+    return spec.out
+
+
+def selection_table(rows: Iterable[dict]) -> list[dict]:
+    """Per (mnk, protocol): the fastest quick-checked config and the fastest reference, with their ratio."""
+    best: dict[tuple, dict] = {}
+    ref: dict[tuple, dict] = {}
+    for r in rows:
+        if str(r.get("verified")).lower() != "true" or not str(r.get("info", "")).startswith("screen"):
+            continue
+        t = float(r["time_ms"])
+        key = (r["mnk"], r["protocol"])
+        d = best if r["candidate"].startswith("triton:") else ref
+        if key not in d or t < float(d[key]["time_ms"]):
+            d[key] = r
+    out = []
+    for key in sorted(best, key=lambda k: (k[1], k[0])):
+        b, v = best[key], ref.get(key)
+        out.append({"mnk": key[0], "protocol": key[1], "config": b["algo"], "triton_ms": float(b["time_ms"]),
+                    "ref": v["candidate"] if v else "", "ref_ms": float(v["time_ms"]) if v else math.nan,
+                    "ratio": float(v["time_ms"]) / float(b["time_ms"]) if v else math.nan})
+    return out

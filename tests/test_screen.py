@@ -1,0 +1,111 @@
+"""`gemmrl select`: the screening run that selects one Triton config per shape and protocol (search/screen.py),
+and the parallel precompile behind it (kernels/triton_gemm/precompile.py). CPU tier: what is chosen, grouped
+and reported; the gpu tier screens two small shapes end to end and re-measures the selection through bench."""
+
+import math
+
+import pytest
+
+from gemmrl.cli import main
+from gemmrl.kernels.triton_gemm import H100, SmallMConfig, TiledConfig, valid
+from gemmrl.kernels.triton_gemm.precompile import groups
+from gemmrl.kernels.triton_gemm.top import load_selection
+from gemmrl.problem import parse_mnk
+from gemmrl.results import ResultsWriter, read_rows
+from gemmrl.search.screen import ScreenSpec, configs_for, exploration_pool, selection_table
+from gemmrl.search.space import VARIANTS
+
+from conftest import HAS_CUDA
+
+
+def test_exploration_pool_is_seeded_and_covers_every_variant():
+    a, b, c = exploration_pool(0, 10), exploration_pool(0, 10), exploration_pool(1, 10)
+    assert [str(x) for x in a] == [str(x) for x in b]
+    assert [str(x) for x in a] != [str(x) for x in c]
+    assert {x.variant for x in a} == set(VARIANTS) and len(a) == 10 * len(VARIANTS)
+    assert not any(getattr(x, "nondeterministic", False) for x in a)
+
+
+@pytest.mark.parametrize("mnk", ["1_4096_4096", "64_4096_64", "1024_1024_1024", "33_65_129", "3_4096_40"])
+def test_configs_for_takes_the_model_top_then_valid_exploration(mnk):
+    p = parse_mnk(mnk)
+    pool = exploration_pool(0, 64)
+    es = configs_for(p, H100, 8, 6, pool)
+    srcs = [s for _, s, _ in es]
+    assert srcs[:8] == ["top"] * 8 and 1 <= srcs.count("explore") <= 6
+    names = [str(c) for c, _, _ in es]
+    assert len(set(names)) == len(names)
+    assert all(valid(c, p, H100)[0] for c, _, _ in es)
+    assert sorted(r for _, _, r in es) == list(range(len(es)))  # the model's rank within the list
+    assert [str(c) for c, _, _ in configs_for(p, H100, 8, 6, pool)] == names  # seeded per shape
+
+
+def test_screen_spec_rejects_bad_counts():
+    with pytest.raises(ValueError, match="top \\+ explore"):
+        ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", top=0, explore=0)
+    with pytest.raises(ValueError, match="graph and cold"):
+        ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", protocols=("offline",))
+
+
+def test_precompile_groups_by_what_triton_specializes_on():
+    cfg = TiledConfig(64, 64, 32, 4, 3, 8)
+    # all dims multiples of 16: one kernel for the three shapes; M=1 and an odd K are specializations of their own
+    pairs = [(cfg, parse_mnk(m)) for m in ("64_4096_64", "128_256_512", "256_256_256", "1_256_256", "64_64_72")]
+    reps, bad = groups(pairs, H100)
+    assert not bad and len(reps) == 3
+    bad_cfg = SmallMConfig(BM=32)  # smallm must cover M=1 with BM=16: invalid, reported, never compiled
+    reps, bad = groups([(bad_cfg, parse_mnk("1_4096_4096"))], H100)
+    assert not reps and len(bad) == 1 and "BM=16" in bad[0][2]
+
+
+def _row(mnk, proto, cand, ms, info="screen;source=top", verified="true", algo=""):
+    return {"mnk": mnk, "dtype": "fp16", "acc": "fp32", "protocol": proto, "candidate": cand, "time_ms": ms,
+            "tflops": 1.0 / ms, "verified": verified, "info": info, "algo": algo or cand[len("triton:"):],
+            "layout": "tn", "rep": 0}
+
+
+def test_selection_table_and_load_selection_pick_fastest_checked_config(tmp_path):
+    rows = [_row("64_64_64", "graph", "triton:tiled(BM=16)", 0.004),
+            _row("64_64_64", "graph", "triton:tiled(BM=32)", 0.003),
+            _row("64_64_64", "graph", "triton:tiled(BM=64)", 0.001, verified="false"),  # failed the quick check
+            _row("64_64_64", "graph", "cublas_tn", 0.0033, info="screen_ref;chunk=0", algo="3"),
+            _row("64_64_64", "graph", "cublaslt_heuristic_nn", 0.0036, info="screen_ref;chunk=0", algo="5"),
+            _row("64_64_64", "cold", "triton:tiled(BM=16)", 0.006),
+            _row("64_64_64", "cold", "cublas_tn", 0.005, info="screen_ref;chunk=0", algo="3")]
+    t = {(r["mnk"], r["protocol"]): r for r in selection_table(rows)}
+    assert t[("64_64_64", "graph")]["config"] == "tiled(BM=32)" and t[("64_64_64", "graph")]["ref"] == "cublas_tn"
+    assert math.isclose(t[("64_64_64", "graph")]["ratio"], 0.0033 / 0.003)
+    assert math.isclose(t[("64_64_64", "cold")]["ratio"], 0.005 / 0.006)
+    path = tmp_path / "sel.csv"
+    ResultsWriter(path).write_batch(rows)
+    sel = load_selection([path])  # what bench --triton-from re-measures
+    assert sel == {"64_64_64": {"graph": "tiled(BM=32)", "cold": "tiled(BM=16)"}}
+    assert len(read_rows([path])) == len(rows)
+
+
+def test_cli_select_errors_are_clear(tmp_path, capsys):
+    rc = main(["select", "--mnk", "64_64_64", "--top", "-1", "--out", str(tmp_path)])
+    assert rc == 2 and "--top must be >= 0" in capsys.readouterr().err
+    if not HAS_CUDA:
+        rc = main(["select", "--mnk", "64_64_64", "--out", str(tmp_path)])
+        assert rc == 2 and "CUDA GPU" in capsys.readouterr().err
+    rc = main(["select", "--mnk", "64_64_64", "--protocol", "offline", "--out", str(tmp_path)])
+    assert rc == 2
+
+
+@pytest.mark.gpu
+def test_select_then_remeasure_on_gpu(tmp_path):
+    sel = tmp_path / "sel.csv"
+    assert main(["select", "--mnk", "64_256_128,1_512_256", "--top", "4", "--explore", "2", "--workers", "2",
+                 "--out", str(sel), "--no-progress"]) == 0
+    rows = read_rows([sel])
+    assert {r["mnk"] for r in rows} == {"64_256_128", "1_512_256"}
+    table = selection_table(rows)
+    assert {(t["mnk"], t["protocol"]) for t in table} == {(m, p) for m in ("64_256_128", "1_512_256")
+                                                          for p in ("graph", "cold")}
+    assert all(t["triton_ms"] > 0 and t["ref_ms"] > 0 for t in table)
+    rem = tmp_path / "rem.csv"
+    assert main(["bench", "--mnk", "64_256_128,1_512_256", "--triton-from", str(sel), "--protocol", "graph,cold",
+                 "--out", str(rem), "--no-progress"]) == 0
+    got = [r for r in read_rows([rem]) if r["candidate"].startswith("triton-sel:")]
+    assert got and all(r["verified"] == "true" for r in got)
