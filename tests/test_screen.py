@@ -79,7 +79,7 @@ def test_selection_table_and_load_selection_pick_fastest_checked_config(tmp_path
     path = tmp_path / "sel.csv"
     ResultsWriter(path).write_batch(rows)
     sel = load_selection([path])  # what bench --triton-from re-measures
-    assert sel == {"64_64_64": {"graph": "tiled(BM=32)", "cold": "tiled(BM=16)"}}
+    assert sel == {"64_64_64": {"graph": ("tiled(BM=32)", "tn"), "cold": ("tiled(BM=16)", "tn")}}
     assert len(read_rows([path])) == len(rows)
 
 

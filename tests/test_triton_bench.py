@@ -189,7 +189,7 @@ def test_selection_is_loaded_per_shape_and_protocol_and_rebuilt(tmp_path):
 
     path, fast, slow = _selection_csv(tmp_path)
     sel = load_selection([path])
-    assert sel == {"64_64_64": {"graph": str(fast), "cold": str(slow)}}  # unverified rows select nothing
+    assert sel == {"64_64_64": {"graph": (str(fast), "tn"), "cold": (str(slow), "tn")}}  # unverified: nothing
     cands = selected_candidates(parse_mnk("64_64_64"), sel)
     assert sorted(c.name for c in cands) == ["triton-sel:cold", "triton-sel:graph"]
     assert {c.name: str(c.cfg) for c in cands} == {"triton-sel:graph": str(fast), "triton-sel:cold": str(slow)}

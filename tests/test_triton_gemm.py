@@ -368,13 +368,23 @@ def test_config_strings_round_trip():
         parse_config("tiled(BM=64,foo=1)")
 
 
-def test_candidate_refuses_other_layout_or_acc():
+def test_candidate_refuses_other_acc_and_reads_its_own_layout():
     p = P((32, 32, 32), layout="nn")
-    cand = TritonGemm(TiledConfig(BM=32, BN=32, warps=4), "tn")
-    with pytest.raises(ConfigError, match="reads layout tn"):
-        cand.prepare(p, None, "graph", None)
+    with pytest.raises(ConfigError, match="accumulates in fp16"):
+        TritonGemm(TiledConfig(BM=32, BN=32, warps=4), "tn", acc="fp16").prepare(p, None, "graph", None)
     with pytest.raises(ConfigError, match="layout"):
         TritonGemm(TiledConfig(), "tt")
+    import torch
+
+    # a tn candidate on an nn problem reads B^T from the buffers (they hold both forms), as cublas_tn does
+    bufs = make_buffers(p, "cpu", seed=0)
+    cand = TritonGemm(TiledConfig(BM=32, BN=32, BK=32, warps=4), "tn")
+    cand.prepare(p, bufs, "graph", None)
+    a, b, bt, c = bufs.args()
+    c.fill_(float("nan"))
+    cand(a, b, bt, c)
+    ref = a.double() @ b.double()
+    assert torch.allclose(c.double(), ref, atol=2e-2, rtol=1e-2)
 
 
 def test_import_does_nothing():

@@ -149,6 +149,7 @@ def cmd_select(args) -> int:
         out = out / f"{_gpu_slug()}_{what}_triton-select-top{args.top}-explore{args.explore}_{date.today().isoformat()}.csv"
     try:
         spec = ScreenSpec(problems=tuple(problems), out=out, top=args.top, explore=args.explore, chunk=args.chunk or 16,
+                          layouts=tuple(x.strip() for x in args.layouts.split(",") if x.strip()),
                           protocols=protocols, seed=args.seed, device=args.gpu_device_id, workers=args.workers)
     except ValueError as e:
         raise CliError(str(e)) from None
@@ -232,8 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "one per shape and protocol; re-measure with bench --triton-from")
     _shape_args(s)
     s.add_argument("--protocol", default="graph,cold", help="graph, cold or both")
-    s.add_argument("--top", type=int, default=24, help="the cost model's K best configs per shape")
-    s.add_argument("--explore", type=int, default=16, help="more configs per shape from a shared random pool")
+    s.add_argument("--top", type=int, default=16, help="the cost model's K best configs per shape and layout")
+    s.add_argument("--explore", type=int, default=8, help="more configs per shape and layout from a shared random pool")
+    s.add_argument("--layouts", default="tn,nn", help="the layouts our kernels are screened in: tn (reads B^T), nn, or both")
     s.add_argument("--chunk", type=int, default=16, help="configs timed together (interleaved with the references)")
     s.add_argument("--workers", type=int, help="compile processes (default: CPU count - 1)")
     s.add_argument("--out", default="benchmarks/results", help="directory or .csv path; an existing file is resumed")

@@ -46,10 +46,11 @@ QUICK_REASON = "screen: quick check only (one input vs fp32), the battery runs w
 class ScreenSpec:
     problems: tuple[GemmProblem, ...]
     out: Path
-    top: int = 24
-    explore: int = 16
+    top: int = 16
+    explore: int = 8
     pool: int = 64             # configs drawn per variant into the shared exploration pool (few: shared kernels)
     chunk: int = 16
+    layouts: tuple[str, ...] = ("tn", "nn")  # top + explore configs in each (the buffers hold B and B^T)
     protocols: tuple[str, ...] = ("graph", "cold")
     seed: int = 0
     device: int = 0
@@ -60,6 +61,8 @@ class ScreenSpec:
         if self.top < 0 or self.explore < 0 or self.top + self.explore == 0:
             raise ValueError(f"screen needs top + explore >= 1 configs per shape (top={self.top}, "
                              f"explore={self.explore})")
+        if not self.layouts or set(self.layouts) - {"tn", "nn"}:
+            raise ValueError(f"layouts {self.layouts}: use tn, nn or both")
         if self.chunk < 1:
             raise ValueError("chunk must be >= 1")
         bad = [p for p in self.protocols if p not in ("graph", "cold")]
@@ -144,7 +147,16 @@ def _rows_for(problem: GemmProblem, base: dict, name: str, layout: str, t, info:
     return row
 
 
-def screen_problem(problem: GemmProblem, entries: list[tuple[Config, str, int]], spec: ScreenSpec, base: dict,
+def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[Config]) -> list[tuple]:
+    """(config, problem in the config's layout, source, model rank) for every layout of ``spec``."""
+    out = []
+    for layout in spec.layouts:
+        pl = problem.with_(layout=layout)
+        out += [(c, pl, src, rank) for c, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed)]
+    return out
+
+
+def screen_problem(problem: GemmProblem, entries: list[tuple], spec: ScreenSpec, base: dict,
                    arch: Arch) -> list[dict]:
     """Quick-check and time one shape's configs (and the references), chunk by chunk; result rows."""
     import torch
@@ -167,24 +179,24 @@ def screen_problem(problem: GemmProblem, entries: list[tuple[Config, str, int]],
     for ci in range(0, len(entries), spec.chunk):
         chunk = entries[ci:ci + spec.chunk]
         live, meta = {}, {}
-        for cfg, src, rank in chunk:
-            name = f"triton:{cfg}"
-            info = (f"screen;source={src};rank={rank};pred_us={estimate(cfg, problem, arch).seconds * 1e6:.4g};"
-                    f"chunk={ci // spec.chunk}")
-            cand = TritonGemm(cfg, layout=problem.layout, acc=problem.acc, name=name)
+        for cfg, pl, src, rank in chunk:
+            name = f"triton:{cfg}:{pl.layout}"
+            info = (f"screen;source={src};rank={rank};pred_us={estimate(cfg, pl, arch).seconds * 1e6:.4g};"
+                    f"pred_warm_us={estimate(cfg, pl, arch, warm_l2=True).seconds * 1e6:.4g};chunk={ci // spec.chunk}")
+            cand = TritonGemm(cfg, layout=pl.layout, acc=problem.acc, name=name)
             try:
-                cand.prepare(problem, bufs, "graph", None)
+                cand.prepare(pl, bufs, "graph", None)
                 ok, why = check(lambda f=cand: f(a, b, bt, c))
             except Exception as e:  # noqa: BLE001 - a config that fails is a row
                 torch.cuda.synchronize()
                 ok, why = False, f"prepare/call failed: {type(e).__name__}: {e}"[:300]
             if not ok:
                 for p in spec.protocols:
-                    rows.append(_rows_for(problem, {**base, "protocol": p}, name, problem.layout, None, info, False,
+                    rows.append(_rows_for(problem, {**base, "protocol": p}, name, pl.layout, None, info, False,
                                           why, str(cfg)))
                 continue
             live[name] = lambda f=cand: f(a, b, bt, c)
-            meta[name] = (info, str(cfg), problem.layout)
+            meta[name] = (info, str(cfg), pl.layout)
         for rn, v in refs.items():
             live[rn] = lambda f=v: f(a, b, bt, c)
             meta[rn] = (f"screen_ref;chunk={ci // spec.chunk}", str(v.info().get("algo", "")), v.layout)
@@ -219,9 +231,9 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     done = {r["mnk"] for r in read_rows([spec.out])} if Path(spec.out).is_file() else set()
     todo = [p for p in spec.problems if p.mnk not in done]
     pool = exploration_pool(spec.seed, spec.pool)
-    plan = {p: configs_for(p, arch, spec.top, spec.explore, pool, spec.seed) for p in todo}
+    plan = {p: entries_for(p, spec, arch, pool) for p in todo}
     if todo:
-        failed = precompile([(c, p) for p, es in plan.items() for c, _, _ in es], arch, spec.workers, progress)
+        failed = precompile([(c, pl) for es in plan.values() for c, pl, _, _ in es], arch, spec.workers, progress)
         if failed:
             print(f"screen: {len(failed)} kernel(s) failed to compile; they are recorded as failed rows")
     writer = ResultsWriter(spec.out)

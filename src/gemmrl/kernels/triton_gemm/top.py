@@ -66,29 +66,32 @@ def top_candidates(problem: GemmProblem, k: int, arch: Arch | None = None) -> li
 SELECTED = "triton-sel:"
 
 
-def load_selection(paths) -> dict[str, dict[str, str]]:
-    """From the CSVs of a selection run (``--triton-top K``): per shape, per protocol, the config string of the
-    fastest verified ``triton:*`` row. ``{mnk: {protocol: config}}``."""
+def load_selection(paths) -> dict[str, dict[str, tuple[str, str]]]:
+    """From the CSVs of a selection run (``gemmrl select`` or ``--triton-top K``): per shape, per protocol, the
+    config string and layout of the fastest verified ``triton:*`` row. ``{mnk: {protocol: (config, layout)}}``."""
     from ...results import read_rows
     from ...summary import best_of
 
-    out: dict[str, dict[str, str]] = {}
+    out: dict[str, dict[str, tuple[str, str]]] = {}
     for (proto, mnk), r in best_of(read_rows(list(paths)), "triton:").items():
-        out.setdefault(mnk, {})[proto] = r.get("algo") or r["candidate"][len("triton:"):]
+        text = r.get("algo") or r["candidate"][len("triton:"):]
+        out.setdefault(mnk, {})[proto] = (text, r.get("layout") or "tn")
     return out
 
 
-def selected_candidates(problem: GemmProblem, selection: dict[str, dict[str, str]]) -> list[TritonGemm]:
-    """One candidate per distinct selected config of ``problem``'s shape, named ``triton-sel:<protocols>``
-    (e.g. ``triton-sel:cold+graph``): the protocols it was selected in. A summary compares, in protocol p, only
-    the candidate selected in p: an unbiased re-measurement of the selection."""
+def selected_candidates(problem: GemmProblem, selection: dict) -> list[TritonGemm]:
+    """One candidate per distinct selected (config, layout) of ``problem``'s shape, named
+    ``triton-sel:<protocols>`` (e.g. ``triton-sel:cold+graph``): the protocols it was selected in. A summary
+    compares, in protocol p, only the candidate selected in p: an unbiased re-measurement of the selection.
+    Selection values are ``(config, layout)`` (a bare config string reads the problem's layout)."""
     from .configs import parse_config
 
-    by_cfg: dict[str, list[str]] = {}
-    for proto, text in sorted(selection.get(problem.mnk, {}).items()):
-        by_cfg.setdefault(text, []).append(proto)
-    return [TritonGemm(parse_config(text), layout=problem.layout, acc=problem.acc,
-                       name=SELECTED + "+".join(protos)) for text, protos in by_cfg.items()]
+    by_cfg: dict[tuple[str, str], list[str]] = {}
+    for proto, sel in sorted(selection.get(problem.mnk, {}).items()):
+        key = (sel, problem.layout) if isinstance(sel, str) else tuple(sel)
+        by_cfg.setdefault(key, []).append(proto)
+    return [TritonGemm(parse_config(text), layout=layout, acc=problem.acc, name=SELECTED + "+".join(protos))
+            for (text, layout), protos in by_cfg.items()]
 
 
 def selected_for(candidate: str, protocol: str) -> bool:
