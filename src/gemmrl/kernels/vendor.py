@@ -815,10 +815,11 @@ def vendor_candidates(problem: GemmProblem, config: VendorConfig | None = None) 
 
 # -- per-call host cost ------------------------------------------------------------------------------
 
-def host_cost(problem: GemmProblem, n: int = 2000, device: int = 0) -> list[dict]:
+def host_cost(problem: GemmProblem, n: int = 2000, device: int = 0, extra: dict | None = None) -> list[dict]:
     """Per-call host time of each way to call cuBLASLt (and torch.matmul) for ``problem``: the time until
     the call returns (no synchronize) and call + synchronize (what CUDA-L2's offline mode measures),
-    medians over ``n`` calls, paths interleaved. A path that cannot run gets a row with its ``reason``."""
+    medians over ``n`` calls, paths interleaved. A path that cannot run gets a row with its ``reason``.
+    ``extra``: more paths, {name: candidate or zero-arg factory} (e.g. our Triton kernels' launch paths)."""
     from ..candidate import make_buffers
 
     torch = require_cuda(device)
@@ -836,6 +837,7 @@ def host_cost(problem: GemmProblem, n: int = 2000, device: int = 0) -> list[dict
                                                    problem.acc, "heuristic", cfg)
         if problem.acc == "fp32":
             paths["torch"] = TorchCandidate()
+        paths.update(extra or {})
         rows: dict[str, dict] = {}
         live: dict[str, Any] = {}
         for name, cand in paths.items():
@@ -843,7 +845,10 @@ def host_cost(problem: GemmProblem, n: int = 2000, device: int = 0) -> list[dict
                    "layout": getattr(cand, "layout", problem.layout), "call_us_median": math.nan,
                    "call_sync_us_median": math.nan, "n": 0, "reason": ""}
             try:
-                cand.prepare(problem, bufs, "offline", None)
+                if not hasattr(cand, "prepare"):  # a factory that prepares its own candidate
+                    cand = paths[name] = cand(problem, bufs)
+                else:
+                    cand.prepare(problem, bufs, "offline", None)
                 for _ in range(20):
                     cand(*bufs.args())
                 torch.cuda.synchronize()
