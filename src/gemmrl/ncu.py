@@ -204,6 +204,19 @@ def profile(loss: Loss, which: str, ncu: str, timeout: float = 240.0) -> dict[st
     raise NcuError(f"ncu gave no kernel rows for {which} at {loss.mnk}: {text[-400:]}")
 
 
+def _write(recs: list[dict], out: Path) -> None:
+    keys = list(dict.fromkeys(k for r in recs for k in r))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(recs)
+    md = ["| shape | speedup | our config | vendor path | reason (ncu) |", "|---|---:|---|---|---|"]
+    md += [f"| {r['mnk']} | {r['speedup']:.3f} | {r['layout']} {r['config']} | {r['vendor']} | "
+           f"{r['reason'] or 'profiling failed: ' + r['error'][:120]} |" for r in recs]
+    Path(str(out)[:-4] + ".md").write_text("\n".join(md) + "\n")
+
+
 def losses(paths: list[str], protocol: str, n: int, out: Path) -> Path:
     from .results import read_rows
 
@@ -227,17 +240,8 @@ def losses(paths: list[str], protocol: str, n: int, out: Path) -> Path:
             rec["error"] = f"{type(e).__name__}: {e}"[:400]
         recs.append(rec)
         print(f"[{i}/{len(worst)}] {loss.mnk} x{loss.speedup:.3f}: {rec['reason'] or rec['error']}", flush=True)
-    keys = list(dict.fromkeys(k for r in recs for k in r))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        w.writerows(recs)
-    md = ["| shape | speedup | our config | vendor path | reason (ncu) |", "|---|---:|---|---|---|"]
-    md += [f"| {r['mnk']} | {r['speedup']:.3f} | {r['layout']} {r['config']} | {r['vendor']} | "
-           f"{r['reason'] or 'profiling failed: ' + r['error'][:120]} |" for r in recs]
-    Path(str(out)[:-4] + ".md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+        _write(recs, out)  # after every shape: a run cut short keeps what it profiled
+    print(Path(str(out)[:-4] + ".md").read_text())
     return out
 
 
