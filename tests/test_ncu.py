@@ -29,10 +29,10 @@ def test_worst_shapes_compares_the_config_selected_in_that_protocol():
 NCU_OUT = '''==PROF== Connected to process 123 (/usr/bin/python3)
 some program output, "with quotes"
 ==PROF== Profiling "splitk_kernel" - 0: 0%....50%....100% - 9 passes
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum","launch__grid_size","sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
-"","","","","","","","nsecond","byte","byte","","%"
-"0","123","python3","h","splitk_kernel","1","7","12,000","33,554,432","8,192","128","n/a"
-"1","123","python3","h","reduce_kernel","1","7","2,000","16,384","8,192","4","n/a"
+"ID","Process ID","Process Name","Host Name","thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg","Kernel Name","Context","Stream","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum","launch__grid_size","sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+"","","","","","","","","nsecond","byte","byte","","%"
+"0","123","python3","h","123  ""<default domain>:gemmrl:triton:none:none:none:none:none:none"" ","splitk_kernel","1","7","12,000","33,554,432","8,192","128","n/a"
+"1","123","python3","h","123  ""<default domain>:gemmrl:triton:none:none:none:none:none:none"" ","reduce_kernel","1","7","2,000","16,384","8,192","4","n/a"
 ==PROF== Disconnected from process 123
 '''
 
@@ -52,7 +52,7 @@ def _m(**kw):
             "dram__bytes_read.sum": 3.3e7, "dram__bytes_write.sum": 1e4, "lts__t_sector_hit_rate.pct": 50.0,
             "sm__throughput.avg.pct_of_peak_sustained_elapsed": 20.0,
             "sm__warps_active.avg.pct_of_peak_sustained_active": 40.0, "launch__grid_size": 512.0,
-            N.TENSOR_METRIC: 5.0, "kernels": 1}
+            N.TENSOR_METRIC: 5.0, "launch__waves_per_multiprocessor": 1.0, "kernels": 1}
     base.update(kw)
     return base
 
@@ -60,11 +60,13 @@ def _m(**kw):
 @pytest.mark.parametrize("ours,expect", [
     (_m(**{"dram__throughput.avg.pct_of_peak_sustained_elapsed": 40.0}), "memory-bound: DRAM at 40%"),
     (_m(**{"dram__bytes_read.sum": 6.6e7}), "moves 2.00x the vendor's DRAM bytes"),
-    (_m(launch__grid_size=64.0), "grid of 64 CTAs on 132 SMs"),
+    (_m(launch__grid_size=64.0, launch__waves_per_multiprocessor=0.48), "grid of 64 CTAs on 132 SMs, 0.48 waves"),
+    (_m(launch__waves_per_multiprocessor=1.25), "wave tail: 1.25 waves, the last 25% full (vendor 1.00 waves)"),
     (_m(kernels=2), "2 kernels against 1"),
     (_m(**{"sm__warps_active.avg.pct_of_peak_sustained_active": 10.0}), "achieved occupancy 10% vs 40%"),
     (_m(**{"lts__t_sector_hit_rate.pct": 20.0}), "L2 hit rate 20% vs 50%"),
     (_m(), "no single counter explains it"),
+    (_m(**{"dram__throughput.avg.pct_of_peak_sustained_elapsed": 77.0}), "no single counter explains it"),  # 96%
 ])
 def test_reason_names_the_cause(ours, expect):
     text = N.reason(ours, _m())
@@ -90,3 +92,80 @@ def test_cli_errors(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(N.shutil, "which", lambda name: None)
     assert N.main(["losses", str(f), "--out", str(tmp_path / "o.csv")]) == 2
     assert "ncu (Nsight Compute) is not on PATH" in capsys.readouterr().err
+
+
+def test_reason_tolerates_missing_and_zero_metrics():
+    ours = _m(**{"dram__bytes_read.sum": 1e6, "dram__bytes_write.sum": 0.0, "launch__waves_per_multiprocessor": 1.3})
+    vend = _m(**{"dram__bytes_read.sum": 0.0, "dram__bytes_write.sum": 0.0})
+    del vend["launch__waves_per_multiprocessor"]      # absent: read as full waves, not as a cause by itself
+    text = N.reason(ours, vend)
+    assert "DRAM bytes" not in text and "wave tail: 1.30 waves" in text
+    assert N.reason(_m(launch__waves_per_multiprocessor=2.0), _m()).endswith("no single counter explains it "
+                                                                           "(same DRAM, SM and occupancy levels)")
+
+
+def test_metrics_are_the_hopper_names():
+    assert len(set(N.METRICS)) == len(N.METRICS) and N.METRICS[0] == "gpu__time_duration.sum"
+    assert N.TENSOR_METRIC in N.METRICS and "gmma_cycles" not in N.TENSOR_METRIC  # absent on gh100
+    for m in ("launch__waves_per_multiprocessor", "launch__shared_mem_per_block_dynamic",
+              "sm__warps_active.avg.pct_of_peak_sustained_active"):
+        assert m in N.METRICS
+
+
+LOSS = N.Loss("256_512_1024", "cold", "tiled(BM=64)", "tn", "cublas_tn", 2.0, 1.0, 0.5)
+
+
+class _Proc:
+    def __init__(self, stdout, rc=0, stderr=""):
+        self.stdout, self.returncode, self.stderr = stdout, rc, stderr
+
+
+@pytest.mark.parametrize("protocol,cache", [("cold", None), ("graph", "none")])
+def test_profile_runs_one_ncu_with_clocks_left_alone(monkeypatch, protocol, cache):
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        return _Proc(NCU_OUT)
+
+    monkeypatch.setattr(N.subprocess, "run", fake_run)
+    loss = N.Loss(**{**LOSS.__dict__, "protocol": protocol})
+    rec = N.profile(loss, "triton", "/opt/ncu")
+    assert rec["kernels"] == 2 and rec["gpu__time_duration.sum"] == 14000
+    (cmd,) = calls
+    assert cmd[0] == "/opt/ncu" and cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd[cmd.index("--profile-from-start") + 1] == "off"
+    assert cmd[cmd.index("--metrics") + 1].split(",") == list(N.METRICS)
+    assert (cmd[cmd.index("--cache-control") + 1] if "--cache-control" in cmd else None) == cache
+    child = cmd[cmd.index("gemmrl.ncu") + 1:]
+    assert child[0] == "run" and child[child.index("--which") + 1] == "triton"
+    assert child[child.index("--protocol") + 1] == protocol and child[child.index("--mnk") + 1] == "256_512_1024"
+
+
+def test_profile_without_rows_says_what_ncu_said(monkeypatch):
+    monkeypatch.setattr(N.subprocess, "run", lambda cmd, **kw: _Proc("", 1, "==ERROR== ERR_NVGPUCTRPERM"))
+    with pytest.raises(N.NcuError, match="exit 1.*ERR_NVGPUCTRPERM"):
+        N.profile(LOSS, "vendor", "ncu")
+
+
+def test_losses_goes_on_after_a_failed_shape(tmp_path, monkeypatch, capsys):
+    rows = [_row(m, "vendor_best", "cold", 1.0, members="cublas_tn") for m in ("1_2_3", "4_5_6")]
+    rows += [_row("1_2_3", "triton-sel:cold", "cold", 2.0), _row("4_5_6", "triton-sel:cold", "cold", 1.25)]
+    monkeypatch.setattr("gemmrl.results.read_rows", lambda paths: rows)
+    monkeypatch.setattr(N.shutil, "which", lambda name: "/opt/ncu")
+
+    def fake_profile(loss, which, ncu):
+        if loss.mnk == "1_2_3":
+            raise N.NcuError("ncu gave no kernel rows")
+        return _m(**{"gpu__time_duration.sum": 12500.0 if which == "triton" else 10000.0})
+
+    monkeypatch.setattr(N, "profile", fake_profile)
+    out = N.losses(["x.csv"], "cold", 10, tmp_path / "l.csv")
+    import csv
+    got = list(csv.DictReader(open(out)))
+    assert [r["mnk"] for r in got] == ["1_2_3", "4_5_6"]
+    assert "no kernel rows" in got[0]["error"] and not got[0]["reason"]
+    assert got[1]["reason"].startswith("12.5 vs 10.0 us") and not got[1]["error"]
+    md = (tmp_path / "l.md").read_text()
+    assert "profiling failed: NcuError" in md and "| 4_5_6 | 0.800 |" in md
+    assert "[2/2] 4_5_6" in capsys.readouterr().out
