@@ -1,7 +1,28 @@
 """gemmrl: half-precision GEMM kernels found by search, verified against a high-precision reference,
 timed against the vendor libraries, and served to PyTorch.
 
-Importing gemmrl does no CUDA work and compiles nothing.
+    import gemmrl
+    gemmrl.warmup(["16_4096_4096"])     # build ahead of time (optional; nothing builds inside a graph capture)
+    y = gemmrl.mm(a, b)                 # a [..., K] @ b [K, N], fp16/bf16, the library's kernel or cuBLAS
+    report = gemmrl.patch(model)        # nn.Linear layers through gemmrl.linear; gemmrl.unpatch(model) undoes it
+
+Importing gemmrl does no CUDA work and compiles nothing (torch is imported on first use of the serving API).
 """
 
 __version__ = "0.1.0"
+
+_LAZY = {"mm": "dispatch", "linear": "dispatch", "warmup": "dispatch", "served_by": "dispatch",
+         "use_library": "dispatch", "DispatchError": "dispatch", "patch": "patching", "unpatch": "patching", "PatchReport": "patching"}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'gemmrl' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY])

@@ -102,6 +102,21 @@ def cmd_bench(args) -> int:
     problems, what = _problems(args)
     extra += _triton_from(args.triton_from, problems)
     require_cuda(args.gpu_device_id)
+    if args.library:
+        from . import dispatch
+        from .dispatch_candidate import gemmrl_candidates
+        from .library import LibraryError
+
+        try:
+            dispatch.use_library(None if args.library == "default" else args.library)
+        except LibraryError as e:
+            raise CliError(f"--library: {e}") from None
+        extra += (gemmrl_candidates,)
+    labels = ()
+    if args.shapes:
+        from .problem import read_shape_labels
+
+        labels = tuple(read_shape_labels(args.shapes).items())
     sweep = len(problems) > 1
     base = TimingConfig(seed=args.seed, qps=args.target_qps)
     cfg = base.for_sweep() if sweep else base
@@ -118,7 +133,7 @@ def cmd_bench(args) -> int:
         out = out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv"
     spec = BenchSpec(problems=tuple(problems), protocols=protocols, out=out, cfg=cfg, kernel_dir=args.kernel_dir,
                      kernel_acc=args.kernel_acc, device=args.gpu_device_id, repeat=args.repeat,
-                     extra=extra)
+                     extra=extra, labels=labels)
     if args.kernel_dir and not Path(args.kernel_dir).is_dir():
         raise CliError(f"--kernel-dir {args.kernel_dir}: not a directory of M_N_K.cu files")
     path = run_bench(spec, progress=not args.no_progress)
@@ -193,6 +208,19 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_lib(args) -> int:
+    from .lib_cli import run
+
+    return run(args)
+
+
+def cmd_warmup(args) -> int:
+    from .lib_cli import cmd_warmup as warm
+
+    problems, _ = _problems(args)
+    return warm(args, problems)
+
+
 def _shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mnk", help="one shape M_N_K (or a comma list), e.g. 64_4096_64")
     p.add_argument("--grid", help="'cuda-l2': CUDA-L2's 1000 grid shapes")
@@ -226,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--triton-top", type=int, default=0, metavar="K",
                    help="also verify and time the cost model's K best Triton configs per shape (a few of each "
                         "variant), named triton:<config>; 0 (default) = off")
+    b.add_argument("--library", metavar="FILE|default",
+                   help="also time `gemmrl` (each call gemmrl.mm, served from this library JSON, or 'default': the "
+                        "package's and the user's) against the vendor paths")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_bench)
 
@@ -258,6 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--claims", help="CUDA-L2's published per-shape ratios, shown beside ours as claims")
     r.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"), help="speed in B / speed in A on shared rows")
     r.set_defaults(func=cmd_report)
+    from .lib_cli import add_parsers
+
+    add_parsers(sub, cmd_lib)
+    w = sub.add_parser("warmup", help="build what serves these shapes now (compiles into the on-disk caches)")
+    _shape_args(w)
+    w.add_argument("--layouts", default="tn,nn")
+    w.set_defaults(func=cmd_warmup)
     return ap
 
 

@@ -150,3 +150,16 @@ def read_shapes(path: str, **kw) -> list[GemmProblem]:
     if not out:
         raise ProblemError(f"{path} holds no shapes; write one M_N_K per line")
     return list(dict.fromkeys(out))
+
+
+def read_shape_labels(path: str) -> dict[str, str]:
+    """``{mnk: label}`` from a shapes file whose lines carry a comment after the shape (``16_4096_4096  # llama-3-8b
+    o_proj``); shapes without one are left out."""
+    out: dict[str, str] = {}
+    with open(path) as fh:
+        for line in fh:
+            shape, sep, note = line.partition("#")
+            shape, note = shape.strip(), note.strip()
+            if sep and shape and note:
+                out[parse_mnk(shape).mnk] = note
+    return out

@@ -21,7 +21,7 @@ COLUMNS = (
     "torch", "triton", "git_sha", "timestamp",
     # extras
     "M", "N", "K", "floor_ms", "floor_ok", "rep", "recheck", "members", "warmup_s", "benchmark_s",
-    "n_algos", "info", "batch_end",
+    "n_algos", "info", "batch_end", "label",
 )
 REQUIRED = COLUMNS[:24]
 

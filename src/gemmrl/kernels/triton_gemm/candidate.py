@@ -58,6 +58,17 @@ class TritonGemm:
                 return
         self._slow(a, b, bt, c)
 
+    def launch_ptrs(self, pa: int, pb: int, pc: int) -> bool:
+        """Launch on torch's current stream with raw pointers to A, B (as the layout reads it) and C of the prepared
+        shape (any leading dims, contiguous); False, launching nothing, without a direct path or 16-byte alignment."""
+        direct = self._direct
+        if direct is None or (pa | pb | pc) & 15:
+            return False
+        stream = self._stream()
+        for launch in direct:
+            launch(stream, (pa, pb, pc))
+        return True
+
     def info(self) -> dict[str, Any]:
         return {"config": str(self.cfg), "algo": str(self.cfg), "variant": self.cfg.variant, "launch": self.launch_path,
                 **({"launch_note": self.launch_note} if self.launch_note else {})}

@@ -1,0 +1,448 @@
+"""Serving the library: ``gemmrl.mm``, ``gemmrl.linear``, the torch custom op ``gemmrl::mm`` and ``warmup``.
+
+A call ``mm(a, b, out=None)`` computes ``a @ b`` for ``a`` [..., K] (leading dims flattened into M) and ``b``
+[K, N], fp16 or bf16, fp32 accumulation (torch.matmul's semantics with reduced-precision reductions off).
+
+How a call is served, per (shapes, strides, dtypes, devices) of its operands, decided once:
+- ``b`` row-major is layout ``nn``; ``b`` the transpose of a row-major [N, K] tensor (``w.t()``, what
+  ``nn.Linear`` holds) is ``tn``. The library is asked for that layout, for this GPU model, at this shape (exact
+  entry, else a bucket holding M): an eager call takes the entry measured in ``offline`` (host-timed, what eager
+  PyTorch sees), a call inside CUDA-graph capture the one measured in ``graph`` (device time).
+- An entry is a Triton config (compiled once, launched through its C launcher on torch's current stream) or
+  the vendor path measured fastest there (cuBLAS/cuBLASLt through our extension, with the measured algorithm
+  where this cuBLASLt offers it, or torch.matmul).
+- No entry, ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a
+  kernel the GPU's validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
+- Nothing compiles inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
+  (and built at its next eager call). ``warmup(shapes)`` builds ahead of time. A kernel that fails to build or
+  disagrees with an fp32 reference at build time is not served (a warning says why; torch.matmul serves).
+- Entries measured under other torch/Triton/CUDA versions are run through the full correctness battery before
+  first use, as are bucket entries at an M they were not measured at.
+
+Under autograd (an operand requires grad and grad mode is on) and under torch.compile the call goes through the
+custom op ``torch.ops.gemmrl.mm`` (register_fake for tracing, dynamic M included; backward runs its two GEMMs
+through ``mm`` too). Plain eager calls skip the op's dispatcher cost and go straight to the served kernel.
+One served kernel per shape: its split-K workspace is shared, so do not run the same shape on two streams
+at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import torch
+
+from .library import PROTOCOL_ORDER, Entry, Library, load_default
+from .problem import GemmProblem
+
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_Tensor = torch.Tensor
+
+
+class DispatchError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Served:
+    """How one call signature is served: ``eager``/``graph`` are ``f(a, b, out)`` taking the call's tensors."""
+    eager: Callable
+    graph: Callable
+    out_shape: tuple
+    dtype: Any
+    dev: int
+    device: Any
+    eager_desc: str
+    graph_desc: str
+
+
+def _torch_mm(a, b, out):
+    torch.matmul(a, b, out=out)
+
+
+class _State:
+    def __init__(self) -> None:
+        self.library: Library | None = None
+        self.table: dict[tuple, Served] = {}      # call signature -> served
+        self.built: dict[tuple, Served] = {}      # (M, N, K, dtype, layout, dev) -> served, shared by signatures
+        self.gpu: dict[int, tuple[str, dict]] = {}
+        self.lock = threading.RLock()
+        self.warned: set[str] = set()
+
+
+_S = _State()
+_TABLE = _S.table
+
+
+def use_library(lib: Library | str | None) -> Library:
+    """Serve from ``lib`` (a Library or a JSON path); None reloads the default (package + user library).
+    Clears everything built so far."""
+    with _S.lock:
+        _S.library = Library.load(lib) if isinstance(lib, str) else (lib if lib is not None else load_default())
+        reset()
+        return _S.library
+
+
+def library() -> Library:
+    if _S.library is None:
+        with _S.lock:
+            if _S.library is None:
+                _S.library = load_default()
+    return _S.library
+
+
+def reset() -> None:
+    """Forget every served kernel (the next call of each shape builds again)."""
+    with _S.lock:
+        _S.table.clear()
+        _S.built.clear()
+
+
+def _warn(msg: str) -> None:
+    if msg not in _S.warned:
+        _S.warned.add(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
+
+# -- the call path ---------------------------------------------------------------------------------------
+_capturing: Callable[[], bool] = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or (lambda: False)
+
+
+def mm(a, b, out=None):
+    """``a @ b`` through the library (see the module docstring); ``out`` (contiguous, right shape and dtype)
+    receives the result when given, and is returned."""
+    try:
+        op = (torch.compiler.is_compiling() or (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad))
+              or type(a) is not _Tensor or type(b) is not _Tensor)  # subclasses: fake/functional tensors in tracing
+    except AttributeError:
+        raise DispatchError(f"gemmrl.mm takes two torch.Tensors, got {type(a).__name__} and {type(b).__name__}") \
+            from None
+    if op:
+        if not isinstance(a, _Tensor) or not isinstance(b, _Tensor):
+            raise DispatchError(f"gemmrl.mm takes two torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
+        if out is not None:
+            raise DispatchError("gemmrl.mm(out=...) is for inference: under autograd or torch.compile call "
+                                "gemmrl.mm(a, b) without out=")
+        return torch.ops.gemmrl.mm(a, b)
+    return _mm(a, b, out)
+
+
+def _mm(a, b, out):
+    try:
+        key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+    except (AttributeError, TypeError):
+        raise DispatchError(f"gemmrl.mm takes two torch.Tensors, got {type(a).__name__} and {type(b).__name__}") \
+            from None
+    s = _TABLE.get(key)
+    if s is None:
+        s = _miss(key, a, b)
+    if out is None:
+        out = torch.empty(s.out_shape, dtype=s.dtype, device=s.device)
+    elif out.shape != s.out_shape or out.dtype != s.dtype or out.get_device() != s.dev or not out.is_contiguous():
+        raise DispatchError(f"gemmrl.mm: out must be a contiguous {s.dtype} tensor of shape {tuple(s.out_shape)} on "
+                            f"{s.device}; got {out.dtype} {tuple(out.shape)} on {out.device} "
+                            f"(contiguous={out.is_contiguous()})")
+    if s.dev >= 0 and _capturing():
+        s.graph(a, b, out)
+    else:
+        s.eager(a, b, out)
+    return out
+
+
+def linear(x, weight, bias=None):
+    """``x @ weight.T (+ bias)``, ``weight`` [N, K] as nn.Linear holds it (served in layout ``tn``). The bias is
+    added by a separate elementwise kernel (our GEMMs have no bias epilogue)."""
+    y = mm(x, weight.t())
+    if bias is None:
+        return y
+    if y.requires_grad or torch.compiler.is_compiling():
+        return y + bias
+    return y.add_(bias)
+
+
+def _check(a, b) -> None:
+    if a.dtype not in _DTYPES or b.dtype not in _DTYPES:
+        raise DispatchError(f"gemmrl.mm serves float16 and bfloat16 tensors; got {a.dtype} and {b.dtype}. Cast them "
+                            "(x.half(), x.bfloat16()) or call torch.matmul for other dtypes")
+    if a.dtype != b.dtype:
+        raise DispatchError(f"gemmrl.mm: a is {a.dtype} and b is {b.dtype}; give both the same dtype")
+    if a.device != b.device:
+        raise DispatchError(f"gemmrl.mm: a is on {a.device} and b on {b.device}; move them to one device")
+    if a.dim() < 2 or b.dim() != 2:
+        raise DispatchError(f"gemmrl.mm takes a [..., K] (2-D or more) and b [K, N] (2-D); got {tuple(a.shape)} "
+                            f"and {tuple(b.shape)} (for a batched b use torch.matmul)")
+    if a.shape[-1] != b.shape[0]:
+        raise DispatchError(f"gemmrl.mm: a is {tuple(a.shape)} and b is {tuple(b.shape)}; a's last dim (K) must "
+                            "equal b's first")
+    if a.numel() == 0 or b.numel() == 0:
+        raise DispatchError(f"gemmrl.mm: empty operand ({tuple(a.shape)} @ {tuple(b.shape)})")
+
+
+def _layout(b) -> str | None:
+    if b.is_contiguous():
+        return "nn"
+    if b.t().is_contiguous():
+        return "tn"
+    return None
+
+
+def _miss(key: tuple, a, b) -> Served:
+    """Decide how a new call signature is served (builds at most once per problem; never during capture)."""
+    _check(a, b)
+    K, N = b.shape
+    M = a.numel() // K
+    out_shape = torch.Size((*a.shape[:-1], N))
+    dev = a.get_device()
+    fallback = Served(_torch_mm, _torch_mm, out_shape, a.dtype, dev, a.device, "torch.matmul", "torch.matmul")
+    layout = _layout(b)
+    if not a.is_contiguous() or layout is None:
+        with _S.lock:
+            _TABLE[key] = fallback
+        return fallback
+    pkey = (M, N, K, a.dtype, layout, dev)
+    with _S.lock:
+        got = _S.built.get(pkey)
+        if got is None:
+            if dev >= 0 and _capturing():
+                return fallback  # nothing compiles inside a capture; the next eager call builds
+            got = _build(M, N, K, a.dtype, layout, a.device)
+            _S.built[pkey] = got
+        s = Served(got.eager, got.graph, out_shape, a.dtype, dev, a.device, got.eager_desc, got.graph_desc)
+        _TABLE[key] = s
+        return s
+
+
+# -- building what serves a problem --------------------------------------------------------------------
+def _identity(device) -> tuple[str, dict]:
+    """(GPU model name as results rows record it, software versions) of ``device``; ('cpu', ...) on the CPU."""
+    dev = device.index if device.type == "cuda" else -1
+    if dev not in _S.gpu:
+        try:
+            import triton
+
+            tv = triton.__version__
+        except ImportError:
+            tv = ""
+        sw = {"torch": torch.__version__, "triton": tv, "cuda": str(torch.version.cuda)}
+        name = torch.cuda.get_device_properties(device).name if dev >= 0 else "cpu"
+        _S.gpu[dev] = (name, sw)
+    return _S.gpu[dev]
+
+
+def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
+    gpu, sw = _identity(device)
+    dt = _DTYPES[dtype]
+    lib = library()
+    problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
+    made: dict[tuple, tuple[Callable, str]] = {}
+
+    def serve(order) -> tuple[Callable, str]:
+        e = lib.lookup_any(gpu, dt, "fp32", layout, order, M, N, K)
+        if e is None:
+            return _torch_mm, "torch.matmul"
+        ek = (e.family, e.impl, e.algo)
+        if ek not in made:
+            made[ek] = _make(e, problem, device, sw)
+        return made[ek]
+
+    eager, ed = serve(PROTOCOL_ORDER["eager"])
+    graph, gd = serve(PROTOCOL_ORDER["graph"]) if device.type == "cuda" else (eager, ed)
+    dev = device.index if device.type == "cuda" else -1
+    return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd)
+
+
+def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, str]:
+    """A launcher for entry ``e`` at ``problem``, checked; torch.matmul (with a warning) when it cannot serve."""
+    from .candidate import make_buffers
+
+    desc = f"{e.family}:{e.impl} ({e.protocol} entry {e.mnk}{'' if e.m_lo == e.m_hi else f', M {e.m_lo}..{e.m_hi}'})"
+    try:
+        bufs = make_buffers(problem, device, seed=1234)
+        if e.family == "triton":
+            fn, cand = _make_triton(e, problem, bufs)
+        else:
+            fn, cand = _make_vendor(e, problem, bufs)
+        measured = problem.mnk in e.members
+        if e.same_software(sw) and measured:
+            _reference_check(fn, bufs, problem)
+        elif device.type == "cuda":  # another software stack, or an M the bucket was not measured at
+            from .verify import verify
+
+            v = verify(cand, problem, "cuda")
+            if not v.passed:
+                raise RuntimeError(f"failed the correctness battery: {v.reason}")
+        else:
+            _reference_check(fn, bufs, problem)
+        return fn, desc
+    except Exception as ex:  # noqa: BLE001 - any failure to build means the vendor path serves
+        _warn(f"gemmrl: {desc} not served at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex}); "
+              "torch.matmul serves it")
+        return _torch_mm, f"torch.matmul (entry {e.family}:{e.impl} not served: {type(ex).__name__})"
+
+
+def _reference_check(fn, bufs, problem: GemmProblem) -> None:
+    """One call on the warm-up buffers against an fp32 product (inputs scaled so C is of unit size)."""
+    a, b, bt, c = bufs.args()
+    c.fill_(float("nan"))
+    fn(a, b if problem.layout == "nn" else bt.t(), c)
+    ref = a.float() @ b.float()
+    err = (c.float() - ref).abs().max().item()
+    tol = 2e-2 if problem.dtype == "bf16" else 4e-3
+    if not err <= tol:
+        raise RuntimeError(f"max error {err:.3g} against an fp32 reference (limit {tol})")
+
+
+def _make_triton(e: Entry, problem: GemmProblem, bufs):
+    from .kernels.triton_gemm import TritonGemm, parse_config
+
+    cand = TritonGemm(parse_config(e.impl), layout=problem.layout, acc=problem.acc, name=f"gemmrl:{e.impl}")
+    cand.prepare(problem, bufs, e.protocol, None)  # validity predicate, compile, direct launcher, self-check
+    launch = cand.launch_ptrs
+    tn = problem.layout == "tn"
+
+    def slow(a, b, out):  # pointers not 16-byte aligned, or no direct launcher (interpreter, another Triton)
+        if a.is_cuda and (cand.launch_path == "direct" or (a.data_ptr() | b.data_ptr() | out.data_ptr()) & 15):
+            torch.matmul(a, b, out=out)  # never a new specialization (a compile) in a hot call
+        else:
+            K = b.shape[0]
+            cand(a.reshape(-1, K), b, b.t() if tn else b, out.view(-1, out.shape[-1]))
+
+    def call(a, b, out):
+        if not launch(a.data_ptr(), b.data_ptr(), out.data_ptr()):
+            slow(a, b, out)
+
+    return call, cand
+
+
+class _VendorAdapter:
+    """A prepared CtypesCandidate (or torch) as a candidate for the battery, and its call."""
+
+    def __init__(self, cand, name: str, layout: str):
+        self.cand, self.name, self.layout, self.acc = cand, name, layout, "fp32"
+
+    def prepare(self, problem, bufs, protocol, timer) -> None:
+        pass
+
+    def __call__(self, a, b, bt, c) -> None:
+        self.cand(a, b, bt, c)
+
+    def info(self) -> dict:
+        return self.cand.info()
+
+
+def _make_vendor(e: Entry, problem: GemmProblem, bufs):
+    from .kernels.vendor import CtypesCandidate, TorchCandidate, alignment
+
+    if e.impl == "torch":
+        tc = TorchCandidate()
+        tc.prepare(problem.with_(layout="nn"), bufs, e.protocol, None)
+        return _torch_mm, _VendorAdapter(tc, "torch", problem.layout)
+    mode = {"cublas": "cublas", "cublaslt_heuristic": "heuristic", "cublaslt_autotuned": "heuristic"}[e.impl[:-3]]
+    cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", mode)
+    cand.prepare(problem, bufs, e.protocol, None)
+    if mode == "heuristic" and e.algo:
+        lib, ptr = cand._lib, cand._ptr
+        descs = [lib.describe(ptr, i) for i in range(lib.plan_count(ptr))]
+        if e.algo in descs:
+            lib.check(lib.plan_select(ptr, descs.index(e.algo)), "vb_plan_select")
+        elif e.impl.startswith("cublaslt_autotuned"):  # this cuBLASLt does not offer it: tune here
+            cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", "autotuned")
+            cand.prepare(problem, bufs, e.protocol, None)
+    a, b, bt, c = bufs.args()
+    align = 16 if mode == "cublas" else alignment(a.data_ptr(), (bt if problem.layout == "tn" else b).data_ptr(),
+                                                  c.data_ptr())
+    mask = align - 1
+    run = cand.__call__
+
+    def call(x, w, out):
+        if (x.data_ptr() | w.data_ptr() | out.data_ptr()) & mask:
+            torch.matmul(x, w, out=out)  # the plan was made for this alignment; cuBLAS via torch takes any
+        else:
+            run(x, w, w, out)
+
+    return call, _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout)
+
+
+# -- ahead of time ---------------------------------------------------------------------------------------
+def _parse_shape(s) -> tuple[int, int, int]:
+    if isinstance(s, GemmProblem):
+        return s.M, s.N, s.K
+    if isinstance(s, str):
+        from .problem import parse_mnk
+
+        p = parse_mnk(s)
+        return p.M, p.N, p.K
+    try:
+        M, N, K = (int(x) for x in s)
+    except (TypeError, ValueError):
+        raise DispatchError(f"warmup takes shapes as 'M_N_K', (M, N, K) or GemmProblem; got {s!r}") from None
+    return M, N, K
+
+
+def warmup(shapes: Iterable, dtype=torch.float16, layouts: Iterable[str] = ("tn", "nn"), device=None) -> list[dict]:
+    """Build what serves each shape and layout now (compile, plan, check), so that no later call, and no CUDA-graph
+    capture, builds anything. Returns one record per (shape, layout): what serves it eagerly and in a graph."""
+    if dtype not in _DTYPES:
+        raise DispatchError(f"warmup: dtype {dtype} is not served; use torch.float16 or torch.bfloat16")
+    device = torch.device(device) if device is not None else (
+        torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
+    out = []
+    for s in shapes:
+        M, N, K = _parse_shape(s)
+        for layout in layouts:
+            if layout not in ("nn", "tn"):
+                raise DispatchError(f"warmup: layout {layout!r}; use 'nn' or 'tn'")
+            a = torch.empty((M, K), dtype=dtype, device=device)
+            b = torch.empty((K, N), dtype=dtype, device=device) if layout == "nn" else \
+                torch.empty((N, K), dtype=dtype, device=device).t()
+            s_ = _TABLE.get((a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(),
+                             b.get_device())) or _miss((a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype,
+                                                        a.get_device(), b.get_device()), a, b)
+            out.append({"mnk": f"{M}_{N}_{K}", "layout": layout, "eager": s_.eager_desc, "graph": s_.graph_desc})
+    return out
+
+
+def served_by(a, b) -> dict:
+    """What serves ``mm(a, b)`` (building it if needed, outside capture): {'eager': ..., 'graph': ...}."""
+    s = _mm_served(a, b)
+    return {"eager": s.eager_desc, "graph": s.graph_desc}
+
+
+def _mm_served(a, b) -> Served:
+    key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+    return _TABLE.get(key) or _miss(key, a, b)
+
+
+# -- the custom op -----------------------------------------------------------------------------------------
+@torch.library.custom_op("gemmrl::mm", mutates_args=())
+def _mm_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return _mm(a, b, None)
+
+
+@_mm_op.register_fake
+def _mm_fake(a, b):
+    if a.dim() < 2 or b.dim() != 2 or a.shape[-1] != b.shape[0]:
+        raise DispatchError(f"gemmrl::mm: a is {tuple(a.shape)} and b is {tuple(b.shape)}; a [..., K] @ b [K, N]")
+    return a.new_empty((*a.shape[:-1], b.shape[1]))
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    a, b = inputs
+    ctx.save_for_backward(a, b)
+
+
+def _backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    ga = gb = None
+    if ctx.needs_input_grad[0]:
+        ga = mm(grad, b.t())                                        # [..., N] @ [N, K]
+    if ctx.needs_input_grad[1]:
+        K, N = b.shape
+        gb = mm(a.reshape(-1, K).t(), grad.reshape(-1, N))          # [K, M] @ [M, N]
+    return ga, gb
+
+
+_mm_op.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,187 @@
+"""``gemmrl lib list|show|build|export|import|verify`` and ``gemmrl warmup``: the library from the command line."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+from .library import PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default, user_library_path
+
+
+class LibCliError(Exception):
+    pass
+
+
+def _load(path: str | None) -> Library:
+    try:
+        return Library.load(path) if path else load_default()
+    except LibraryError as e:
+        raise LibCliError(str(e)) from None
+
+
+def cmd_list(args) -> int:
+    lib = _load(args.library)
+    print(f"sources: {', '.join(lib.sources) or '(none: no packaged or user library)'}")
+    print(f"user library: {user_library_path()}")
+    c = Counter((e.gpu, e.dtype, e.protocol, e.family, "bucket" if e.m_hi > e.m_lo else "exact") for e in lib.entries)
+    print(f"{'gpu':28} {'dtype':5} {'protocol':8} {'family':7} {'kind':6} {'entries':>7}")
+    for (gpu, dt, proto, fam, kind), n in sorted(c.items()):
+        print(f"{gpu[:28]:28} {dt:5} {proto:8} {fam:7} {kind:6} {n:7d}")
+    ours = [e for e in lib.entries if e.family == "triton"]
+    print(f"{len(lib.entries)} entries; {len(ours)} serve a generated kernel, {len(lib.entries) - len(ours)} a vendor path")
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .problem import parse_mnk
+
+    lib = _load(args.library)
+    p = parse_mnk(args.mnk, dtype=args.dtype)
+    gpus = [args.gpu] if args.gpu else sorted({e.gpu for e in lib.entries}) or ["(none)"]
+    for gpu in gpus:
+        for layout in ("tn", "nn"):
+            for mode, order in PROTOCOL_ORDER.items():
+                e = lib.lookup_any(gpu, p.dtype, p.acc, layout, order, p.M, p.N, p.K)
+                what = "vendor fallback (torch.matmul)" if e is None else (
+                    f"{e.family}:{e.impl}  [{e.protocol} entry at {e.mnk}"
+                    f"{'' if e.m_lo == e.m_hi else f', bucket M {e.m_lo}..{e.m_hi}'}; {e.time_ms * 1e3:.2f} us vs "
+                    f"vendor_best {e.vendor_best_ms * 1e3:.2f} us ({e.vendor_best}), x{e.speedup:.3f}]")
+                print(f"{gpu[:28]:28} {p.mnk} {layout} {mode:5}: {what}")
+    return 0
+
+
+def cmd_build(args) -> int:
+    from .results import ResultsError, read_rows
+
+    store = TrialsStore(args.trials) if args.trials else TrialsStore()
+    rows = []
+    for path in args.results:
+        try:
+            rs = read_rows([path])
+        except (ResultsError, OSError) as e:
+            raise LibCliError(f"{path}: {e}") from None
+        new = store.ingest(rs, Path(path).name)
+        print(f"{path}: {len(rs)} rows ({new} new in the trials store {store.path})")
+        rows += [dict(r, source=Path(path).name) for r in rs]
+    store.close()
+    entries = build_entries(rows, buckets=not args.no_buckets)
+    if not entries:
+        raise LibCliError("no winners: the files hold no verified, timed rows of both a kernel and a vendor path")
+    built = Library(entries)
+    out = Path(args.out) if args.out else user_library_path()
+    base = Library()
+    if out.is_file() and not args.replace:
+        base = _load(str(out))
+    lib = base.merge(built)
+    lib.save(out)
+    fam = Counter(e.family for e in entries)
+    print(f"{len(entries)} entries ({fam.get('triton', 0)} generated, {fam.get('vendor', 0)} vendor) -> {out} "
+          f"({len(lib.entries)} entries in all)")
+    return 0
+
+
+def cmd_export(args) -> int:
+    lib = _load(args.library)
+    if args.gpu:
+        lib = Library(lib.for_gpu(args.gpu))
+    Library(lib.entries).save(args.out)
+    print(f"{len(lib.entries)} entries -> {args.out}")
+    return 0
+
+
+def cmd_import(args) -> int:
+    new = _load(args.file)
+    up = user_library_path()
+    base = _load(str(up)) if up.is_file() else Library()
+    lib = base.merge(new)
+    lib.save(up)
+    print(f"{len(new.entries)} entries from {args.file} merged into {up} ({len(lib.entries)} in all)")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    """Run the battery on every entry of this GPU (at its measured shapes); exit 1 if any fails."""
+    import torch
+
+    from . import dispatch
+    from .candidate import make_buffers
+    from .problem import GemmProblem
+    from .verify import verify
+
+    if not torch.cuda.is_available():
+        raise LibCliError("gemmrl lib verify runs the correctness battery on the GPU; no CUDA device here")
+    lib = _load(args.library)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    gpu, sw = dispatch._identity(dev)
+    ents = [e for e in lib.for_gpu(gpu) if e.m_lo == e.m_hi]
+    if not ents:
+        print(f"no entries for {gpu} in {', '.join(lib.sources) or 'the library'}")
+        return 0
+    bad = 0
+    for e in ents:
+        p = GemmProblem(e.M, e.N, e.K, dtype=e.dtype, acc=e.acc, layout=e.layout)
+        bufs = make_buffers(p, dev)
+        try:
+            _, cand = (dispatch._make_triton if e.family == "triton" else dispatch._make_vendor)(e, p, bufs)
+            v = verify(cand, p, "cuda")
+            ok, why = v.passed, v.reason
+        except Exception as ex:  # noqa: BLE001
+            ok, why = False, f"{type(ex).__name__}: {ex}"
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {e.mnk} {e.layout} {e.protocol} {e.family}:{e.impl} {why}"[:240])
+    print(f"{len(ents) - bad} of {len(ents)} entries pass the battery on {gpu}")
+    return 1 if bad else 0
+
+
+def cmd_warmup(args, problems) -> int:
+    from . import dispatch
+
+    import torch
+
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+    for r in dispatch.warmup([(p.M, p.N, p.K) for p in problems], dtype=dt, layouts=layouts):
+        print(f"{r['mnk']:>20} {r['layout']}  eager: {r['eager']}\n{'':>23} graph: {r['graph']}")
+    return 0
+
+
+def add_parsers(sub, entry) -> None:
+    lib = sub.add_parser("lib", help="the library of winners: list, show, build, export, import, verify")
+    lib.set_defaults(func=entry)
+    ls = lib.add_subparsers(dest="lib_cmd", required=True)
+    p = ls.add_parser("list", help="entries per GPU, dtype, protocol and family")
+    p.add_argument("--library", help="a library JSON (default: the package's, overridden by the user's)")
+    p.set_defaults(lib_func=cmd_list)
+    p = ls.add_parser("show", help="what serves one shape, per layout and mode (eager / CUDA graph)")
+    p.add_argument("mnk")
+    p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
+    p.add_argument("--gpu", help="GPU model name as results rows record it (default: every GPU in the library)")
+    p.add_argument("--library")
+    p.set_defaults(lib_func=cmd_show)
+    p = ls.add_parser("build", help="winners from result CSVs (gemmrl bench/select rows) into the user library")
+    p.add_argument("results", nargs="+", metavar="RESULTS.csv")
+    p.add_argument("--out", help="write this library JSON instead of the user library")
+    p.add_argument("--replace", action="store_true", help="start from an empty library instead of merging")
+    p.add_argument("--no-buckets", action="store_true", help="exact shapes only (no M ranges)")
+    p.add_argument("--trials", help="trials store (default: the cache directory's trials.sqlite)")
+    p.set_defaults(lib_func=cmd_build)
+    p = ls.add_parser("export", help="write the library (or one GPU's part) to a JSON file")
+    p.add_argument("out")
+    p.add_argument("--gpu")
+    p.add_argument("--library")
+    p.set_defaults(lib_func=cmd_export)
+    p = ls.add_parser("import", help="merge a library JSON into the user library (checked first)")
+    p.add_argument("file")
+    p.set_defaults(lib_func=cmd_import)
+    p = ls.add_parser("verify", help="run the correctness battery on this GPU's entries")
+    p.add_argument("--library")
+    p.set_defaults(lib_func=cmd_verify)
+
+
+def run(args) -> int:
+    try:
+        return args.lib_func(args)
+    except LibCliError as e:
+        print(f"gemmrl lib {args.lib_cmd}: error: {e}", file=sys.stderr)
+        return 2

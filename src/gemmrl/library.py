@@ -1,0 +1,368 @@
+"""The trials store and the library of winners (DESIGN.md, "Library and lookup").
+
+Two stores:
+- **trials**: every measured row (the results schema), in SQLite (WAL) at ``cache_dir()/trials.sqlite``.
+  ``TrialsStore.ingest`` is idempotent per (source file, row); the library is built from it.
+- **library**: winners only. An ``Entry`` says, for one GPU, dtype, acc, layout and protocol, which kernel
+  serves a shape (a Triton config, or the vendor path that was measured fastest: the dispatcher never serves
+  anything slower than what the vendor offered in that layout), its time and vendor_best's, and where it came
+  from. Triton winners that won at neighbouring measured M of one (N, K) with the same config form a bucket
+  (``m_lo..m_hi``, ``members`` = the measured shapes); a bucket serves an M inside its range that was not
+  measured. The library is a JSON document (small, read once per process, diffable in review): the package
+  ships one read-only per tuned GPU (``gemmrl/libraries/*.json``) and the user library in
+  ``cache_dir()/library.json`` overrides it entry by entry.
+
+Nothing is used blindly: a file that is not a gemmrl library, has another schema, or whose checksum does not
+match its entries is refused with LibraryError (what to do is in the message); entries of another GPU model
+are never served there; entries measured under other software versions are re-verified by the dispatcher
+before first use (``Entry.same_software``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from dataclasses import MISSING, asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from .paths import cache_dir
+from .summary import BASELINES, usable
+
+FORMAT = "gemmrl-library"
+SCHEMA = 1
+FAMILIES = ("triton", "vendor")
+PROTOCOL_ORDER = {"graph": ("graph", "cold", "offline", "server"), "eager": ("offline", "server", "cold", "graph")}
+SOFTWARE = ("torch", "triton", "cuda")
+
+
+class LibraryError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Entry:
+    gpu: str
+    cc: str
+    dtype: str
+    acc: str
+    layout: str
+    protocol: str
+    M: int
+    N: int
+    K: int
+    family: str                 # 'triton' | 'vendor'
+    impl: str                   # triton: the config string; vendor: the baseline name (e.g. cublaslt_autotuned_nn)
+    algo: str                   # vendor: the cuBLAS(Lt) algorithm as measured; triton: the config string
+    time_ms: float
+    vendor_best_ms: float
+    vendor_best: str            # which vendor path that was
+    m_lo: int
+    m_hi: int
+    members: tuple[str, ...]    # measured shapes it won at (a bucket has several)
+    verified: bool
+    torch: str = ""
+    triton: str = ""
+    cuda: str = ""
+    driver: str = ""
+    git_sha: str = ""
+    timestamp: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        bad = []
+        if self.family not in FAMILIES:
+            bad.append(f"family {self.family!r} (use {FAMILIES})")
+        if self.layout not in ("nn", "tn"):
+            bad.append(f"layout {self.layout!r}")
+        if self.dtype not in ("fp16", "bf16") or self.acc not in ("fp32", "fp16"):
+            bad.append(f"dtype/acc {self.dtype}/{self.acc}")
+        if min(self.M, self.N, self.K) < 1 or not self.m_lo <= self.M <= self.m_hi:
+            bad.append(f"shape {self.M}_{self.N}_{self.K} with M range {self.m_lo}..{self.m_hi}")
+        if self.family == "vendor" and self.impl not in BASELINES:
+            bad.append(f"vendor impl {self.impl!r} (use one of {BASELINES})")
+        if not self.time_ms > 0:
+            bad.append(f"time_ms {self.time_ms}")
+        if bad:
+            raise LibraryError(f"bad library entry {self.M}_{self.N}_{self.K}: {'; '.join(bad)}")
+
+    @property
+    def mnk(self) -> str:
+        return f"{self.M}_{self.N}_{self.K}"
+
+    @property
+    def speedup(self) -> float:
+        return self.vendor_best_ms / self.time_ms
+
+    def key(self) -> tuple:
+        return (self.gpu, self.dtype, self.acc, self.layout, self.protocol, self.N, self.K, self.m_lo, self.m_hi)
+
+    def same_software(self, versions: Mapping[str, str]) -> bool:
+        return all(not getattr(self, k) or not versions.get(k) or getattr(self, k) == versions[k] for k in SOFTWARE)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["members"] = list(self.members)
+        return d
+
+    @staticmethod
+    def from_dict(d: Mapping) -> "Entry":
+        if not isinstance(d, Mapping):
+            raise LibraryError(f"library entry is not an object: {d!r}"[:300])
+        names = {f.name for f in fields(Entry)}
+        missing = [f.name for f in fields(Entry) if f.default is MISSING and f.name not in d]
+        if missing:
+            raise LibraryError(f"library entry without {missing}: {dict(d)}"[:300])
+        kw = {k: v for k, v in d.items() if k in names}
+        try:
+            for k in ("M", "N", "K", "m_lo", "m_hi"):
+                kw[k] = int(kw[k])
+            for k in ("time_ms", "vendor_best_ms"):
+                kw[k] = float(kw[k])
+            kw["members"] = tuple(kw.get("members") or ())
+            kw["verified"] = bool(kw["verified"])
+        except (TypeError, ValueError) as e:
+            raise LibraryError(f"library entry with a malformed field ({e}): {dict(d)}"[:300]) from None
+        return Entry(**kw)
+
+
+def _digest(entries: list[dict]) -> str:
+    return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
+
+
+class Library:
+    """Entries indexed for lookup: exact shape first, then a bucket whose M range holds the shape."""
+
+    def __init__(self, entries: Iterable[Entry] = (), sources: tuple[str, ...] = ()):
+        self.entries: list[Entry] = []
+        self.sources = sources
+        self._exact: dict[tuple, Entry] = {}
+        self._buckets: dict[tuple, list[Entry]] = {}
+        for e in entries:
+            self.add(e)
+
+    def add(self, e: Entry) -> None:
+        """Add ``e``; an entry with the same key (GPU, dtype, acc, layout, protocol, N, K, M range) is replaced."""
+        old = self._find_same(e)
+        if old is not None:
+            self.entries.remove(old)
+            self._index_remove(old)
+        self.entries.append(e)
+        if e.m_lo == e.m_hi:
+            self._exact[(e.gpu, e.dtype, e.acc, e.layout, e.protocol, e.M, e.N, e.K)] = e
+        else:  # a bucket: its members are served by it where no exact entry exists
+            for mnk in e.members:
+                m, n, k = (int(x) for x in mnk.split("_"))
+                if (n, k) == (e.N, e.K):
+                    self._exact.setdefault((e.gpu, e.dtype, e.acc, e.layout, e.protocol, m, n, k), e)
+            self._buckets.setdefault((e.gpu, e.dtype, e.acc, e.layout, e.protocol, e.N, e.K), []).append(e)
+
+    def _find_same(self, e: Entry) -> Entry | None:
+        return next((x for x in self.entries if x.key() == e.key()), None)
+
+    def _index_remove(self, e: Entry) -> None:
+        self._exact = {k: v for k, v in self._exact.items() if v is not e}
+        for k, v in list(self._buckets.items()):
+            self._buckets[k] = [x for x in v if x is not e]
+
+    def merge(self, other: "Library") -> "Library":
+        """A new library: ``self``'s entries, overridden by ``other``'s where their keys are equal."""
+        out = Library(self.entries, self.sources + other.sources)
+        for e in other.entries:
+            out.add(e)
+        return out
+
+    def lookup(self, gpu: str, dtype: str, acc: str, layout: str, protocol: str, M: int, N: int, K: int) -> Entry | None:
+        """The entry that serves this call: measured at this exact shape, else a bucket that holds M. None: vendor."""
+        e = self._exact.get((gpu, dtype, acc, layout, protocol, M, N, K))
+        if e is not None:
+            return e
+        best = None
+        for b in self._buckets.get((gpu, dtype, acc, layout, protocol, N, K), ()):
+            if b.m_lo <= M <= b.m_hi and (best is None or b.m_hi - b.m_lo < best.m_hi - best.m_lo):
+                best = b
+        return best
+
+    def lookup_any(self, gpu: str, dtype: str, acc: str, layout: str, order: tuple[str, ...], M: int, N: int,
+                   K: int) -> Entry | None:
+        """The first protocol in ``order`` that has an entry (eager calls prefer offline, captures prefer graph)."""
+        for p in order:
+            e = self.lookup(gpu, dtype, acc, layout, p, M, N, K)
+            if e is not None:
+                return e
+        return None
+
+    def for_gpu(self, gpu: str) -> list[Entry]:
+        return [e for e in self.entries if e.gpu == gpu]
+
+    # -- files ---------------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        ents = [e.to_dict() for e in sorted(self.entries, key=lambda e: (e.gpu, e.dtype, e.acc, e.N, e.K, e.M,
+                                                                           e.layout, e.protocol))]
+        return json.dumps({"format": FORMAT, "schema": SCHEMA, "sha256": _digest(ents), "entries": ents}, indent=1)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.to_json())
+        os.replace(tmp, path)  # a killed write leaves the old file, never half a file
+        return path
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> "Library":
+        path = Path(path)
+        what = f"{path} is not a usable gemmrl library"
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise LibraryError(f"{path}: no such library file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise LibraryError(f"{what} ({e}); delete it, or re-create it with `gemmrl lib build` / "
+                               "`gemmrl lib import`") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise LibraryError(f"{what}: no \"format\": \"{FORMAT}\" header (export one with `gemmrl lib export`)")
+        if doc.get("schema") != SCHEMA:
+            raise LibraryError(f"{what}: schema {doc.get('schema')!r}, this gemmrl reads schema {SCHEMA}; rebuild it "
+                               "from its results CSVs with `gemmrl lib build`")
+        ents = doc.get("entries")
+        if not isinstance(ents, list):
+            raise LibraryError(f"{what}: \"entries\" is not a list")
+        if doc.get("sha256") != _digest(ents):
+            raise LibraryError(f"{what}: its checksum does not match its entries (edited or truncated); rebuild it "
+                               "with `gemmrl lib build`, or restore it")
+        return Library((Entry.from_dict(d) for d in ents), (str(path),))
+
+
+# -- where libraries live --------------------------------------------------------------------------------
+PACKAGED_DIR = Path(__file__).with_name("libraries")
+
+
+def user_library_path() -> Path:
+    return cache_dir() / "library.json"
+
+
+def packaged() -> Library:
+    lib = Library()
+    for p in sorted(PACKAGED_DIR.glob("*.json")):
+        lib = lib.merge(Library.load(p))
+    return lib
+
+
+def load_default(user: bool = True) -> Library:
+    """The package's libraries, overridden by the user's (``GEMMRL_LIBRARY=FILE`` replaces both)."""
+    env = os.environ.get("GEMMRL_LIBRARY")
+    if env:
+        return Library.load(env)
+    lib = packaged()
+    up = user_library_path()
+    if user and up.is_file():
+        lib = lib.merge(Library.load(up))
+    return lib
+
+
+# -- trials ----------------------------------------------------------------------------------------------
+class TrialsStore:
+    """Every measured row, SQLite in WAL mode (several writers, e.g. tuning workers, one file)."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path else cache_dir() / "trials.sqlite"
+        self.db = sqlite3.connect(self.path, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS trials (digest TEXT PRIMARY KEY, source TEXT, gpu TEXT, "
+                        "mnk TEXT, candidate TEXT, protocol TEXT, row TEXT)")
+        self.db.commit()
+
+    def ingest(self, rows: Iterable[Mapping[str, str]], source: str) -> int:
+        """Add rows (from ``source``); returns how many were new."""
+        n0 = self.count()
+        with self.db:
+            for r in rows:
+                text = json.dumps(dict(r), sort_keys=True)
+                dig = hashlib.sha256((source + text).encode()).hexdigest()
+                self.db.execute("INSERT OR IGNORE INTO trials VALUES (?,?,?,?,?,?,?)",
+                                (dig, source, r.get("gpu", ""), r.get("mnk", ""), r.get("candidate", ""),
+                                 r.get("protocol", ""), text))
+        return self.count() - n0
+
+    def count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+
+    def rows(self, gpu: str | None = None, sources: Iterable[str] | None = None) -> list[dict[str, str]]:
+        q, args = "SELECT source, row FROM trials", []
+        if gpu:
+            q, args = q + " WHERE gpu = ?", [gpu]
+        srcs = set(sources) if sources is not None else None
+        return [dict(json.loads(r), source=s) for s, r in self.db.execute(q, args) if srcs is None or s in srcs]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# -- building the library from measured rows ----------------------------------------------------------------
+def _kind(candidate: str) -> str | None:
+    if candidate.startswith(("triton:", "triton-sel:")):
+        return "triton"
+    if candidate in BASELINES:
+        return "vendor"
+    return None
+
+
+def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> list[Entry]:
+    """Winners per (GPU, dtype, acc, shape, layout, protocol) over usable rows (verified, timed, above the
+    floor, first run): the fastest Triton config or vendor path that read that layout. ``vendor_best`` is the
+    fastest vendor path in any layout. With ``buckets``, Triton winners of one config at neighbouring measured
+    M of one (N, K) are merged into a bucket entry that serves the M between them."""
+    groups: dict[tuple, dict] = {}
+    vbest: dict[tuple, Mapping[str, str]] = {}
+    for r in rows:
+        kind = _kind(r.get("candidate", ""))
+        if kind is None or not usable(r) or r.get("members"):
+            continue
+        shape = (r["gpu"], r["dtype"], r["acc"], r["mnk"], r["protocol"])
+        t = float(r["time_ms"])
+        if kind == "vendor" and (shape not in vbest or t < float(vbest[shape]["time_ms"])):
+            vbest[shape] = r
+        layout = r.get("layout") or "nn"
+        g = groups.setdefault(shape + (layout,), {})
+        if "best" not in g or t < float(g["best"]["time_ms"]):
+            g["best"] = r
+    out: list[Entry] = []
+    for (gpu, dtype, acc, mnk, proto, layout), g in groups.items():
+        r, vb = g["best"], vbest.get((gpu, dtype, acc, mnk, proto))
+        if vb is None:
+            continue  # no vendor reference measured: nothing to claim against
+        M, N, K = (int(x) for x in mnk.split("_"))
+        fam = _kind(r["candidate"])
+        impl = (r.get("algo") or r["candidate"].split(":", 1)[1]) if fam == "triton" else r["candidate"]
+        out.append(Entry(gpu=gpu, cc=r.get("cc", ""), dtype=dtype, acc=acc, layout=layout, protocol=proto, M=M, N=N,
+                         K=K, family=fam, impl=impl, algo=r.get("algo", ""), time_ms=float(r["time_ms"]),
+                         vendor_best_ms=float(vb["time_ms"]), vendor_best=vb["candidate"], m_lo=M, m_hi=M,
+                         members=(mnk,), verified=True, torch=r.get("torch", ""), triton=r.get("triton", ""),
+                         cuda=r.get("cuda", ""), driver=r.get("driver", ""), git_sha=r.get("git_sha", ""),
+                         timestamp=r.get("timestamp", ""), source=r.get("source", "")))
+    return bucketize(out) if buckets else out
+
+
+def bucketize(entries: list[Entry]) -> list[Entry]:
+    """Exact entries stay; where neighbouring measured M (same GPU, dtype, acc, layout, protocol, N, K) were won
+    by the same Triton config, one bucket entry spanning them is added (its time and vendor time: the worst
+    speedup among its members, so it never claims more than its weakest member)."""
+    out = list(entries)
+    by: dict[tuple, list[Entry]] = {}
+    for e in entries:
+        by.setdefault((e.gpu, e.dtype, e.acc, e.layout, e.protocol, e.N, e.K), []).append(e)
+    for group in by.values():
+        group.sort(key=lambda e: e.M)
+        run: list[Entry] = []
+        for e in group + [None]:
+            if e is not None and run and e.family == "triton" and run[-1].family == "triton" and e.impl == run[-1].impl:
+                run.append(e)
+                continue
+            if len(run) > 1:
+                worst = min(run, key=lambda x: x.speedup)
+                out.append(replace(worst, m_lo=run[0].M, m_hi=run[-1].M, members=tuple(x.mnk for x in run)))
+            run = [e] if e is not None else []
+    return out
