@@ -9,7 +9,15 @@
 #   5. only with TRITON_SHAPES=FILE: gemmrl select (the cost model's TRITON_TOP configs + TRITON_EXPLORE more per
 #      shape, screened in graph and cold), then the selection re-measured by gemmrl bench --triton-from
 #      (limits TRITON_SELECT_S, TRITON_REMEASURE_S; SKIP_SELECT / SKIP_REMEASURE; SEL_CSV / REM_CSV resume)
-#   6. a short table last.
+#   6. only with SERVE_SHAPES=FILE (issue 6, serving), the stages named in SERVE_STAGES (default all, in order):
+#      select   gemmrl select on SERVE_SELECT_SHAPES (default SERVE_SHAPES; graph only; TRITON_TOP/TRITON_EXPLORE)
+#      build    gemmrl bench --triton-from (the selection + SERVE_SEL_EXTRA CSVs) in graph,offline: the library's
+#               selection run; then gemmrl lib build -> $GEMMRL_OUT/library.json
+#      measure  gemmrl bench --library library.json in graph,offline: gemmrl.mm against the vendor paths, the run
+#               that counts (noise rule: gemmrl re-measured 3x where > 2% slower than vendor_best)
+#      example  examples/transformer_block.py at SERVE_TOKENS (default "16 32") and scripts/dispatch_host_cost.py
+#      (SERVE_SEL_CSV / SERVE_BUILD_CSV / SERVE_LIB / SERVE_MEASURE_CSV: files of an earlier call to resume from)
+#   7. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -92,6 +100,49 @@ if [ -n "${TRITON_SHAPES:-}" ]; then
       --protocol graph,cold --no-progress --out "$rem" >"$GEMMRL_OUT/triton_remeasure.log" 2>&1
     echo "triton re-measure: exit $?"
     tables+=("$rem")
+  fi
+fi
+
+if [ -n "${SERVE_SHAPES:-}" ]; then
+  tag=$(basename "${SERVE_SHAPES%.*}")
+  stages=${SERVE_STAGES:-select,build,measure,example}
+  ssel="$GEMMRL_OUT/${gpu}_${tag}_triton-select-top${TRITON_TOP:-8}-explore${TRITON_EXPLORE:-4}-graph_${day}.csv"
+  sbuild="$GEMMRL_OUT/${gpu}_${tag}_library-selection_graph-offline_${day}.csv"
+  smeas="$GEMMRL_OUT/${gpu}_${tag}_gemmrl-mm_graph-offline_${day}.csv"
+  slib="$GEMMRL_OUT/library.json"
+  for pair in "SERVE_SEL_CSV:$ssel" "SERVE_BUILD_CSV:$sbuild" "SERVE_MEASURE_CSV:$smeas" "SERVE_LIB:$slib"; do
+    var=${pair%%:*}; dst=${pair#*:}; src=${!var:-}
+    if [ -n "$src" ] && [ -f "$src" ]; then cp "$src" "$dst"; fi
+  done
+  if [[ $stages == *select* ]]; then
+    timeout "${SERVE_SELECT_S:-240}" python3 -m gemmrl.cli select --shapes "${SERVE_SELECT_SHAPES:-$SERVE_SHAPES}" \
+      --top "${TRITON_TOP:-8}" --explore "${TRITON_EXPLORE:-4}" --protocol graph --no-progress --out "$ssel" \
+      >"$GEMMRL_OUT/serve_select.log" 2>&1
+    echo "serve select: exit $? ($(grep -c . "$ssel" 2>/dev/null) lines)"
+    tail -n 2 "$GEMMRL_OUT/serve_select.log"
+  fi
+  if [[ $stages == *build* ]]; then
+    # shellcheck disable=SC2086
+    timeout "${SERVE_BUILD_S:-330}" python3 -m gemmrl.cli bench --shapes "$SERVE_SHAPES" --triton-from "$ssel" \
+      ${SERVE_SEL_EXTRA:-} --protocol graph,offline --no-progress --out "$sbuild" >"$GEMMRL_OUT/serve_build.log" 2>&1
+    echo "serve build (library selection run): exit $?"
+    tail -n 2 "$GEMMRL_OUT/serve_build.log"
+    python3 -m gemmrl.cli lib build "$sbuild" --out "$slib" --replace --trials "$GEMMRL_OUT/trials.sqlite"
+  fi
+  if [[ $stages == *measure* ]]; then
+    timeout "${SERVE_MEASURE_S:-400}" python3 -m gemmrl.cli bench --shapes "$SERVE_SHAPES" --library "$slib" \
+      --protocol graph,offline --no-progress --out "$smeas" >"$GEMMRL_OUT/serve_measure.log" 2>&1
+    echo "serve measure (gemmrl.mm): exit $?"
+    tail -n 2 "$GEMMRL_OUT/serve_measure.log"
+    tables+=("$smeas")
+    python3 scripts/issue6_table.py "$smeas" --out "$GEMMRL_OUT/issue6_table.md" | tail -n 12
+  fi
+  if [[ $stages == *example* ]]; then
+    for m in ${SERVE_TOKENS:-16 32}; do
+      timeout "${SERVE_EXAMPLE_S:-150}" python3 examples/transformer_block.py --tokens "$m" --library "$slib" \
+        --out "$GEMMRL_OUT" 2>&1 | tail -n 7
+    done
+    timeout 120 python3 scripts/dispatch_host_cost.py 2>&1 | tail -n 9
   fi
 fi
 

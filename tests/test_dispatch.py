@@ -331,3 +331,43 @@ def test_lookup_host_cost_gpu(lib, record_property):
     through = per_call(lambda: gemmrl.mm(a, b, out=out))
     record_property("lookup_us", through - direct)
     assert through - direct < 1.5, (through, direct)
+
+
+@pytest.mark.interpreter
+def test_bench_times_gemmrl_through_the_library(lib, tmp_path):
+    from gemmrl.bench import BenchSpec, run_bench
+    from gemmrl.dispatch_candidate import gemmrl_candidates
+    from gemmrl.problem import GemmProblem
+    from gemmrl.results import read_rows
+    from gemmrl.timing import TimingConfig
+
+    lib(entry(5, 24, 16, layout="nn"))
+    spec = BenchSpec(problems=(GemmProblem(5, 24, 16), GemmProblem(3, 8, 16)), protocols=("offline",),
+                     out=tmp_path / "r.csv", cfg=TimingConfig(warmup_s=0.0, benchmark_s=0.05), vendor=False,
+                     extra=(gemmrl_candidates,), labels=(("5_24_16", "toy layer"),))
+    rows = read_rows([run_bench(spec, progress=False, on_cpu=True, verifier=lambda c, p: (True, ""))])
+    got = {r["mnk"]: r for r in rows if r["candidate"] == "gemmrl"}
+    assert set(got) == {"5_24_16", "3_8_16"}
+    assert got["5_24_16"]["layout"] == "nn" and "eager=triton:" in got["5_24_16"]["algo"]
+    assert got["5_24_16"]["label"] == "toy layer" and got["3_8_16"]["label"] == ""
+    assert "eager=torch.matmul" in got["3_8_16"]["algo"] and float(got["3_8_16"]["time_ms"]) > 0
+
+
+def test_example_block_patched_matches_stock_on_cpu(lib):
+    import importlib.util
+    from pathlib import Path
+
+    lib()
+    path = Path(__file__).resolve().parents[1] / "examples" / "transformer_block.py"
+    spec = importlib.util.spec_from_file_location("transformer_block", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    stock = mod.Block(hidden=64, heads=4, kv_heads=2, head_dim=16, inter=96).to(torch.bfloat16)
+    ours = mod.Block(hidden=64, heads=4, kv_heads=2, head_dim=16, inter=96).to(torch.bfloat16)
+    ours.load_state_dict(stock.state_dict())
+    assert len(gemmrl.patch(ours).patched) == 5
+    x = rnd(2, 3, 64, dtype=torch.bfloat16)
+    y, y0 = ours(x), stock(x)
+    assert (y.float() - y0.float()).abs().max() <= 0.1 * y0.float().abs().max()
+    assert [s for s in ours.gemm_shapes(6)] == [(6, 128, 64), (6, 64, 64), (6, 96, 64), (6, 64, 96)]
