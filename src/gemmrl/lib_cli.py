@@ -54,7 +54,13 @@ def cmd_show(args) -> int:
 def cmd_build(args) -> int:
     from .results import ResultsError, read_rows
 
-    store = TrialsStore(args.trials) if args.trials else TrialsStore()
+    import sqlite3
+
+    try:
+        store = TrialsStore(args.trials) if args.trials else TrialsStore()
+    except (sqlite3.Error, OSError) as e:
+        raise LibCliError(f"cannot open the trials store {args.trials or 'in the cache directory'}: {e} "
+                          "(give another file with --trials)") from None
     rows = []
     for path in args.results:
         try:

@@ -85,6 +85,8 @@ class Entry:
             bad.append(f"vendor impl {self.impl!r} (use one of {BASELINES})")
         if not self.time_ms > 0:
             bad.append(f"time_ms {self.time_ms}")
+        if any(len(p := str(m).split("_")) != 3 or not all(x.isdigit() for x in p) for m in self.members):
+            bad.append(f"members {self.members!r} (each M_N_K)")
         if bad:
             raise LibraryError(f"bad library entry {self.M}_{self.N}_{self.K}: {'; '.join(bad)}")
 
@@ -122,7 +124,8 @@ class Entry:
             for k in ("time_ms", "vendor_best_ms"):
                 kw[k] = float(kw[k])
             kw["members"] = tuple(kw.get("members") or ())
-            kw["verified"] = bool(kw["verified"])
+            if not isinstance(kw["verified"], bool):
+                raise ValueError(f"verified must be true or false, not {kw['verified']!r}")
         except (TypeError, ValueError) as e:
             raise LibraryError(f"library entry with a malformed field ({e}): {dict(d)}"[:300]) from None
         return Entry(**kw)
@@ -269,6 +272,7 @@ class TrialsStore:
 
     def __init__(self, path: str | os.PathLike | None = None):
         self.path = Path(path) if path else cache_dir() / "trials.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS trials (digest TEXT PRIMARY KEY, source TEXT, gpu TEXT, "

@@ -1,0 +1,365 @@
+"""CPU tier for the library of winners: entries, the JSON file, lookup, building from rows, trials, `gemmrl lib`."""
+
+import json
+import math
+
+import pytest
+
+from gemmrl import library as L
+from gemmrl.cli import main
+from gemmrl.library import PROTOCOL_ORDER, Entry, Library, LibraryError, TrialsStore, build_entries
+from gemmrl.results import COLUMNS, ResultsWriter
+from gemmrl.summary import BASELINES
+
+GPU, GPU2 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+CFG = "tiled(BM=64,BN=64,BK=32,warps=4,stages=3,group_m=8)"
+CFG2 = "tiled(BM=128,BN=64,BK=32,warps=4,stages=3,group_m=8)"
+
+
+def _entry(M=64, N=128, K=256, **kw):
+    d = dict(gpu=GPU, cc="9.0", dtype="fp16", acc="fp32", layout="nn", protocol="offline", M=M, N=N, K=K,
+             family="triton", impl=CFG, algo=CFG, time_ms=0.01, vendor_best_ms=0.02, vendor_best="cublas_nn",
+             m_lo=M, m_hi=M, members=(f"{M}_{N}_{K}",), verified=True, torch="2.5.0", timestamp="t0")
+    d.update(kw)
+    return Entry(**d)
+
+
+def _bucket(lo, hi, N=128, K=256, **kw):
+    return _entry(M=lo, N=N, K=K, m_lo=lo, m_hi=hi, members=(f"{lo}_{N}_{K}", f"{hi}_{N}_{K}"), **kw)
+
+
+def _row(mnk, cand, time_ms, layout="nn", protocol="offline", algo="", **kw):
+    r = {c: "" for c in COLUMNS}
+    m, n, k = mnk.split("_")
+    r.update(mnk=mnk, dtype="fp16", acc="fp32", layout=layout, candidate=cand, protocol=protocol,
+             time_ms=str(time_ms), tflops=str(2 * int(m) * int(n) * int(k) / (time_ms * 1e9)), n="10",
+             verified="true", floor_ok="true", rep="0", recheck="", members="", gpu=GPU, cc="9.0", algo=algo,
+             M=m, N=n, K=k, torch="2.5.0", triton="3.1.0", timestamp="2026-01-01T00:00:00Z")
+    r.update(kw)
+    return r
+
+
+S = "64_128_256"
+BASE = [  # offline nn: triton CFG wins; offline tn: cublas_tn (also vendor_best); graph nn: triton-sel (CFG2)
+    _row(S, f"triton:{CFG}", 1.0, algo=CFG), _row(S, f"triton:{CFG2}", 1.5, algo=CFG2),
+    _row(S, "cublas_nn", 2.0), _row(S, "cublas_tn", 1.2, layout="tn"), _row(S, "torch", 3.0, layout="tn"),
+    _row(S, "triton-sel:graph", 0.5, protocol="graph", algo=CFG2), _row(S, "cublas_nn", 0.8, protocol="graph"),
+    _row("128_128_256", f"triton:{CFG}", 1.0, algo=CFG),  # no vendor row: no entry
+]
+
+
+def _by(entries):
+    return {(e.mnk, e.layout, e.protocol, e.m_lo, e.m_hi): e for e in entries}
+
+
+# -- Entry ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw, word", [
+    (dict(family="cutlass"), "family"), (dict(layout="tt"), "layout"), (dict(dtype="fp32"), "dtype/acc"),
+    (dict(acc="bf16"), "dtype/acc"), (dict(family="vendor", impl="cublas_xx"), "vendor impl"),
+    (dict(time_ms=0.0), "time_ms"), (dict(time_ms=-1.0), "time_ms"), (dict(time_ms=math.nan), "time_ms"),
+    (dict(M=0, m_lo=0, m_hi=0), "shape"), (dict(N=0), "shape"), (dict(m_lo=128, m_hi=256), "M range"),
+    (dict(m_lo=1, m_hi=32), "M range"),
+])
+def test_entry_validation(kw, word):
+    with pytest.raises(LibraryError, match=word):
+        _entry(**kw)
+
+
+@pytest.mark.parametrize("e", [_entry(), _bucket(64, 512),
+                               _entry(family="vendor", impl="cublaslt_autotuned_tn", algo="algo 7", layout="tn")])
+def test_entry_dict_round_trip(e):
+    assert Entry.from_dict(e.to_dict()) == e
+    assert Entry.from_dict(json.loads(json.dumps(e.to_dict()))) == e  # members come back as a tuple
+    assert e.speedup == pytest.approx(e.vendor_best_ms / e.time_ms)
+
+
+@pytest.mark.parametrize("field", [pytest.param("gpu", id="gpu_name"), "M", "K", "family", "time_ms",
+                                   "vendor_best_ms", "m_hi", "members", "verified"])
+def test_from_dict_missing_field(field):
+    d = _entry().to_dict()
+    del d[field]
+    with pytest.raises(LibraryError, match=f"without.*'{field}'"):
+        Entry.from_dict(d)
+
+
+@pytest.mark.parametrize("field, value", [("M", "abc"), ("N", None), ("m_lo", "1.5"), ("time_ms", "fast"),
+                                          ("vendor_best_ms", None), ("members", 5), ("verified", "false"),
+                                          ("verified", 1)])
+def test_from_dict_malformed(field, value):
+    d = dict(_entry().to_dict(), **{field: value})
+    with pytest.raises(LibraryError, match="malformed"):
+        Entry.from_dict(d)
+    with pytest.raises(LibraryError, match="not an object"):
+        Entry.from_dict([d])
+
+
+@pytest.mark.parametrize("members", [("a;b",), ("64_256",), ("64_256_x",), ("64_256_256", "")])
+def test_entry_rejects_malformed_members(members):
+    with pytest.raises(LibraryError, match="members"):
+        _entry(members=members)
+
+
+# -- the file ---------------------------------------------------------------------------------------------
+def test_save_load_round_trip(tmp_path):
+    lib = Library([_entry(), _entry(M=128), _bucket(64, 128), _entry(gpu=GPU2, family="vendor", impl="torch")])
+    p = lib.save(tmp_path / "sub" / "lib.json")
+    got = Library.load(p)
+    assert set(got.entries) == set(lib.entries) and len(got.entries) == 4
+    assert got.sources == (str(p),)
+    assert [x.name for x in p.parent.iterdir()] == ["lib.json"]  # no .tmp left behind
+    assert got.lookup(GPU, "fp16", "fp32", "nn", "offline", 100, 128, 256) == _bucket(64, 128)
+
+
+def _edit(key, value):
+    def f(doc):
+        doc[key] = value
+        return json.dumps(doc)
+    return f
+
+
+def _edit_entry(doc):
+    doc["entries"][0]["time_ms"] /= 2
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda doc: "{not json", ["gemmrl lib build", "gemmrl lib import"]),
+    (lambda doc: json.dumps({k: v for k, v in doc.items() if k != "format"}), ["format", "gemmrl lib export"]),
+    (_edit("format", "something-else"), ["format"]),
+    (lambda doc: json.dumps(doc["entries"]), ["format"]),
+    (_edit("schema", 2), ["schema 2", "gemmrl lib build"]),
+    (_edit("entries", {}), ["not a list"]),
+    (_edit_entry, ["checksum", "gemmrl lib build"]),
+    (lambda doc: json.dumps(dict(doc, entries=doc["entries"][:1])), ["checksum"]),
+    (_edit("sha256", "0" * 64), ["checksum"]),
+])
+def test_load_refuses(tmp_path, mutate, words):
+    p = Library([_entry(), _entry(M=128)]).save(tmp_path / "lib.json")
+    p.write_text(mutate(json.loads(p.read_text())))
+    with pytest.raises(LibraryError) as ei:
+        Library.load(p)
+    for w in words:
+        assert w in str(ei.value)
+
+
+def test_load_refuses_missing_binary_and_bad_entry(tmp_path):
+    with pytest.raises(LibraryError, match="no such library file"):
+        Library.load(tmp_path / "nope.json")
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(LibraryError, match="gemmrl lib build"):
+        Library.load(tmp_path / "bin.json")
+    # a consistent checksum does not make a bad entry acceptable
+    bad = dict(_entry().to_dict(), family="cutlass")
+    doc = {"format": L.FORMAT, "schema": L.SCHEMA, "sha256": L._digest([bad]), "entries": [bad]}
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    with pytest.raises(LibraryError, match="family"):
+        Library.load(tmp_path / "bad.json")
+
+
+# -- lookup -----------------------------------------------------------------------------------------------
+def _look(lib, M, gpu=GPU, dtype="fp16", acc="fp32", layout="nn", protocol="offline", N=128, K=256):
+    return lib.lookup(gpu, dtype, acc, layout, protocol, M, N, K)
+
+
+def test_lookup_exact_bucket_and_misses():
+    exact64, vendor128 = _entry(M=64), _entry(M=128, family="vendor", impl="cublas_nn", algo="a3")
+    b = _bucket(64, 256, impl=CFG2)
+    lib = Library([exact64, b, vendor128])
+    assert _look(lib, 64) is exact64 and _look(lib, 128) is vendor128  # exact entries win over the bucket
+    assert _look(lib, 256) is b and _look(lib, 100) is b and _look(lib, 200) is b
+    for M in (63, 257, 1024):
+        assert _look(lib, M) is None
+    for kw in (dict(gpu=GPU2), dict(dtype="bf16"), dict(acc="fp16"), dict(layout="tn"), dict(protocol="graph"),
+               dict(N=256), dict(K=128)):
+        assert _look(lib, 100, **kw) is None and _look(lib, 64, **kw) is None
+
+
+def test_lookup_narrowest_bucket_and_bucket_members():
+    wide, narrow = _bucket(64, 1024), _bucket(128, 256, impl=CFG2)
+    lib = Library([wide, narrow])
+    assert _look(lib, 200) is narrow and _look(lib, 512) is wide and _look(lib, 100) is wide
+    assert _look(lib, 64) is wide and _look(lib, 1024) is wide  # members served without an exact entry
+
+
+@pytest.mark.parametrize("protos", [("graph", "offline"), ("offline", "cold"), ("cold",), ("server", "graph")])
+def test_lookup_any_protocol_order(protos):
+    ents = {p: _entry(protocol=p, impl=f"cfg-{p}") for p in protos}
+    lib = Library(ents.values())
+    for mode, order in PROTOCOL_ORDER.items():
+        want = next(p for p in order if p in ents)
+        assert lib.lookup_any(GPU, "fp16", "fp32", "nn", order, 64, 128, 256) is ents[want], mode
+        assert lib.lookup_any(GPU2, "fp16", "fp32", "nn", order, 64, 128, 256) is None
+    assert PROTOCOL_ORDER["graph"][0] == "graph" and PROTOCOL_ORDER["eager"][0] == "offline"
+
+
+def test_merge_second_wins():
+    a1, a2, ab = _entry(), _entry(M=512), _bucket(64, 256)
+    b1, bb = _entry(impl=CFG2, time_ms=0.005), _bucket(64, 256, impl=CFG2)
+    a, b = Library([a1, a2, ab], ("a",)), Library([b1, bb], ("b",))
+    m = a.merge(b)
+    assert _look(m, 64) is b1 and _look(m, 512) is a2 and _look(m, 100) is bb and _look(m, 256) is bb
+    assert len(m.entries) == 3 and m.sources == ("a", "b")
+    assert _look(a, 64) is a1 and _look(a, 100) is ab  # the first library is unchanged
+    assert _look(b.merge(a), 64) is a1
+
+
+# -- building from rows -----------------------------------------------------------------------------------
+def test_build_entries_winners():
+    got = _by(build_entries(BASE, buckets=False))
+    assert set(got) == {(S, "nn", "offline", 64, 64), (S, "tn", "offline", 64, 64), (S, "nn", "graph", 64, 64)}
+    nn = got[(S, "nn", "offline", 64, 64)]
+    assert (nn.family, nn.impl, nn.time_ms) == ("triton", CFG, 1.0)
+    assert (nn.vendor_best, nn.vendor_best_ms) == ("cublas_tn", 1.2)  # fastest vendor over both layouts
+    tn = got[(S, "tn", "offline", 64, 64)]
+    assert (tn.family, tn.impl, tn.speedup) == ("vendor", "cublas_tn", 1.0)
+    g = got[(S, "nn", "graph", 64, 64)]
+    assert (g.family, g.impl, g.vendor_best, g.vendor_best_ms) == ("triton", CFG2, "cublas_nn", 0.8)
+    assert all(e.gpu == GPU and e.torch == "2.5.0" and e.verified and e.members == (S,) for e in got.values())
+    assert all(e.impl in BASELINES for e in got.values() if e.family == "vendor")
+
+
+@pytest.mark.parametrize("bad", [
+    _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, verified="false"),
+    _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, floor_ok="false"),
+    _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, recheck="1"),
+    _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, rep="1"),
+    _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, members="a;b"),
+    _row(S, "cublas_nn", 0.1, members="cublas_tn;cublas_nn"),
+    _row(S, "cublas_tn", 0.1, layout="tn", verified="false"),
+    _row(S, "cuda_l2:kernel7", 0.1),
+    _row("128_128_256", "cublas_nn", 0.1, recheck="1"),
+])
+def test_build_entries_ignores(bad):
+    assert _by(build_entries(BASE + [bad])) == _by(build_entries(BASE))
+
+
+def test_bucketize():
+    ms = {64: (CFG, 1.0, 2.0), 128: (CFG, 1.0, 1.5), 256: (None, 0, 1.0), 384: (None, 0, 1.0),
+          512: (CFG, 1.0, 3.0), 1024: (CFG, 2.0, 3.0), 2048: (CFG2, 1.0, 2.0)}
+    rows = []
+    for M, (cfg, t, v) in ms.items():
+        mnk = f"{M}_256_256"
+        rows += [_row(mnk, "cublas_nn", v)] + ([_row(mnk, f"triton:{cfg}", t, algo=cfg)] if cfg else [])
+    exact = build_entries(rows, buckets=False)
+    assert len(exact) == 7 and all(e.m_lo == e.m_hi for e in exact)
+    ents = build_entries(rows)
+    assert set(ents) >= set(exact)
+    buckets = {(e.m_lo, e.m_hi): e for e in ents if e.m_hi > e.m_lo}
+    assert set(buckets) == {(64, 128), (512, 1024)}  # not across vendor winners or configs
+    lo, hi = buckets[(64, 128)], buckets[(512, 1024)]
+    assert lo.members == ("64_256_256", "128_256_256") and lo.impl == CFG
+    assert lo.speedup == pytest.approx(1.5) and hi.speedup == pytest.approx(1.5)  # the worst member's
+    lib = Library(ents)
+    assert _look(lib, 100, N=256) is lo and _look(lib, 700, N=256) is hi
+    assert _look(lib, 200, N=256) is None and _look(lib, 1500, N=256) is None
+    assert _look(lib, 256, N=256).family == "vendor"
+
+
+# -- trials -----------------------------------------------------------------------------------------------
+def test_trials_store(tmp_path):
+    rows = [_row(S, "cublas_nn", 1.0), _row(S, f"triton:{CFG}", 0.9), _row(S, "cublas_nn", 1.1, gpu=GPU2)]
+    st = TrialsStore(tmp_path / "t.sqlite")
+    assert TrialsStore(tmp_path / "new" / "dir" / "t.sqlite").count() == 0  # parent folders are made
+    assert st.ingest(rows, "a.csv") == 3 and st.ingest(rows, "a.csv") == 0 and st.ingest(rows[:1], "a.csv") == 0
+    assert st.ingest(rows[:2], "b.csv") == 2 and st.count() == 5
+    st.close()
+    st = TrialsStore(tmp_path / "t.sqlite")  # persisted
+    h100 = st.rows(gpu=GPU)
+    assert len(h100) == 4 and {r["gpu"] for r in h100} == {GPU}
+    assert {r["source"] for r in h100} == {"a.csv", "b.csv"}
+    assert [r["gpu"] for r in st.rows(gpu=GPU2)] == [GPU2] and st.rows(gpu="other") == []
+    assert len(st.rows(sources=["b.csv"])) == 2 and len(st.rows()) == 5
+    assert {k: v for k, v in st.rows(gpu=GPU2)[0].items() if k != "source"} == rows[2]
+    st.close()
+
+
+# -- gemmrl lib -------------------------------------------------------------------------------------------
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("GEMMRL_LIBRARY", raising=False)
+    csv = tmp_path / "r.csv"
+    ResultsWriter(csv).write_batch(BASE)
+    return tmp_path, str(csv)
+
+
+def test_cli_build_list_show_export_import(env, capsys):
+    tmp, csv = env
+    lib_p, trials = str(tmp / "L.json"), str(tmp / "T.sqlite")
+    assert main(["lib", "build", csv, "--out", lib_p, "--trials", trials]) == 0
+    assert f"{len(BASE)} new" in capsys.readouterr().out
+    lib = Library.load(lib_p)
+    assert set(lib.entries) == set(build_entries([dict(r, source="r.csv") for r in BASE]))
+    assert main(["lib", "build", csv, "--out", lib_p, "--trials", trials]) == 0
+    assert "(0 new" in capsys.readouterr().out and set(Library.load(lib_p).entries) == set(lib.entries)
+
+    assert main(["lib", "list", "--library", lib_p]) == 0
+    out = capsys.readouterr().out
+    assert GPU in out and lib_p in out and f"{len(lib.entries)} entries; 2 serve a generated kernel" in out
+
+    assert main(["lib", "show", S, "--library", lib_p]) == 0
+    out = capsys.readouterr().out.splitlines()
+    nn_graph = [ln for ln in out if f"{S} nn graph" in ln]
+    assert len(nn_graph) == 1 and f"triton:{CFG2}" in nn_graph[0] and "[graph entry" in nn_graph[0]
+    nn_eager = [ln for ln in out if f"{S} nn eager" in ln]
+    assert f"triton:{CFG}" in nn_eager[0] and "[offline entry" in nn_eager[0]
+    assert "vendor:cublas_tn" in next(ln for ln in out if f"{S} tn eager" in ln)
+    assert main(["lib", "show", "4096_4096_4096", "--library", lib_p]) == 0
+    out = capsys.readouterr().out
+    assert "vendor fallback" in out and "triton:" not in out
+
+    exp = str(tmp / "E.json")
+    assert main(["lib", "export", exp, "--library", lib_p]) == 0
+    assert set(Library.load(exp).entries) == set(lib.entries)
+    assert main(["lib", "export", str(tmp / "E2.json"), "--library", lib_p, "--gpu", GPU2]) == 0
+    assert Library.load(tmp / "E2.json").entries == []
+
+    up = L.user_library_path()
+    assert str(up).startswith(str(tmp / "cache")) and not up.exists()
+    assert main(["lib", "import", exp]) == 0
+    assert set(Library.load(up).entries) == set(lib.entries)
+    capsys.readouterr()
+    assert main(["lib", "show", S]) == 0  # the default library now includes the user's
+    assert f"triton:{CFG}" in capsys.readouterr().out
+    assert set(L.load_default().entries) == set(lib.entries) | set(L.packaged().entries)
+    assert set(L.load_default(user=False).entries) == set(L.packaged().entries)
+
+
+def test_load_default_env_replaces(env, monkeypatch):
+    tmp, _ = env
+    Library([_entry()]).save(L.user_library_path())
+    other = Library([_entry(M=999)]).save(tmp / "other.json")
+    monkeypatch.setenv("GEMMRL_LIBRARY", str(other))
+    assert L.load_default().entries == [_entry(M=999)]
+
+
+@pytest.mark.parametrize("argv", [
+    ["lib", "list", "--library", "{bad}"], ["lib", "show", S, "--library", "{bad}"],
+    ["lib", "export", "{tmp}/x.json", "--library", "{bad}"], ["lib", "import", "{bad}"],
+    ["lib", "list"], ["lib", "import", "{good}"], ["lib", "build", "{csv}", "--trials", "{tmp}/t.sqlite"],
+])
+def test_cli_corrupt_library_exit_2(env, capsys, argv):
+    tmp, csv = env
+    bad, good = tmp / "bad.json", Library([_entry()]).save(tmp / "good.json")
+    bad.write_text('{"format": "gemmrl-library", "schema": 1, "sha256": "x", "entries": []}')
+    L.user_library_path().write_text("{corrupt")  # the default (user) library is broken too
+    argv = [a.format(bad=bad, good=good, csv=csv, tmp=tmp) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err and ("checksum" in err or "gemmrl lib build" in err)
+    assert L.user_library_path().read_text() == "{corrupt"  # nothing overwritten
+
+
+@pytest.mark.parametrize("rows, text, word", [
+    ([_row(S, f"triton:{CFG}", 1.0, algo=CFG)], None, "no winners"),
+    (None, "a,b\n1,2\n", "not a gemmrl results file"),
+])
+def test_cli_build_refuses(env, capsys, rows, text, word):
+    tmp, _ = env
+    p = tmp / "x.csv"
+    if rows:
+        ResultsWriter(p).write_batch(rows)
+    else:
+        p.write_text(text)
+    assert main(["lib", "build", str(p), "--out", str(tmp / "o.json"), "--trials", str(tmp / "t.sqlite")]) == 2
+    assert word in capsys.readouterr().err and not (tmp / "o.json").exists()
