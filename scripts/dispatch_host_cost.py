@@ -4,7 +4,8 @@ Per shape and kind of served kernel (a Triton entry, a cuBLASLt entry, no entry 
 per-call host time, batches of N calls issued back to back (a sync between batches, none inside), interleaved
 over R rounds, of:
   launcher   the served kernel's own call (what the dispatcher calls after its lookup)
-  mm_out     gemmrl.mm(a, b, out=c)
+  mm_out     gemmrl.mm(a, b, out=c)            (the C hot path, fastpath.c, where it builds)
+  mm_out_py  gemmrl.mm's Python hot path       (for comparison)
   mm         gemmrl.mm(a, b)            (allocates C)
   linear     gemmrl.linear(x, w)        (w [N, K]; the w.t() view is made per call)
   torch_out  torch.matmul(a, b, out=c)  (for scale)
@@ -66,10 +67,12 @@ def main() -> None:
             with torch.no_grad():
                 t = per_call_us({"launcher": lambda: served.eager(a, b, c),
                                  "mm_out": lambda: dispatch.mm(a, b, out=c),
+                                 "mm_out_py": lambda: dispatch._hot_py(a, b, c),
                                  "mm": lambda: dispatch.mm(a, b),
                                  "linear": lambda: dispatch.linear(a, w),
                                  "torch_out": lambda: torch.matmul(a, b, out=c)})
             row = {"mnk": f"{M}_{N}_{K}", "layout": "tn", "served": served.eager_desc, "kind": kind,
+                   "hot_path": dispatch.hot_path(),
                    **{f"{k}_us": round(v, 3) for k, v in t.items()},
                    "lookup_us": round(t["mm_out"] - t["launcher"], 3), **meta}
             rows.append(row)

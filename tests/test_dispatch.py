@@ -8,6 +8,7 @@ CUDA-graph capture of seen and unseen shapes, torch.compile, vendor entries, and
 from __future__ import annotations
 
 import math
+import warnings
 import time
 
 import pytest
@@ -28,18 +29,37 @@ def entry(M, N, K, *, gpu="cpu", layout="tn", protocol="offline", family="triton
                  members=tuple(members or (f"{M}_{N}_{K}",)), verified=True, torch=torch_v)
 
 
-@pytest.fixture
-def lib():
-    libs = []
+@pytest.fixture(params=["c", "python"])
+def lib(request, monkeypatch):
+    """Serve from a library of the given entries, through the C hot path (fastpath.c) or the Python one."""
+    from gemmrl import fastpath
+
+    if request.param == "python":
+        monkeypatch.setattr(dispatch, "_hot", dispatch._hot_py)
+        monkeypatch.setattr(dispatch._S, "fastpath_tried", True)
+    elif fastpath.load() is None:
+        pytest.skip(f"the C hot path cannot be built here: {fastpath.why()}")
 
     def use(*entries):
         lb = Library(entries)
         dispatch.use_library(lb)
-        libs.append(lb)
         return lb
 
     yield use
     dispatch.use_library(Library())
+
+
+def test_fastpath_builds_and_serves():
+    """Where a C compiler and Python.h exist (CI, the GPU machine), the C hot path is built and used."""
+    from gemmrl import fastpath
+
+    mod = fastpath.load()
+    assert mod is not None, fastpath.why()
+    dispatch.use_library(Library())
+    a, b = rnd(5, 16), rnd(16, 24, seed=1)
+    out = gemmrl.mm(a, b)
+    assert dispatch.hot_path() == "c"
+    assert dispatch._CFAST and torch.equal(gemmrl.mm(a, b), out)
 
 
 def ref(a, b):
@@ -298,12 +318,15 @@ def test_torch_compile_gpu(lib):
               members=("1_1024_512", "32_1024_512")))
     w = torch.randn(1024, 512, device="cuda").half()
     f = torch.compile(lambda x: gemmrl.linear(x, w), dynamic=True)
-    for M in (3, 17, 32):
+    for M in (3, 9, 16):  # smallm BM=16 is valid for M <= 16 (the validity predicate refuses 17..32: vendor)
         x = torch.randn(M, 512, device="cuda").half()
-        with torch.no_grad():
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
             y = f(x)
-        assert (y.float() - x.float() @ w.float().t()).abs().max() <= tol(512)
-        assert gemmrl.served_by(x, w.t())["eager"].startswith("triton")
+            served = gemmrl.served_by(x, w.t())
+        err = (y.float() - x.float() @ w.float().t()).abs().max().item()
+        assert err <= tol(512), (M, err, served)
+        assert served["eager"].startswith("triton"), (M, served, [str(c.message)[:300] for c in caught])
 
 
 @pytest.mark.gpu

@@ -28,6 +28,7 @@ at once.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import warnings
 from dataclasses import dataclass
@@ -57,6 +58,8 @@ class Served:
     device: Any
     eager_desc: str
     graph_desc: str
+    eager_spec: tuple = ()
+    graph_spec: tuple = ()
 
 
 def _torch_mm(a, b, out):
@@ -68,15 +71,18 @@ class _State:
         self.library: Library | None = None
         self.table: dict[tuple, Served] = {}      # call signature -> served
         self.fast: dict[tuple, Served] = {}       # (a.shape, b.shape, b.stride(), dtype, device) -> served, a row-major
+        self.cfast: dict[tuple, tuple] = {}       # the same keys -> the C hot path's entries (fastpath.c)
         self.built: dict[tuple, Served] = {}      # (M, N, K, dtype, layout, dev) -> served, shared by signatures
         self.gpu: dict[int, tuple[str, dict]] = {}
         self.lock = threading.RLock()
         self.warned: set[str] = set()
+        self.fastpath_tried = False
 
 
 _S = _State()
 _TABLE = _S.table
 _FAST = _S.fast
+_CFAST = _S.cfast
 
 
 def use_library(lib: Library | str | None) -> Library:
@@ -84,6 +90,7 @@ def use_library(lib: Library | str | None) -> Library:
     Clears everything built so far."""
     with _S.lock:
         _S.library = Library.load(lib) if isinstance(lib, str) else (lib if lib is not None else load_default())
+        _S.warned.clear()
         reset()
         return _S.library
 
@@ -101,6 +108,7 @@ def reset() -> None:
     with _S.lock:
         _S.table.clear()
         _S.fast.clear()
+        _S.cfast.clear()
         _S.built.clear()
 
 
@@ -121,11 +129,21 @@ def _not_tensors(a, b) -> DispatchError:
 def mm(a, b, out=None):
     """``a @ b`` through the library (see the module docstring); ``out`` (contiguous, right shape and dtype)
     receives the result when given, and is returned."""
+    if _is_compiling():
+        return _op(a, b, out)
+    return _hot(a, b, out)
+
+
+_is_compiling = torch.compiler.is_compiling
+
+
+def _hot_py(a, b, out):
+    """The hot path in Python (where the C one, fastpath.c, could not be built): same lookups and checks."""
     try:
-        if (torch.compiler.is_compiling() or type(a) is not _Tensor or type(b) is not _Tensor  # fake/functional
-                or ((a.requires_grad or b.requires_grad) and torch.is_grad_enabled())):        # tensors: tracing
-            return _op(a, b, out)
-        # the hot path: a row-major a seen before with this b (shape, strides), dtype and device
+        if type(a) is not _Tensor or type(b) is not _Tensor or ((a.requires_grad or b.requires_grad)
+                                                                 and torch.is_grad_enabled()):
+            return _slow(a, b, out)
+        # a row-major a seen before with this b (shape, strides), dtype and device
         s = _FAST.get((a.shape, b.shape, b.stride(), a.dtype, a.get_device()))
     except AttributeError:
         raise _not_tensors(a, b) from None
@@ -135,11 +153,47 @@ def mm(a, b, out=None):
         out = torch.empty(s.out_shape, dtype=s.dtype, device=s.device)
     elif out.shape != s.out_shape or out.dtype is not s.dtype or not out.is_contiguous() or out.get_device() != s.dev:
         _bad_out(out, s)
-    if s.dev >= 0 and _capturing():
+    if s.dev >= 0 and s.graph is not s.eager and _capturing():
         s.graph(a, b, out)
     else:
         s.eager(a, b, out)
     return out
+
+
+_hot: Callable = _hot_py
+
+
+def _slow(a, b, out):
+    """What the hot path hands on: fake/functional or subclassed tensors and autograd go through the custom op,
+    everything else through the full path (first sight of a signature, non-contiguous a, a bad ``out``)."""
+    if not isinstance(a, _Tensor) or not isinstance(b, _Tensor):
+        raise _not_tensors(a, b)
+    if type(a) is not _Tensor or type(b) is not _Tensor or ((a.requires_grad or b.requires_grad)
+                                                             and torch.is_grad_enabled()):
+        return _op(a, b, out)
+    return _mm(a, b, out)
+
+
+def _use_fastpath() -> None:
+    """Switch the hot path to C (once per process; keeps the Python one where it cannot be built)."""
+    global _hot
+    if _S.fastpath_tried:
+        return
+    _S.fastpath_tried = True
+    from . import fastpath
+
+    mod = fastpath.load()
+    if mod is None:
+        return
+    mod.init(_Tensor, _CFAST, _slow, _capturing, torch.is_grad_enabled, torch.empty)
+    _hot = mod.mm
+
+
+def hot_path() -> str:
+    """'c' or 'python' (with the reason the C one is not used)."""
+    from . import fastpath
+
+    return "c" if _hot is not _hot_py else f"python ({fastpath.why() or 'not built yet'})"
 
 
 def _op(a, b, out):
@@ -235,9 +289,16 @@ def _miss(key: tuple, a, b) -> Served:
                 return fallback  # nothing compiles inside a capture; the next eager call builds
             got = _build(M, N, K, a.dtype, layout, a.device)
             _S.built[pkey] = got
-        s = Served(got.eager, got.graph, out_shape, a.dtype, dev, a.device, got.eager_desc, got.graph_desc)
+        s = Served(got.eager, got.graph, out_shape, a.dtype, dev, a.device, got.eager_desc, got.graph_desc,
+                   got.eager_spec, got.graph_spec)
         _TABLE[key] = s
-        _FAST[(a.shape, b.shape, b.stride(), a.dtype, dev)] = s  # a is row-major here; mm checks that per call
+        fkey = (a.shape, b.shape, b.stride(), a.dtype, dev)  # a is row-major here; the hot path checks that per call
+        _FAST[fkey] = s
+        _use_fastpath()
+        if _hot is not _hot_py:
+            eager = s.eager_spec or (0, s.eager)
+            graph = eager if s.graph is s.eager else (s.graph_spec or (0, s.graph))
+            _CFAST[fkey] = (out_shape, a.dtype, dev, {"dtype": a.dtype, "device": a.device}, eager, graph)
         return s
 
 
@@ -263,34 +324,35 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     dt = _DTYPES[dtype]
     lib = library()
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
-    made: dict[tuple, tuple[Callable, str]] = {}
+    made: dict[tuple, tuple[Callable, str, tuple]] = {}
 
-    def serve(order) -> tuple[Callable, str]:
+    def serve(order) -> tuple[Callable, str, tuple]:
         e = lib.lookup_any(gpu, dt, "fp32", layout, order, M, N, K)
         if e is None:
-            return _torch_mm, "torch.matmul"
+            return _torch_mm, "torch.matmul", ()
         ek = (e.family, e.impl, e.algo)
         if ek not in made:
             made[ek] = _make(e, problem, device, sw)
         return made[ek]
 
-    eager, ed = serve(PROTOCOL_ORDER["eager"])
-    graph, gd = serve(PROTOCOL_ORDER["graph"]) if device.type == "cuda" else (eager, ed)
+    eager, ed, es = serve(PROTOCOL_ORDER["eager"])
+    graph, gd, gs = serve(PROTOCOL_ORDER["graph"]) if device.type == "cuda" else (eager, ed, es)
     dev = device.index if device.type == "cuda" else -1
-    return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd)
+    return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd, es, gs)
 
 
-def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, str]:
-    """A launcher for entry ``e`` at ``problem``, checked; torch.matmul (with a warning) when it cannot serve."""
+def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, str, tuple]:
+    """A launcher for entry ``e`` at ``problem``, checked, with its spec for the C hot path (() = call the
+    launcher); torch.matmul (with a warning) when it cannot serve."""
     from .candidate import make_buffers
 
     desc = f"{e.family}:{e.impl} ({e.protocol} entry {e.mnk}{'' if e.m_lo == e.m_hi else f', M {e.m_lo}..{e.m_hi}'})"
     try:
         bufs = make_buffers(problem, device, seed=1234)
         if e.family == "triton":
-            fn, cand = _make_triton(e, problem, bufs)
+            fn, cand, spec = _make_triton(e, problem, bufs)
         else:
-            fn, cand = _make_vendor(e, problem, bufs)
+            fn, cand, spec = _make_vendor(e, problem, bufs)
         measured = problem.mnk in e.members
         if e.same_software(sw) and measured:
             _reference_check(fn, bufs, problem)
@@ -302,11 +364,11 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
                 raise RuntimeError(f"failed the correctness battery: {v.reason}")
         else:
             _reference_check(fn, bufs, problem)
-        return fn, desc
+        return fn, desc, spec
     except Exception as ex:  # noqa: BLE001 - any failure to build means the vendor path serves
         _warn(f"gemmrl: {desc} not served at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex}); "
               "torch.matmul serves it")
-        return _torch_mm, f"torch.matmul (entry {e.family}:{e.impl} not served: {type(ex).__name__})"
+        return _torch_mm, f"torch.matmul (entry {e.family}:{e.impl} not served: {type(ex).__name__})", ()
 
 
 def _reference_check(fn, bufs, problem: GemmProblem) -> None:
@@ -340,7 +402,18 @@ def _make_triton(e: Entry, problem: GemmProblem, bufs):
         if not launch(a.data_ptr(), b.data_ptr(), out.data_ptr()):
             slow(a, b, out)
 
-    return call, cand
+    spec = ()
+    if cand.launch_path == "direct" and cand._direct:
+        from .kernels.vendor import raw_stream_getter
+
+        launches = tuple((d.launch, tuple(d.head), tuple(d.tail_args), tuple(tuple(x) for x in d.slots))
+                         for d in cand._direct)
+        spec = (1, raw_stream_getter(), problem_device_index(bufs), 15, slow, launches, cand)
+    return call, cand, spec
+
+
+def problem_device_index(bufs) -> int:
+    return bufs.a.device.index if bufs.a.is_cuda else -1
 
 
 class _VendorAdapter:
@@ -360,12 +433,12 @@ class _VendorAdapter:
 
 
 def _make_vendor(e: Entry, problem: GemmProblem, bufs):
-    from .kernels.vendor import CtypesCandidate, TorchCandidate, alignment
+    from .kernels.vendor import CtypesCandidate, TorchCandidate, VendorError, alignment
 
     if e.impl == "torch":
         tc = TorchCandidate()
         tc.prepare(problem.with_(layout="nn"), bufs, e.protocol, None)
-        return _torch_mm, _VendorAdapter(tc, "torch", problem.layout)
+        return _torch_mm, _VendorAdapter(tc, "torch", problem.layout), ()
     mode = {"cublas": "cublas", "cublaslt_heuristic": "heuristic", "cublaslt_autotuned": "heuristic"}[e.impl[:-3]]
     cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", mode)
     cand.prepare(problem, bufs, e.protocol, None)
@@ -381,15 +454,25 @@ def _make_vendor(e: Entry, problem: GemmProblem, bufs):
     align = 16 if mode == "cublas" else alignment(a.data_ptr(), (bt if problem.layout == "tn" else b).data_ptr(),
                                                   c.data_ptr())
     mask = align - 1
-    run = cand.__call__
+
+    lib, ptr, stream, dev = cand._lib, cand._ptr, cand._stream, cand._device
+    vb_run = lib.run
 
     def call(x, w, out):
-        if (x.data_ptr() | w.data_ptr() | out.data_ptr()) & mask:
+        pa, pb, pc = x.data_ptr(), w.data_ptr(), out.data_ptr()
+        if (pa | pb | pc) & mask:
             torch.matmul(x, w, out=out)  # the plan was made for this alignment; cuBLAS via torch takes any
-        else:
-            run(x, w, w, out)
+        elif st := vb_run(ptr, pa, pb, pc, stream(dev)):
+            error(st)
 
-    return call, _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout)
+    def error(st: int):
+        raise VendorError(f"gemmrl:{e.impl}: {lib.message(st)} (status {st})")
+
+    def unaligned(x, w, out):
+        torch.matmul(x, w, out=out)
+
+    spec = (2, stream, dev, mask, unaligned, ctypes.cast(vb_run, ctypes.c_void_p).value, ptr, error, cand)
+    return call, _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout), spec
 
 
 # -- ahead of time ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ class GemmrlCandidate:
     def __init__(self, name: str = NAME):
         self.name, self.layout, self.acc = name, "tn", "fp32"
         self._b = self._src = None
+        self._mm = None
         self._served: dict[str, str] = {}
 
     def _pick_layout(self, problem: GemmProblem, protocol: str, device) -> str:
@@ -43,12 +44,11 @@ class GemmrlCandidate:
         self._src = bufs.b if self.layout == "nn" else bufs.bt
         self._b = self._src if self.layout == "nn" else self._src.t()
         self._served = dispatch.served_by(a, self._b)
+        self._mm = dispatch.mm
 
     def __call__(self, a, b, bt, c) -> None:
-        from .dispatch import mm
-
         src = b if self.layout == "nn" else bt
-        mm(a, self._b if src is self._src else (src if self.layout == "nn" else src.t()), out=c)
+        self._mm(a, self._b if src is self._src else (src if self.layout == "nn" else src.t()), out=c)
 
     def info(self) -> dict[str, Any]:
         return {"algo": f"eager={self._served.get('eager', '')}; graph={self._served.get('graph', '')}"}
