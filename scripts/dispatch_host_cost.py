@@ -1,8 +1,8 @@
 """Host cost of gemmrl's dispatch (issue 6: "host cost added by the lookup once a shape has been seen: < 0.5 us").
 
 Per shape and kind of served kernel (a Triton entry, a cuBLASLt entry, no entry = torch.matmul), the median
-per-call host time, batches of N calls issued back to back (a sync between batches, none inside), interleaved
-over R rounds, of:
+per-call host time, batches of N calls issued back to back behind a device sleep that outlasts them (so no call
+waits for the GPU: host time alone), a sync between batches, interleaved over R rounds, of:
   launcher   the served kernel's own call (what the dispatcher calls after its lookup)
   mm_out     gemmrl.mm(a, b, out=c)            (the C hot path, fastpath.c, where it builds)
   mm_out_py  gemmrl.mm's Python hot path       (for comparison)
@@ -38,11 +38,17 @@ def entry(gpu, M, N, K, family, impl):
                  m_lo=M, m_hi=M, members=(f"{M}_{N}_{K}",), verified=True)
 
 
-def per_call_us(fns: dict, n: int = 1000, rounds: int = 15) -> dict:
+def per_call_us(fns: dict, n: int = 200, rounds: int = 15) -> dict:
+    """Host time per call: each batch of ``n`` calls is queued behind a device sleep long enough to outlast it,
+    so no call waits for the GPU (the launch queue holds them) and the time is the host's alone."""
+    from gemmrl.timing import max_sm_mhz
+
+    cycles = int(n * 60e-6 * max_sm_mhz(torch.cuda.current_device()) * 1e6)  # 60 us of device sleep per call
     got = {k: [] for k in fns}
     for _ in range(rounds):
         for k, f in fns.items():
             torch.cuda.synchronize()
+            torch.cuda._sleep(cycles)
             t = time.perf_counter()
             for _ in range(n):
                 f()

@@ -153,11 +153,22 @@ def _hot_py(a, b, out):
         out = torch.empty(s.out_shape, dtype=s.dtype, device=s.device)
     elif out.shape != s.out_shape or out.dtype is not s.dtype or not out.is_contiguous() or out.get_device() != s.dev:
         _bad_out(out, s)
-    if s.dev >= 0 and s.graph is not s.eager and _capturing():
-        s.graph(a, b, out)
+    if s.dev >= 0 and s.graph is not s.eager and _stream_of(s.dev) and _capturing():
+        s.graph(a, b, out)  # (the legacy default stream, handle 0, cannot be captured: no need to ask)
     else:
         s.eager(a, b, out)
     return out
+
+
+def _raw_stream() -> Callable[[int], int]:
+    """device index -> torch's current raw stream handle (0 = the legacy default stream)."""
+    return getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda d: torch.cuda.current_stream(d).cuda_stream)
+
+
+def _stream_of(dev: int) -> int:
+    global _stream_of
+    _stream_of = _raw_stream()
+    return _stream_of(dev)
 
 
 _hot: Callable = _hot_py
@@ -298,7 +309,8 @@ def _miss(key: tuple, a, b) -> Served:
         if _hot is not _hot_py:
             eager = s.eager_spec or (0, s.eager)
             graph = eager if s.graph is s.eager else (s.graph_spec or (0, s.graph))
-            _CFAST[fkey] = (out_shape, a.dtype, dev, {"dtype": a.dtype, "device": a.device}, eager, graph)
+            _CFAST[fkey] = (out_shape, a.dtype, dev, {"dtype": a.dtype, "device": a.device}, eager, graph,
+                            _raw_stream())
         return s
 
 

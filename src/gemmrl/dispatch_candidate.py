@@ -48,7 +48,7 @@ class GemmrlCandidate:
 
     def __call__(self, a, b, bt, c) -> None:
         src = b if self.layout == "nn" else bt
-        self._mm(a, self._b if src is self._src else (src if self.layout == "nn" else src.t()), out=c)
+        self._mm(a, self._b if src is self._src else (src if self.layout == "nn" else src.t()), c)
 
     def info(self) -> dict[str, Any]:
         return {"algo": f"eager={self._served.get('eager', '')}; graph={self._served.get('graph', '')}"}

@@ -7,7 +7,7 @@
  * decides, raises the clear errors, and fills the table.
  *
  * table: dict, key (a.shape, b.shape, b.stride(), a.dtype, a.get_device()) -> entry
- *   entry = (out_shape, dtype, dev, empty_kwargs, eager, graph)
+ *   entry = (out_shape, dtype, dev, empty_kwargs, eager, graph, getstream)
  *   a spec (eager / graph):
  *     (0, fn)                                         fn(a, b, out)
  *     (1, getstream, dev, mask, fallback, launches)   Triton: each launch (fn, head[13], args, slots) is
@@ -16,7 +16,8 @@
  *     (2, getstream, dev, mask, fallback, fnaddr, plan, error)   int fn(plan, a, b, c, stream); error(status) on
  *         a nonzero status (it raises)
  *   Pointers with (pa | pb | pc) & mask go to fallback(a, b, out) (the kernel was built for aligned ones).
- *   With eager is not graph, torch._C._cuda_isCurrentStreamCapturing() picks the graph spec inside capture.
+ *   With eager is not graph, torch._C._cuda_isCurrentStreamCapturing() picks the graph spec inside capture
+ *   (asked only when torch's current stream is not the legacy default stream, which cannot be captured).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -148,7 +149,7 @@ done:
     return rc;
 }
 
-static PyObject *fast_mm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *fast_mm(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "gemmrl fastpath mm(a, b, out)");
         return NULL;
@@ -223,10 +224,19 @@ static PyObject *fast_mm(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     PyObject *spec = PyTuple_GET_ITEM(entry, 4), *graph = PyTuple_GET_ITEM(entry, 5);
     if (graph != spec && dev >= 0) {
-        PyObject *c = PyObject_CallNoArgs(g_capturing);
-        if (!c) { Py_DECREF(o); goto fail; }
-        if (c == Py_True) spec = graph;
-        Py_DECREF(c);
+        /* the legacy default stream (raw handle 0) cannot be captured: ask the runtime only on other streams */
+        PyObject *devo = PyTuple_GET_ITEM(entry, 2);
+        PyObject *st = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 6), &devo, 1, NULL);
+        if (!st) { Py_DECREF(o); goto fail; }
+        void *h = PyLong_AsVoidPtr(st);
+        Py_DECREF(st);
+        if (PyErr_Occurred()) { Py_DECREF(o); goto fail; }
+        if (h) {
+            PyObject *c = PyObject_CallNoArgs(g_capturing);
+            if (!c) { Py_DECREF(o); goto fail; }
+            if (c == Py_True) spec = graph;
+            Py_DECREF(c);
+        }
     }
     if (run_spec(spec, a, b, o) < 0) { Py_DECREF(o); goto fail; }
     res = o;
@@ -235,7 +245,7 @@ fail:
     return res;
 }
 
-static PyObject *init(PyObject *self, PyObject *args) {
+static PyObject *init(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *tensor, *table, *slow_fn, *capturing, *grad_enabled, *empty;
     if (!PyArg_ParseTuple(args, "OO!OOOO", &tensor, &PyDict_Type, &table, &slow_fn, &capturing, &grad_enabled, &empty))
         return NULL;
@@ -254,7 +264,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gemmrl_fastpath", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gemmrl_fastpath", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__gemmrl_fastpath(void) {
     const char *names[7] = {"shape", "stride", "dtype", "get_device", "is_contiguous", "data_ptr", "requires_grad"};
