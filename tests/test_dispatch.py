@@ -198,6 +198,11 @@ def test_custom_op_registration_and_autograd(lib):
     (a2 @ w2.t()).backward(g.double())
     assert (a.grad.double() - a2.grad).abs().max() <= tol(16)
     assert (w.grad.double() - w2.grad).abs().max() <= tol(8)
+    # the gradient of b = w.t() comes back as the view of an [N, K] tensor: w's gradient needs no transpose copy
+    b, seen = w.t(), []
+    b.register_hook(lambda gb: seen.append(gb.stride()))
+    gemmrl.mm(a, b).backward(g)
+    assert seen == [(1, 32)]  # [K, N] = [32, 16] as the transpose of a row-major [N, K]
 
 
 @pytest.mark.interpreter

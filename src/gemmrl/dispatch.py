@@ -562,7 +562,12 @@ def _backward(ctx, grad):
         ga = mm(grad, b.t())                                        # [..., N] @ [N, K]
     if ctx.needs_input_grad[1]:
         K, N = b.shape
-        gb = mm(a.reshape(-1, K).t(), grad.reshape(-1, N))          # [K, M] @ [M, N]
+        if not b.is_contiguous() and b.t().is_contiguous():
+            # b is w.t() (nn.Linear's weight, [N, K]): compute the gradient as [N, K] and hand back its [K, N]
+            # view, so that w.t()'s backward gives w a contiguous gradient (no transpose copy per step)
+            gb = mm(grad.reshape(-1, N).t(), a.reshape(-1, K)).t()  # ([N, M] @ [M, K]).t()
+        else:
+            gb = mm(a.reshape(-1, K).t(), grad.reshape(-1, N))      # [K, M] @ [M, N]
     return ga, gb
 
 
