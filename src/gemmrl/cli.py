@@ -205,6 +205,17 @@ def cmd_report(args) -> int:
     for note in rep.notes:
         print(f"note: {note}")
     print(f"markdown: {rep.markdown}\nhtml: {rep.html}\nplots: {len(rep.images)} PNG in {rep.out}")
+    if args.readme:
+        from .report import write_readme_block
+
+        cmd = " ".join(["gemmrl report", *map(str, args.results or []), *(["--candidate", args.candidate]
+                                                                          if args.candidate else []),
+                        "--out", str(args.out), "--readme", str(args.readme)])
+        try:
+            write_readme_block(rep, args.readme, cmd)
+        except (ResultsError, OSError) as e:
+            raise CliError(str(e)) from None
+        print(f"readme: {args.readme} (block between the report markers)")
     return 0
 
 
@@ -288,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--candidate", help="the candidate reported as ours (default: every non-baseline one present)")
     r.add_argument("--claims", help="CUDA-L2's published per-shape ratios, shown beside ours as claims")
     r.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"), help="speed in B / speed in A on shared rows")
+    r.add_argument("--readme", help="write the headline tables and two plots into this markdown file, between "
+                                    "'<!-- report:begin -->' and '<!-- report:end -->'")
     r.set_defaults(func=cmd_report)
     from .lib_cli import add_parsers
 

@@ -34,7 +34,7 @@ def _plain(axis) -> None:
     """Plain numbers (0.9, 1.2) on a log-scaled ratio axis instead of 9x10^-1."""
     from matplotlib.ticker import FuncFormatter
 
-    f = FuncFormatter(lambda v, _: f"{v:.2g}")
+    f = FuncFormatter(lambda v, _: f"{v:.3g}")
     axis.set_major_formatter(f)
     axis.set_minor_formatter(f)
 
