@@ -336,13 +336,16 @@ def test_torch_compile_gpu(lib):
 
 @pytest.mark.gpu
 def test_lookup_host_cost_gpu(lib, record_property):
-    """gemmrl.mm's host time over the served launcher's own (once the shape is seen): the target is < 0.5 us."""
-    lib()
+    """gemmrl.mm's host time over the served launcher's own (once the shape is seen): the target is < 0.5 us;
+    this test fails above 1.5 us (a regression), the measured figure is in dispatch_host_cost.csv."""
+    lib(entry(16, 1024, 512, gpu=_gpu_name(), protocol="offline",
+              impl="smallm(BM=16,BN=64,BK=128,warps=4,stages=4,split=1,reduction=none,tma=False)"))
     a = torch.randn(16, 512, device="cuda").half()
     w = torch.randn(1024, 512, device="cuda").half()
     out = torch.empty(16, 1024, device="cuda", dtype=torch.half)
     b = w.t()
     s = dispatch._mm_served(a, b)
+    assert s.eager_desc.startswith("triton"), s.eager_desc
 
     def per_call(f, n=200):  # host time alone: the batch queues behind a device sleep that outlasts it
         from gemmrl.timing import max_sm_mhz
