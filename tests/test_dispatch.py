@@ -54,7 +54,9 @@ def test_fastpath_builds_and_serves():
     from gemmrl import fastpath
 
     mod = fastpath.load()
-    assert mod is not None, fastpath.why()
+    if mod is None and fastpath.why().startswith(("RuntimeError: no Python.h", "RuntimeError: no C compiler")):
+        pytest.skip(f"no toolchain for the C hot path here: {fastpath.why()}")
+    assert mod is not None, fastpath.why()  # a toolchain that fails to build it is a bug
     dispatch.use_library(Library())
     a, b = rnd(5, 16), rnd(16, 24, seed=1)
     out = gemmrl.mm(a, b)
