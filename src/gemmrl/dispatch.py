@@ -19,9 +19,11 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
 - Entries measured under other torch/Triton/CUDA versions are run through the full correctness battery before
   first use, as are bucket entries at an M they were not measured at.
 
-Under autograd (an operand requires grad and grad mode is on) and under torch.compile the call goes through the
-custom op ``torch.ops.gemmrl.mm`` (register_fake for tracing, dynamic M included; backward runs its two GEMMs
-through ``mm`` too). Plain eager calls skip the op's dispatcher cost and go straight to the served kernel.
+Under torch.compile (and for tensor subclasses) the call goes through the custom op ``torch.ops.gemmrl.mm``
+(register_fake for tracing, dynamic M included; autograd registered). Eager autograd (an operand requires grad
+and grad mode is on) goes through an autograd.Function with the same backward, which costs less host time per
+call than the op's dispatcher; backward runs its two GEMMs through ``mm`` too. Plain eager calls go straight to
+the served kernel.
 One served kernel per shape: its split-K workspace is shared, so do not run the same shape on two streams
 at once.
 """
@@ -179,9 +181,13 @@ def _slow(a, b, out):
     everything else through the full path (first sight of a signature, non-contiguous a, a bad ``out``)."""
     if not isinstance(a, _Tensor) or not isinstance(b, _Tensor):
         raise _not_tensors(a, b)
-    if type(a) is not _Tensor or type(b) is not _Tensor or ((a.requires_grad or b.requires_grad)
-                                                             and torch.is_grad_enabled()):
+    if type(a) is not _Tensor or type(b) is not _Tensor:
         return _op(a, b, out)
+    if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
+        if out is not None:
+            raise DispatchError("gemmrl.mm(out=...) is for inference: under autograd or torch.compile call "
+                                "gemmrl.mm(a, b) without out=")
+        return _MMFunction.apply(a, b)
     return _mm(a, b, out)
 
 
@@ -572,3 +578,16 @@ def _backward(ctx, grad):
 
 
 _mm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _MMFunction(torch.autograd.Function):
+    """Eager autograd for mm: the custom op's forward and backward without its dispatcher hops."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return _mm(a, b, None)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _backward(ctx, grad)
