@@ -77,14 +77,9 @@ def vendor_for(desc: str, problem, bufs):
     return c
 
 
-def stages(spec: str) -> list[dict]:
-    """The bench's offline loop (timing.time_host, mean and median) over vendor / served / mm / candidate, then
-    again after the correctness battery on the candidate, then again after a graph-protocol timing of all four:
-    does anything the bench does before ``offline`` make gemmrl.mm slower?"""
-    from gemmrl.timing import TimingConfig, time_graph, time_host
-    from gemmrl.verify import verify
-
-    mnk, layout = spec.split(":")
+def setup(mnk: str, layout: str):
+    """Buffers for one shape, what the dispatcher serves there, the bench's vendor candidate for the same entry
+    and the bench's ``gemmrl`` candidate: (problem, bufs, w, served, vendor, candidate), w the [K, N] operand."""
     problem = parse_mnk(mnk).with_(layout=layout)
     bufs = make_buffers(problem, "cuda", seed=5)
     a, b, bt, c = bufs.args()
@@ -93,6 +88,26 @@ def stages(spec: str) -> list[dict]:
     vend = vendor_for(served.eager_desc, problem, bufs)
     cand = GemmrlCandidate()
     cand.prepare(problem, bufs, "offline", None)
+    return problem, bufs, w, served, vend, cand
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        wr.writeheader()
+        wr.writerows(rows)
+
+
+def stages(spec: str) -> list[dict]:
+    """The bench's offline loop (timing.time_host, mean and median) over vendor / served / mm / candidate, then
+    again after the correctness battery on the candidate, then again after a graph-protocol timing of all four:
+    does anything the bench does before ``offline`` make gemmrl.mm slower?"""
+    from gemmrl.timing import TimingConfig, time_graph, time_host
+    from gemmrl.verify import verify
+
+    mnk, layout = spec.split(":")
+    problem, bufs, w, served, vend, cand = setup(mnk, layout)
+    a, b, bt, c = bufs.args()
     fns = {"vendor": lambda: vend(a, b, bt, c), "served": lambda: served.eager(a, w, c),
            "mm_out": lambda: dispatch.mm(a, w, out=c), "candidate": lambda: cand(a, b, bt, c)}
     cfg = TimingConfig(warmup_s=0.25, benchmark_s=1.0)
@@ -117,25 +132,15 @@ def main() -> None:
     if os.environ.get("PROBE_STAGES"):
         dispatch.use_library(lib_path)
         rows = [r for s in specs for r in (print(s, flush=True), stages(s))[1]]
-        with open(os.path.join(os.environ.get("GEMMRL_OUT", "."), "offline_host_probe_stages.csv"), "w",
-                  newline="") as fh:
-            wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            wr.writeheader()
-            wr.writerows(rows)
+        write_csv(os.path.join(os.environ.get("GEMMRL_OUT", "."), "offline_host_probe_stages.csv"), rows)
         return
     dispatch.use_library(lib_path)
     meta = {**collect_meta().row(), "timestamp": now()}
     rows = []
     for spec in specs:
         mnk, layout = spec.split(":")
-        problem = parse_mnk(mnk).with_(layout=layout)
-        bufs = make_buffers(problem, "cuda", seed=5)
+        _, bufs, w, served, vend, cand = setup(mnk, layout)
         a, b, bt, c = bufs.args()
-        w = b if layout == "nn" else bt.t()
-        served = dispatch._mm_served(a, w)
-        vend = vendor_for(served.eager_desc, problem, bufs)
-        cand = GemmrlCandidate()
-        cand.prepare(problem, bufs, "offline", None)
         cap = dispatch._capturing
         fns = {"sync_only": lambda: None,
                "vendor": lambda: vend(a, b, bt, c),
@@ -164,11 +169,7 @@ def main() -> None:
         print(f"{mnk} {layout} served {served.eager_desc[:60]}", flush=True)
         print("  synced: " + "  ".join(f"{k} {v:.2f}" for k, v in t.items()), flush=True)
         print("  no sync: " + "  ".join(f"{k} {v:.3f}" for k, v in pieces.items()), flush=True)
-    out = os.path.join(os.environ.get("GEMMRL_OUT", "."), "offline_host_probe.csv")
-    with open(out, "w", newline="") as fh:
-        wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
+    write_csv(os.path.join(os.environ.get("GEMMRL_OUT", "."), "offline_host_probe.csv"), rows)
 
 
 if __name__ == "__main__":
