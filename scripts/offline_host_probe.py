@@ -127,8 +127,47 @@ def stages(spec: str) -> list[dict]:
     return rows
 
 
+def crowd(spec: str) -> list[dict]:
+    """The same offline loop with 2 candidates (vendor, gemmrl) and with 8 (6 more vendor paths, as the bench
+    has): does interleaving with many candidates that share the vendor's code path warm it for the vendor and
+    not for gemmrl?"""
+    from gemmrl.timing import TimingConfig, time_host
+
+    mnk, layout = spec.split(":")
+    problem, bufs, w, served, vend, cand = setup(mnk, layout)
+    a, b, bt, c = bufs.args()
+    two = {"vendor": lambda: vend(a, b, bt, c), "candidate": lambda: cand(a, b, bt, c)}
+    more = dict(two)
+    for lay in ("tn", "nn"):
+        for mode in ("cublas", "heuristic"):
+            x = CtypesCandidate(f"{mode}_{lay}", lay, "fp32", mode)
+            x.prepare(problem.with_(layout=lay), bufs, "offline", None)
+            more[f"{mode}_{lay}"] = (lambda f=x: f(a, b, bt, c))
+    t_ = TorchCandidate()
+    t_.prepare(problem.with_(layout="nn"), bufs, "offline", None)
+    more["torch"] = lambda: t_(a, b, bt, c)
+    more["torch2"] = lambda: t_(a, b, bt, c)
+    cfg = TimingConfig(warmup_s=0.25, benchmark_s=1.0)
+    rows = []
+    for label, fns in (("2 candidates", two), ("8 candidates", more), ("2 candidates again", two)):
+        t = time_host(fns, bufs, cfg, "offline")
+        gap = (t["candidate"].time_ms - t["vendor"].time_ms) * 1e3
+        gap20 = (t["candidate"].p20_ms - t["vendor"].p20_ms) * 1e3
+        print(f"  {label:18} vendor {t['vendor'].time_ms * 1e3:.2f}  gemmrl {t['candidate'].time_ms * 1e3:.2f}  "
+              f"gap mean {gap:+.2f} us, p20 {gap20:+.2f} us", flush=True)
+        rows.append({"mnk": mnk, "layout": layout, "loop": label, "vendor_mean_us": round(t["vendor"].time_ms * 1e3, 3),
+                     "gemmrl_mean_us": round(t["candidate"].time_ms * 1e3, 3), "gap_mean_us": round(gap, 3),
+                     "gap_p20_us": round(gap20, 3), "served": served.eager_desc[:80]})
+    return rows
+
+
 def main() -> None:
     lib_path, specs = sys.argv[1], sys.argv[2:] or ["8_4096_4096:nn", "32_4096_4096:nn", "16_4096_4096:nn"]
+    if os.environ.get("PROBE_CROWD"):
+        dispatch.use_library(lib_path)
+        rows = [r for s in specs for r in (print(s, flush=True), crowd(s))[1]]
+        write_csv(os.path.join(os.environ.get("GEMMRL_OUT", "."), "offline_host_probe_crowd.csv"), rows)
+        return
     if os.environ.get("PROBE_STAGES"):
         dispatch.use_library(lib_path)
         rows = [r for s in specs for r in (print(s, flush=True), stages(s))[1]]
