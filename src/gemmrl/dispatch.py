@@ -130,7 +130,8 @@ def _not_tensors(a, b) -> DispatchError:
 
 def mm(a, b, out=None):
     """``a @ b`` through the library (see the module docstring); ``out`` (contiguous, right shape and dtype)
-    receives the result when given, and is returned."""
+    receives the result when given, and is returned. ``out`` must not overlap ``a`` or ``b`` (as with
+    torch.matmul on CUDA, this is not checked)."""
     if _is_compiling():
         return _op(a, b, out)
     return _hot(a, b, out)
