@@ -363,3 +363,22 @@ def test_cli_build_refuses(env, capsys, rows, text, word):
         p.write_text(text)
     assert main(["lib", "build", str(p), "--out", str(tmp / "o.json"), "--trials", str(tmp / "t.sqlite")]) == 2
     assert word in capsys.readouterr().err and not (tmp / "o.json").exists()
+
+
+@pytest.mark.gpu
+def test_lib_verify_runs_the_battery_on_this_gpus_entries(tmp_path, capsys):
+    """`gemmrl lib verify` builds every exact entry of this GPU (a Triton config, a cuBLASLt plan) and runs the
+    battery on it: both pass; an entry of another GPU is not looked at."""
+    import torch
+
+    gpu = torch.cuda.get_device_properties(0).name
+    cfg = "tiled(BM=64,BN=64,BK=32,warps=4,stages=3,group_m=8)"
+    lib = Library([_entry(M=128, N=256, K=512, gpu=gpu, family="triton", impl=cfg, torch=""),
+                   _entry(M=64, N=256, K=512, gpu=gpu, layout="tn", family="vendor", impl="cublaslt_heuristic_tn",
+                          algo="", torch=""),
+                   _entry(M=64, N=256, K=512, gpu="another GPU", layout="tn", family="vendor", impl="cublas_tn",
+                          algo="", torch="")])
+    path = lib.save(tmp_path / "lib.json")
+    assert main(["lib", "verify", "--library", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 entries pass the battery" in out and out.count("ok  ") == 2, out

@@ -129,7 +129,7 @@ def cmd_verify(args) -> int:
         p = GemmProblem(e.M, e.N, e.K, dtype=e.dtype, acc=e.acc, layout=e.layout)
         bufs = make_buffers(p, dev)
         try:
-            _, cand = (dispatch._make_triton if e.family == "triton" else dispatch._make_vendor)(e, p, bufs)
+            _, cand, _ = (dispatch._make_triton if e.family == "triton" else dispatch._make_vendor)(e, p, bufs)
             v = verify(cand, p, "cuda")
             ok, why = v.passed, v.reason
         except Exception as ex:  # noqa: BLE001
