@@ -165,12 +165,14 @@ def _hot_py(a, b, out):
 
 def _raw_stream() -> Callable[[int], int]:
     """device index -> torch's current raw stream handle (0 = the legacy default stream)."""
-    return getattr(torch._C, "_cuda_getCurrentRawStream", None) or (lambda d: torch.cuda.current_stream(d).cuda_stream)
+    from .kernels.vendor import raw_stream_getter
+
+    return raw_stream_getter()
 
 
 def _stream_of(dev: int) -> int:
     global _stream_of
-    _stream_of = _raw_stream()
+    _stream_of = _raw_stream()  # bound on first use: nothing at import time
     return _stream_of(dev)
 
 
@@ -186,8 +188,7 @@ def _slow(a, b, out):
         return _op(a, b, out)
     if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
         if out is not None:
-            raise DispatchError("gemmrl.mm(out=...) is for inference: under autograd or torch.compile call "
-                                "gemmrl.mm(a, b) without out=")
+            raise DispatchError(_NO_OUT)
         return _MMFunction.apply(a, b)
     return _mm(a, b, out)
 
@@ -218,9 +219,11 @@ def _op(a, b, out):
     if not isinstance(a, _Tensor) or not isinstance(b, _Tensor):
         raise _not_tensors(a, b)
     if out is not None:
-        raise DispatchError("gemmrl.mm(out=...) is for inference: under autograd or torch.compile call "
-                            "gemmrl.mm(a, b) without out=")
+        raise DispatchError(_NO_OUT)
     return torch.ops.gemmrl.mm(a, b)
+
+
+_NO_OUT = "gemmrl.mm(out=...) is for inference: under autograd or torch.compile call gemmrl.mm(a, b) without out="
 
 
 def _bad_out(out, s: Served):
@@ -422,17 +425,11 @@ def _make_triton(e: Entry, problem: GemmProblem, bufs):
             slow(a, b, out)
 
     spec = ()
-    if cand.launch_path == "direct" and cand._direct:
-        from .kernels.vendor import raw_stream_getter
-
+    if cand.launch_path == "direct" and cand._direct:  # CUDA only
         launches = tuple((d.launch, tuple(d.head), tuple(d.tail_args), tuple(tuple(x) for x in d.slots))
                          for d in cand._direct)
-        spec = (1, raw_stream_getter(), problem_device_index(bufs), 15, slow, launches, cand)
+        spec = (1, _raw_stream(), bufs.a.device.index, 15, slow, launches, cand)
     return call, cand, spec
-
-
-def problem_device_index(bufs) -> int:
-    return bufs.a.device.index if bufs.a.is_cuda else -1
 
 
 class _VendorAdapter:
@@ -477,18 +474,18 @@ def _make_vendor(e: Entry, problem: GemmProblem, bufs):
     lib, ptr, stream, dev = cand._lib, cand._ptr, cand._stream, cand._device
     vb_run = lib.run
 
-    def call(x, w, out):
-        pa, pb, pc = x.data_ptr(), w.data_ptr(), out.data_ptr()
-        if (pa | pb | pc) & mask:
-            torch.matmul(x, w, out=out)  # the plan was made for this alignment; cuBLAS via torch takes any
-        elif st := vb_run(ptr, pa, pb, pc, stream(dev)):
-            error(st)
+    def unaligned(x, w, out):
+        torch.matmul(x, w, out=out)  # the plan was made for this alignment; cuBLAS via torch takes any
 
     def error(st: int):
         raise VendorError(f"gemmrl:{e.impl}: {lib.message(st)} (status {st})")
 
-    def unaligned(x, w, out):
-        torch.matmul(x, w, out=out)
+    def call(x, w, out):
+        pa, pb, pc = x.data_ptr(), w.data_ptr(), out.data_ptr()
+        if (pa | pb | pc) & mask:
+            unaligned(x, w, out)
+        elif st := vb_run(ptr, pa, pb, pc, stream(dev)):
+            error(st)
 
     spec = (2, stream, dev, mask, unaligned, ctypes.cast(vb_run, ctypes.c_void_p).value, ptr, error, cand)
     return call, _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout), spec

@@ -30,17 +30,9 @@ static PyObject *s_shape, *s_stride, *s_dtype, *s_get_device, *s_is_contiguous, 
 
 static PyObject *slow(PyObject *const *args) { return PyObject_Vectorcall(g_slow, args, 3, NULL); }
 
-/* 1 true, 0 false, -1 error */
-static int flag(PyObject *o, PyObject *name) {
-    PyObject *r = PyObject_GetAttr(o, name);
-    if (!r) return -1;
-    int v = r == Py_True;
-    Py_DECREF(r);
-    return v;
-}
-
-static int call_flag(PyObject *o, PyObject *name) {
-    PyObject *r = PyObject_CallMethodNoArgs(o, name);
+/* o.name (call = 0) or o.name() (call = 1) is True: 1, False: 0, error: -1 */
+static int flag(PyObject *o, PyObject *name, int call) {
+    PyObject *r = call ? PyObject_CallMethodNoArgs(o, name) : PyObject_GetAttr(o, name);
     if (!r) return -1;
     int v = r == Py_True;
     Py_DECREF(r);
@@ -160,7 +152,7 @@ static PyObject *fast_mm(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ss
     }
     PyObject *a = args[0], *b = args[1], *out = args[2];
     if ((PyObject *)Py_TYPE(a) != g_tensor || (PyObject *)Py_TYPE(b) != g_tensor) return slow(args);
-    int ra = flag(a, s_requires_grad), rb = ra < 0 ? -1 : flag(b, s_requires_grad);
+    int ra = flag(a, s_requires_grad, 0), rb = ra < 0 ? -1 : flag(b, s_requires_grad, 0);
     if (ra < 0 || rb < 0) return NULL;
     if (ra || rb) {
         PyObject *g = PyObject_CallNoArgs(g_grad_enabled);
@@ -194,7 +186,7 @@ static PyObject *fast_mm(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ss
     Py_DECREF(bd);
     int t;
     if (ok) { t = same_device(b, dev); if (t < 0) goto fail; ok = t; }
-    if (ok) { t = call_flag(a, s_is_contiguous); if (t < 0) goto fail; ok = t; }
+    if (ok) { t = flag(a, s_is_contiguous, 1); if (t < 0) goto fail; ok = t; }
     if (!ok) { res = slow(args); goto fail; }
     PyObject *o;
     if (out == Py_None) {
@@ -216,7 +208,7 @@ static PyObject *fast_mm(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ss
             ok = od == dtype;
             Py_DECREF(od);
         }
-        if (ok) { t = call_flag(out, s_is_contiguous); if (t < 0) goto fail; ok = t; }
+        if (ok) { t = flag(out, s_is_contiguous, 1); if (t < 0) goto fail; ok = t; }
         if (ok) { t = same_device(out, dev); if (t < 0) goto fail; ok = t; }
         if (!ok) { res = slow(args); goto fail; }
         Py_INCREF(out);
