@@ -163,18 +163,18 @@ def crowd(spec: str) -> list[dict]:
 
 def main() -> None:
     lib_path, specs = sys.argv[1], sys.argv[2:] or ["8_4096_4096:nn", "32_4096_4096:nn", "16_4096_4096:nn"]
+    meta = {**collect_meta().row(), "timestamp": now()}
     if os.environ.get("PROBE_CROWD"):
         dispatch.use_library(lib_path)
-        rows = [r for s in specs for r in (print(s, flush=True), crowd(s))[1]]
+        rows = [{**r, **meta} for s in specs for r in (print(s, flush=True), crowd(s))[1]]
         write_csv(os.path.join(os.environ.get("GEMMRL_OUT", "."), "offline_host_probe_crowd.csv"), rows)
         return
     if os.environ.get("PROBE_STAGES"):
         dispatch.use_library(lib_path)
-        rows = [r for s in specs for r in (print(s, flush=True), stages(s))[1]]
+        rows = [{**r, **meta} for s in specs for r in (print(s, flush=True), stages(s))[1]]
         write_csv(os.path.join(os.environ.get("GEMMRL_OUT", "."), "offline_host_probe_stages.csv"), rows)
         return
     dispatch.use_library(lib_path)
-    meta = {**collect_meta().row(), "timestamp": now()}
     rows = []
     for spec in specs:
         mnk, layout = spec.split(":")
