@@ -68,26 +68,29 @@ def _triton_top(k: int) -> tuple:
     return (functools.partial(top_candidates, k=k),)
 
 
-def _triton_from(paths: list[str] | None, problems) -> tuple:
-    """BenchSpec.extra for --triton-from CSV...: the configs a selection run picked, re-measured."""
+def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
+    """BenchSpec.extra for --triton-from / --cutlass-from CSV...: the configs a selection run picked, re-measured."""
     if not paths:
         return ()
     missing = [p for p in paths if not Path(p).is_file()]
     if missing:
-        raise CliError(f"--triton-from: no such file(s): {', '.join(missing)} (give the CSVs of a --triton-top run)")
-    from .kernels.triton_gemm.top import load_selection, selected_candidates
-
+        raise CliError(f"--{flag}-from: no such file(s): {', '.join(missing)} (give the CSVs of a gemmrl select run)")
+    if flag == "triton":
+        from .kernels.triton_gemm.top import load_selection, selected_candidates
+    else:
+        from .kernels.cutlass_sm90 import load_selection, selected_candidates
     from .results import ResultsError
 
     try:
         sel = load_selection(paths)
-    except ResultsError as e:
-        raise CliError(f"--triton-from: {e}") from None
+    except (ResultsError, ValueError) as e:
+        raise CliError(f"--{flag}-from: {e}") from None
     if not sel:
-        raise CliError(f"--triton-from: no verified triton:* rows in {', '.join(paths)}; run --triton-top K first")
+        raise CliError(f"--{flag}-from: no verified {flag}:* rows in {', '.join(paths)}; run gemmrl select "
+                       f"--family {flag} first")
     lacking = sorted({p.mnk for p in problems} - set(sel))
     if lacking:
-        print(f"--triton-from: no selected config for {len(lacking)} shape(s) (vendor paths only there): "
+        print(f"--{flag}-from: no selected config for {len(lacking)} shape(s) (other paths only there): "
               f"{', '.join(lacking[:8])}{' ...' if len(lacking) > 8 else ''}", file=sys.stderr)
     return (functools.partial(selected_candidates, selection=sel),)
 
@@ -100,7 +103,8 @@ def cmd_bench(args) -> int:
     if args.mode and args.mode not in ("offline", "server"):
         raise CliError("--mode is CUDA-L2's flag and takes offline or server; use --protocol for graph/cold")
     problems, what = _problems(args)
-    extra += _triton_from(args.triton_from, problems)
+    extra += _selection_from("triton", args.triton_from, problems)
+    extra += _selection_from("cutlass", args.cutlass_from, problems)
     require_cuda(args.gpu_device_id)
     if args.library:
         from . import dispatch
@@ -161,11 +165,13 @@ def cmd_select(args) -> int:
         import torch
 
         torch.cuda.set_device(args.gpu_device_id)
-        out = out / f"{_gpu_slug()}_{what}_triton-select-top{args.top}-explore{args.explore}_{date.today().isoformat()}.csv"
+        tag = f"triton-select-top{args.top}-explore{args.explore}" if args.family == "triton" else "cutlass-select"
+        out = out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv"
     try:
         spec = ScreenSpec(problems=tuple(problems), out=out, top=args.top, explore=args.explore, chunk=args.chunk or 16,
                           layouts=tuple(x.strip() for x in args.layouts.split(",") if x.strip()),
-                          protocols=protocols, seed=args.seed, device=args.gpu_device_id, workers=args.workers)
+                          protocols=protocols, seed=args.seed, device=args.gpu_device_id, workers=args.workers,
+                          family=args.family)
     except ValueError as e:
         raise CliError(str(e)) from None
     path = run_screen(spec, progress=not args.no_progress)
@@ -173,7 +179,7 @@ def cmd_select(args) -> int:
 
     table = selection_table(read_rows([path]))
     print(f"\nrows: {path}\nselected per shape and protocol (screen timing; re-measure with "
-          f"gemmrl bench --triton-from {path}):")
+          f"gemmrl bench --{args.family}-from {path}):")
     for t in table:
         print(f"  {t['mnk']:>20} {t['protocol']:5} {t['triton_ms'] * 1e3:9.2f} us  vs {t['ref']} "
               f"{t['ref_ms'] * 1e3:9.2f} us  x{t['ratio']:.3f}  {t['config']}")
@@ -262,6 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--triton-from", nargs="+", metavar="CSV",
                    help="re-measure the Triton configs a --triton-top run selected (per shape and protocol, its "
                         "fastest verified config), as triton-sel:<protocols> candidates: the unbiased second run")
+    b.add_argument("--cutlass-from", nargs="+", metavar="CSV",
+                   help="re-measure the CUTLASS (config, knobs) a `gemmrl select --family cutlass` run selected, as "
+                        "cutlass-sel:<protocols> candidates")
     b.add_argument("--triton-top", type=int, default=0, metavar="K",
                    help="also verify and time the cost model's K best Triton configs per shape (a few of each "
                         "variant), named triton:<config>; 0 (default) = off")
@@ -271,10 +280,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_bench)
 
-    s = sub.add_parser("select", help="screen Triton configs per shape (cost model's top + exploration) to select "
-                                      "one per shape and protocol; re-measure with bench --triton-from")
+    s = sub.add_parser("select", help="screen a family's configs per shape (Triton: the cost model's top + exploration; "
+                                      "CUTLASS: its family x knobs) to select one per shape and protocol; re-measure "
+                                      "with bench --triton-from / --cutlass-from")
     _shape_args(s)
     s.add_argument("--protocol", default="graph,cold", help="graph, cold or both")
+    s.add_argument("--family", default="triton", choices=("triton", "cutlass"))
     s.add_argument("--top", type=int, default=16, help="the cost model's K best configs per shape and layout")
     s.add_argument("--explore", type=int, default=8, help="more configs per shape and layout from a shared random pool")
     s.add_argument("--layouts", default="tn,nn", help="the layouts our kernels are screened in: tn (reads B^T), nn, or both")

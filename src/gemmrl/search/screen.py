@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..kernels.triton_gemm.configs import Arch, Config, valid
 from ..problem import GemmProblem
@@ -39,6 +40,7 @@ QUICK_R = 1.5
 SCREEN_TIMING = TimingConfig(graph_min_work_ms=1.0, graph_replays=5, graph_min_timed_ms=0.0, cold_calls=7,
                              settle_ms=30.0, settle_max_ms=30.0)
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
+FAMILIES = {"triton": "triton:", "cutlass": "cutlass:"}  # family -> candidate-name prefix of its screened rows
 QUICK_REASON = "screen: quick check only (one input vs fp32), the battery runs when the selection is re-measured"
 
 
@@ -56,8 +58,11 @@ class ScreenSpec:
     device: int = 0
     workers: int | None = None
     timing: TimingConfig = SCREEN_TIMING
+    family: str = "triton"     # or "cutlass": the CUTLASS SM90 family (its configs x knobs; top/explore unused)
 
     def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown family {self.family!r}; use one of {', '.join(FAMILIES)}")
         if self.top < 0 or self.explore < 0 or self.top + self.explore == 0:
             raise ValueError(f"screen needs top + explore >= 1 configs per shape (top={self.top}, "
                              f"explore={self.explore})")
@@ -147,22 +152,57 @@ def _rows_for(problem: GemmProblem, base: dict, name: str, layout: str, t, info:
     return row
 
 
-def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[Config]) -> list[tuple]:
-    """(config, problem in the config's layout, source, model rank) for every layout of ``spec``."""
+@dataclass(frozen=True)
+class ScreenEntry:
+    """One config to screen at one shape: its candidate name, the layout it reads, the family's config object (what
+    is compiled), how to make the candidate, the row's ``info`` and ``algo`` (the string a selection is
+    re-measured from)."""
+
+    name: str
+    layout: str
+    config: object
+    make: Callable[[], object]
+    info: str
+    algo: str
+
+
+def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[Config]) -> list[ScreenEntry]:
+    """The Triton family's entries for every layout of ``spec``: the model's top configs and explored ones."""
+    from ..kernels.triton_gemm import TritonGemm
+
     out = []
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
-        out += [(c, pl, src, rank) for c, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed)]
+        for c, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed):
+            name = f"triton:{c}:{pl.layout}"
+            info = (f"screen;source={src};rank={rank};pred_us={estimate(c, pl, arch).seconds * 1e6:.4g};"
+                    f"pred_warm_us={estimate(c, pl, arch, warm_l2=True).seconds * 1e6:.4g}")
+            out.append(ScreenEntry(name, pl.layout, c, partial(TritonGemm, c, layout=pl.layout, acc=problem.acc, name=name),
+                                   info, str(c)))
     return out
 
 
-def screen_problem(problem: GemmProblem, entries: list[tuple], spec: ScreenSpec, base: dict,
+def cutlass_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[ScreenEntry]:
+    """The CUTLASS family's entries for every layout of ``spec``: each config of the family with the knob
+    settings ``knobs_for`` screens at this shape."""
+    from ..kernels import cutlass_sm90 as cs
+
+    out = []
+    for layout in spec.layouts:
+        pl = problem.with_(layout=layout)
+        for cfg, knobs in cs.screen_entries(pl, cs.family(layout, problem.dtype), arch.num_sms):
+            name = f"{cs.PREFIX}{cfg}:{knobs}"
+            out.append(ScreenEntry(name, layout, cfg, partial(cs.CutlassCandidate, cfg, knobs, name=name), "screen;source=family",
+                                   f"{cfg}:{knobs}"))
+    return out
+
+
+def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: ScreenSpec, base: dict,
                    arch: Arch) -> list[dict]:
     """Quick-check and time one shape's configs (and the references), chunk by chunk; result rows."""
     import torch
 
     from ..candidate import make_buffers
-    from ..kernels.triton_gemm import TritonGemm
     from ..kernels.vendor import vendor_candidates
     from ..timing import floor_ms, l2_bytes, make_timer, measure
 
@@ -179,12 +219,11 @@ def screen_problem(problem: GemmProblem, entries: list[tuple], spec: ScreenSpec,
     for ci in range(0, len(entries), spec.chunk):
         chunk = entries[ci:ci + spec.chunk]
         live, meta = {}, {}
-        for cfg, pl, src, rank in chunk:
-            name = f"triton:{cfg}:{pl.layout}"
-            info = (f"screen;source={src};rank={rank};pred_us={estimate(cfg, pl, arch).seconds * 1e6:.4g};"
-                    f"pred_warm_us={estimate(cfg, pl, arch, warm_l2=True).seconds * 1e6:.4g};chunk={ci // spec.chunk}")
-            cand = TritonGemm(cfg, layout=pl.layout, acc=problem.acc, name=name)
+        for e in chunk:
+            name, info = e.name, f"{e.info};chunk={ci // spec.chunk}"
+            pl = problem.with_(layout=e.layout)
             try:
+                cand = e.make()
                 cand.prepare(pl, bufs, "graph", None)
                 ok, why = check(lambda f=cand: f(a, b, bt, c))
             except Exception as e:  # noqa: BLE001 - a config that fails is a row
@@ -192,11 +231,11 @@ def screen_problem(problem: GemmProblem, entries: list[tuple], spec: ScreenSpec,
                 ok, why = False, f"prepare/call failed: {type(e).__name__}: {e}"[:300]
             if not ok:
                 for p in spec.protocols:
-                    rows.append(_rows_for(problem, {**base, "protocol": p}, name, pl.layout, None, info, False,
-                                          why, str(cfg)))
+                    rows.append(_rows_for(problem, {**base, "protocol": p}, name, e.layout, None, info, False,
+                                          why, e.algo))
                 continue
             live[name] = lambda f=cand: f(a, b, bt, c)
-            meta[name] = (info, str(cfg), pl.layout)
+            meta[name] = (info, e.algo, e.layout)
         for rn, v in refs.items():
             live[rn] = lambda f=v: f(a, b, bt, c)
             meta[rn] = (f"screen_ref;chunk={ci // spec.chunk}", str(v.info().get("algo", "")), v.layout)
@@ -205,7 +244,7 @@ def screen_problem(problem: GemmProblem, entries: list[tuple], spec: ScreenSpec,
             ts = measure(live, bufs, p, cfg_t)
             for name, t in ts.items():
                 info, algo, layout = meta[name]
-                reason = QUICK_REASON if name.startswith("triton:") else ""
+                reason = QUICK_REASON if name not in refs else ""
                 rows.append(_rows_for(problem, {**base, "protocol": p}, name, layout, t, info, t.ok, reason, algo,
                                       floors[p]))
         del live
@@ -230,12 +269,18 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     meta_row = collect_meta(spec.device).row()
     done = {r["mnk"] for r in read_rows([spec.out])} if Path(spec.out).is_file() else set()
     todo = [p for p in spec.problems if p.mnk not in done]
-    pool = exploration_pool(spec.seed, spec.pool)
-    plan = {p: entries_for(p, spec, arch, pool) for p in todo}
-    if todo:
-        failed = precompile([(c, pl) for es in plan.values() for c, pl, _, _ in es], arch, spec.workers, progress)
-        if failed:
-            print(f"screen: {len(failed)} kernel(s) failed to compile; they are recorded as failed rows")
+    if spec.family == "cutlass":
+        plan = {p: cutlass_entries(p, spec, arch) for p in todo}
+        if todo:
+            _build_cutlass(plan, progress)
+    else:
+        pool = exploration_pool(spec.seed, spec.pool)
+        plan = {p: entries_for(p, spec, arch, pool) for p in todo}
+        if todo:
+            failed = precompile([(e.config, problem.with_(layout=e.layout))
+                                 for problem, es in plan.items() for e in es], arch, spec.workers, progress)
+            if failed:
+                print(f"screen: {len(failed)} kernel(s) failed to compile; they are recorded as failed rows")
     writer = ResultsWriter(spec.out)
     bar = _progress(len(todo), "screen") if progress else None
     for p in todo:
@@ -250,6 +295,18 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     return spec.out
 
 
+def _build_cutlass(plan: dict, progress: bool) -> None:
+    """Compile (or find in the cache) every CUTLASS config the plan screens, in parallel, before any timing."""
+    from ..kernels import cutlass_sm90 as cs
+    from ..kernels.cuda_source import arch_for
+
+    cfgs = {e.config for es in plan.values() for e in es}
+    built = cs.build_family(cfgs, arch_for(), progress=progress)
+    bad = {str(c): str(b.error) for c, b in built.items() if not b.ok}
+    if bad:
+        print(f"screen: {len(bad)} CUTLASS config(s) failed to build; they are recorded as failed rows: {bad}")
+
+
 def selection_table(rows: Iterable[dict]) -> list[dict]:
     """Per (mnk, protocol): the fastest quick-checked config and the fastest reference, with their ratio."""
     best: dict[tuple, dict] = {}
@@ -259,7 +316,7 @@ def selection_table(rows: Iterable[dict]) -> list[dict]:
             continue
         t = float(r["time_ms"])
         key = (r["mnk"], r["protocol"])
-        d = best if r["candidate"].startswith("triton:") else ref
+        d = best if r["candidate"].startswith(tuple(FAMILIES.values())) else ref
         if key not in d or t < float(d[key]["time_ms"]):
             d[key] = r
     out = []

@@ -1,0 +1,198 @@
+"""Evaluate one candidate at one problem: build, check the declaration, verify, check serving safety, and time it
+beside the vendor baselines (same process, same inputs) -- the unit of work a sandbox worker runs.
+
+``evaluate(EvalRequest)`` returns plain data (an :class:`Evaluation` as a dict): the build record (ptxas report,
+structured compile error), the verdict, the result rows (the results schema, candidate and baselines), the
+speedup over ``vendor_best`` per protocol and the reward ``log(t_vendor_best / t_candidate)`` averaged over
+the protocols (the geometric mean of the ratios). ``evaluate_job(request, ctx)`` is the same as a
+``sandbox.Job`` function: ``Job(fn="gemmrl.evaluate:evaluate_job", args=request)``.
+
+Failure classes, in ``failure`` (empty when the candidate earned its reward):
+  ``build``     it did not compile, spilled over the limit, or did not load (``build.error`` says where)
+  ``shape``     the problem is outside the candidate's declared shapes (never run)
+  ``rejected``  the battery or the serving-safety check (CUDA-graph capture on a side stream) rejected it
+  ``oom``       it ran out of device memory
+  ``error``     anything else it raised
+The sandbox adds its own (``crash``, ``timeout``, ``cuda_fault``) when the worker did not survive the job.
+
+Tests: tests/test_evaluate.py (CPU tier, Triton interpreter), tests/test_sandbox_gpu.py (``-m gpu``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .problem import GemmProblem
+from .timing import TimingConfig
+
+FAMILIES = ("cuda", "cutlass", "triton", "planted_triton")
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """What to build: ``family`` and its ``payload`` -- a ``CudaSource`` (``cuda``), ``"<config>:<knobs>"``
+    (``cutlass``), a Triton config string (``triton``) or a planted Triton kernel's mode (``planted_triton``)."""
+
+    family: str
+    payload: Any
+    name: str = ""
+    layout: str = "tn"
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown candidate family {self.family!r}; use one of {', '.join(FAMILIES)}")
+
+    def label(self) -> str:
+        return self.name or getattr(self.payload, "name", "") or f"{self.family}:{self.payload}"
+
+    def make(self, problem: GemmProblem) -> tuple[Any, dict[str, Any]]:
+        """(candidate or None, build record). Build failures come back in the record, never raised."""
+        if self.family == "cuda":
+            from .kernels.cuda_source import load_candidate
+
+            if not self.payload.admits(problem):
+                return None, {"ok": False, "error": {"stage": "shape", "message":
+                              f"{problem.mnk} {problem.dtype}/{problem.acc} is outside the declared "
+                              f"{self.payload.dtype}/{self.payload.acc} shapes {self.payload.shapes}"}}
+            return load_candidate(self.payload)
+        if self.family == "cutlass":
+            from .kernels import cutlass_sm90 as cs
+            from .kernels.cuda_source import arch_for
+
+            cfg, knobs = cs.parse_name(self.payload)
+            built = cs.build_config(cfg, arch_for())
+            if not built.ok:
+                return None, built.record()
+            return cs.CutlassCandidate(cfg, knobs, built, name=self.name or None), built.record()
+        if self.family == "triton":
+            from .kernels.triton_gemm import TritonGemm
+            from .kernels.triton_gemm.configs import parse_config
+
+            return TritonGemm(parse_config(self.payload), layout=self.layout, acc=problem.acc,
+                              name=self.name or f"triton:{self.payload}"), {"ok": True}
+        from .kernels.planted import planted_candidates
+
+        by = {c.mode: c for c in planted_candidates()}
+        if self.payload not in by:
+            raise ValueError(f"unknown planted Triton mode {self.payload!r}; one of {', '.join(by)}")
+        return replace(by[self.payload]), {"ok": True}
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    problem: GemmProblem
+    candidate: CandidateSpec
+    protocols: tuple[str, ...] = ("graph", "cold")
+    baselines: tuple[str, ...] | None = None   # vendor candidate names; None: all seven; (): none
+    timing: TimingConfig = TimingConfig(graph_min_work_ms=1.0, graph_replays=10, graph_min_timed_ms=20.0,
+                                        cold_calls=15, settle_ms=30.0, settle_max_ms=300.0)
+    graph_check: bool = True
+    device: str = "cuda"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    mnk: str
+    candidate: str
+    failure: str = ""
+    reason: str = ""
+    build: dict = field(default_factory=dict)
+    graph_safe: bool | None = None
+    speedup: dict = field(default_factory=dict)
+    reward: float = math.nan
+    rows: tuple = ()
+
+    def record(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _classify(text: str) -> str:
+    return "oom" if "out of memory" in text.lower() or "cudaErrorMemoryAllocation" in text else "error"
+
+
+def evaluate(req: EvalRequest) -> dict[str, Any]:
+    """Build, verify, check and time ``req.candidate`` at ``req.problem`` beside the vendor baselines."""
+    import torch
+
+    from .bench import _Verifier, _base_row, measure_problem
+    from .candidate import make_buffers
+    from .results import Meta, collect_meta, git_sha, sm_clock_mhz
+    from .timing import floor_ms, l2_bytes
+
+    problem, spec = req.problem, req.candidate
+    name = spec.label()
+    ev = dict(mnk=problem.mnk, candidate=name)
+    try:
+        cand, build = spec.make(problem)
+    except Exception as e:  # noqa: BLE001 - a candidate that cannot even be made is a failure record
+        return Evaluation(**ev, failure="build", reason=f"{type(e).__name__}: {e}"[:400]).record()
+    if cand is None:
+        err = build.get("error", {})
+        stage = err.get("stage", "build")
+        return Evaluation(**ev, failure="shape" if stage == "shape" else "build", build=build,
+                          reason=f"{stage}: {err.get('message', '')}"[:400]).record()
+    if spec.name:
+        cand.name = spec.name
+    ev["candidate"] = name = cand.name
+    cuda = req.device == "cuda"
+    torch.set_grad_enabled(False)
+    bufs = make_buffers(problem, req.device, seed=req.seed)
+    try:
+        cand.prepare(problem, bufs, req.protocols[0], None)
+    except Exception as e:  # noqa: BLE001
+        msg = f"prepare failed: {type(e).__name__}: {e}"[:400]
+        return Evaluation(**ev, failure=_classify(msg), reason=msg, build=build).record()
+    verifier = _Verifier(req.device)
+    ok, why = verifier(cand, problem)
+    if not ok:
+        return Evaluation(**ev, failure="oom" if _classify(why) == "oom" else "rejected", reason=why,
+                          build=build).record()
+    graph_safe = None
+    if req.graph_check and cuda:
+        from .kernels.cuda_source import graph_safety
+
+        graph_safe, gwhy = graph_safety(cand, bufs)
+        if not graph_safe:
+            return Evaluation(**ev, failure="rejected", reason=f"serving: {gwhy}", build=build,
+                              graph_safe=False).record()
+    cands = [cand]
+    if req.baselines != ():
+        from .kernels.vendor import vendor_candidates
+
+        cands += [v for v in vendor_candidates(problem) if req.baselines is None or v.name in req.baselines]
+    meta = collect_meta(torch.cuda.current_device()).row() if cuda else Meta("cpu", "", "", "", torch.__version__, "",
+                                                                               git_sha()).row()
+    l2 = l2_bytes(torch.cuda.current_device()) if cuda else None
+    rows: list[dict] = []
+    speedup: dict[str, float] = {}
+    for protocol in req.protocols:
+        base = _base_row(problem, protocol, meta, 0, req.timing)
+        base["sm_clock_mhz"] = sm_clock_mhz(torch.cuda.current_device()) if cuda else ""
+        floor = floor_ms(problem, meta["gpu"], protocol, l2) if cuda else math.nan
+        got = measure_problem(problem, protocol, cands, bufs, req.timing, verifier, floor, base)
+        for r in got:
+            r["sandbox"] = "1"
+        rows += got
+        mine = next((r for r in got if r["candidate"] == cand.name and r.get("verified") and not r.get("recheck")), None)
+        best = next((r for r in got if r["candidate"] == "vendor_best"), None)
+        if mine and best and math.isfinite(mine.get("time_ms", math.inf)):
+            speedup[protocol] = best["time_ms"] / mine["time_ms"]
+    reward = math.fsum(math.log(s) for s in speedup.values()) / len(speedup) if speedup else math.nan
+    return Evaluation(**ev, build=build, graph_safe=graph_safe, speedup=speedup, reward=reward,
+                      rows=tuple(rows)).record()
+
+
+def evaluate_job(req: EvalRequest, ctx: Any = None) -> dict[str, Any]:
+    """The sandbox job: ``evaluate`` in a worker (its CUDA context, its scratch directory)."""
+    return evaluate(req)
+
+
+def outcome(result: Any) -> str:
+    """One failure class for a sandbox ``JobResult`` of ``evaluate_job``: the sandbox's own status when the job
+    did not come back (crash, timeout, cuda_fault, oom, error), else the evaluation's ``failure`` or ``ok``."""
+    if result.status != "ok":
+        return result.status
+    return (result.value or {}).get("failure") or "ok"

@@ -1,0 +1,217 @@
+// gemmrl's CUTLASS 3.x SM90 GEMM family: one template, one config per compile (kernels/cutlass_sm90.py
+// renders it with -D flags), the problem size and the tile scheduler's knobs are runtime arguments.
+//
+//   D[M,N] (row-major, fp16/bf16) = A[M,K] (row-major) @ B, fp32 accumulation, no C source (beta = 0).
+//   GEMMRL_B_ROW=0: layout "tn", B given as B^T row-major [N,K] (K-major, what nn.Linear's weight is);
+//   GEMMRL_B_ROW=1: layout "nn", B row-major [K,N].
+//
+// Compile-time config (all required):
+//   GEMMRL_BF16 (0|1), GEMMRL_B_ROW (0|1), GEMMRL_BM, GEMMRL_BN, GEMMRL_BK, GEMMRL_CM, GEMMRL_CN (cluster),
+//   GEMMRL_PINGPONG (0: TMA warp-specialized cooperative, 1: ping-pong), GEMMRL_STREAMK (0: persistent
+//   data-parallel scheduler, 1: stream-K scheduler; cooperative only).
+// Runtime knobs (gemmrl_cutlass_gemm's last arguments): max swizzle (1, 2, 4, 8), raster order (0 heuristic,
+// 1 along M, 2 along N), and for stream-K the decomposition (0 heuristic, 1 data-parallel, 2 split-K,
+// 3 stream-K) and the split count. Stream-K's reduction is the deterministic one (CUTLASS's default).
+//
+// Entry points, extern "C" so ctypes loads them without torch:
+//   int    gemmrl_cutlass_gemm(A, B, D, M, N, K, lda, ldb, ldd, workspace, workspace_bytes, stream,
+//                              swizzle, raster, decomposition, splits)   -> 0, or an error code below
+//   size_t gemmrl_cutlass_workspace(M, N, K, swizzle, raster, decomposition, splits)
+//   int    gemmrl_cutlass_can_implement(M, N, K, lda, ldb, ldd)                   -> 0 when it can
+//   const char* gemmrl_cutlass_describe()
+// Error codes: 1 cannot implement (alignment, sizes), 2 workspace too small, 3 initialize failed,
+// 4 launch failed (the CUDA error is in cudaGetLastError), 5 bad knob.
+// The launch goes to `stream`; nothing synchronizes, allocates or touches the legacy default stream.
+// The last initialized arguments are kept (one entry per process): a call with the same pointers, sizes and
+// knobs skips the host-side initialize (TMA descriptors), which is most of this path's host cost; stream-K
+// configs initialize on every call (their workspace barriers are zeroed there). Not thread-safe: one
+// calling thread per process, as in the harness and a serving stack's stream.
+
+#include <cuda_runtime.h>
+#include <cstdint>
+#include <cstdio>
+
+#include "cutlass/cutlass.h"
+#include "cute/tensor.hpp"
+#include "cutlass/numeric_types.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+#if !defined(GEMMRL_BF16) || !defined(GEMMRL_B_ROW) || !defined(GEMMRL_BM) || !defined(GEMMRL_BN) || \
+    !defined(GEMMRL_BK) || !defined(GEMMRL_CM) || !defined(GEMMRL_CN) || !defined(GEMMRL_PINGPONG) ||   \
+    !defined(GEMMRL_STREAMK)
+#error "cutlass_sm90_gemm.cu is a template: render it with kernels/cutlass_sm90.py (every GEMMRL_* flag)"
+#endif
+#if GEMMRL_PINGPONG && GEMMRL_STREAMK
+#error "stream-K needs the cooperative schedule"
+#endif
+
+using namespace cute;
+
+#if GEMMRL_BF16
+using Element = cutlass::bfloat16_t;
+#else
+using Element = cutlass::half_t;
+#endif
+using ElementAcc = float;
+using LayoutA = cutlass::layout::RowMajor;
+#if GEMMRL_B_ROW
+using LayoutB = cutlass::layout::RowMajor;
+#else
+using LayoutB = cutlass::layout::ColumnMajor;
+#endif
+using LayoutD = cutlass::layout::RowMajor;
+constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte TMA alignment
+
+using TileShape = Shape<Int<GEMMRL_BM>, Int<GEMMRL_BN>, Int<GEMMRL_BK>>;
+using ClusterShape = Shape<Int<GEMMRL_CM>, Int<GEMMRL_CN>, _1>;
+#if GEMMRL_PINGPONG
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#else
+using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#endif
+#if GEMMRL_STREAMK
+using TileScheduler = cutlass::gemm::StreamKScheduler;
+#else
+using TileScheduler = cutlass::gemm::PersistentScheduler;
+#endif
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
+    void, LayoutD, kAlign,      // no C source
+    Element, LayoutD, kAlign,   // D
+    EpilogueSchedule>::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element, LayoutB, kAlign,
+    ElementAcc, TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<
+        static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    MainloopSchedule>::CollectiveOp;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                        CollectiveEpilogue, TileScheduler>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+using StrideA = typename Gemm::GemmKernel::StrideA;
+using StrideB = typename Gemm::GemmKernel::StrideB;
+using StrideD = typename Gemm::GemmKernel::StrideD;
+using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
+
+namespace {
+
+int sm_count(int device) {
+  static int cached_device = -1, cached = 0;
+  if (device != cached_device) {
+    cached = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+    cached_device = device;
+  }
+  return cached;
+}
+
+bool make_args(typename Gemm::Arguments& args, const void* A, const void* B, void* D, int M, int N, int K,
+               int lda, int ldb, int ldd, int swizzle, int raster, int decomposition, int splits) {
+  if (swizzle != 1 && swizzle != 2 && swizzle != 4 && swizzle != 8) return false;
+  if (raster < 0 || raster > 2 || decomposition < 0 || decomposition > 3 || splits < 1) return false;
+  StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(M, K, 1));
+  StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(N, K, 1));
+  StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(M, N, 1));
+  get<0>(sa) = lda;  // row-major A: M stride
+#if GEMMRL_B_ROW
+  get<1>(sb) = ldb;  // B [K,N] row-major as (N,K): K stride
+#else
+  get<0>(sb) = ldb;  // B^T [N,K] row-major as (N,K): N stride
+#endif
+  get<0>(sd) = ldd;
+  int device = 0;
+  cudaGetDevice(&device);
+  cutlass::KernelHardwareInfo hw{device, sm_count(device)};
+  args = typename Gemm::Arguments{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {M, N, K, 1},
+      {static_cast<const Element*>(A), sa, static_cast<const Element*>(B), sb},
+      {{1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(D), sd},
+      hw};
+  args.scheduler.max_swizzle_size = swizzle;
+  args.scheduler.raster_order = raster == 1 ? RasterOrder::AlongM : raster == 2 ? RasterOrder::AlongN
+                                                                                 : RasterOrder::Heuristic;
+#if GEMMRL_STREAMK
+  using Decomp = cutlass::gemm::kernel::detail::DecompositionMode;
+  args.scheduler.splits = splits;
+  args.scheduler.decomposition_mode = decomposition == 1 ? Decomp::DataParallel
+                                      : decomposition == 2 ? Decomp::SplitK
+                                      : decomposition == 3 ? Decomp::StreamK
+                                                           : Decomp::Heuristic;
+#else
+  if (decomposition != 0 || splits != 1) return false;  // knobs of the stream-K scheduler only
+#endif
+  return true;
+}
+
+struct LastCall {
+  const void *A = nullptr, *B = nullptr;
+  void *D = nullptr, *ws = nullptr;
+  int M = -1, N = -1, K = -1, lda = -1, ldb = -1, ldd = -1, swizzle = -1, raster = -1, decomposition = -1,
+      splits = -1, device = -1;
+  bool same(const LastCall& o) const {
+    return A == o.A && B == o.B && D == o.D && ws == o.ws && M == o.M && N == o.N && K == o.K && lda == o.lda &&
+           ldb == o.ldb && ldd == o.ldd && swizzle == o.swizzle && raster == o.raster &&
+           decomposition == o.decomposition && splits == o.splits && device == o.device;
+  }
+};
+
+Gemm g_gemm;
+LastCall g_last;
+
+}  // namespace
+
+extern "C" {
+
+const char* gemmrl_cutlass_describe() {
+  static char buf[160];
+  std::snprintf(buf, sizeof(buf), "%s %s %dx%dx%d cluster %dx%d %s %s", GEMMRL_BF16 ? "bf16" : "fp16",
+                GEMMRL_B_ROW ? "nn" : "tn", GEMMRL_BM, GEMMRL_BN, GEMMRL_BK, GEMMRL_CM, GEMMRL_CN,
+                GEMMRL_PINGPONG ? "pingpong" : "cooperative", GEMMRL_STREAMK ? "streamk" : "persistent");
+  return buf;
+}
+
+int gemmrl_cutlass_can_implement(int M, int N, int K, int lda, int ldb, int ldd) {
+  typename Gemm::Arguments args;
+  if (!make_args(args, nullptr, nullptr, nullptr, M, N, K, lda, ldb, ldd, 1, 0, 0, 1)) return 5;
+  return Gemm::can_implement(args) == cutlass::Status::kSuccess ? 0 : 1;
+}
+
+size_t gemmrl_cutlass_workspace(int M, int N, int K, int swizzle, int raster, int decomposition, int splits) {
+  typename Gemm::Arguments args;
+  if (!make_args(args, nullptr, nullptr, nullptr, M, N, K, K, GEMMRL_B_ROW ? N : K, N, swizzle, raster,
+                 decomposition, splits))
+    return 0;
+  return Gemm::get_workspace_size(args);
+}
+
+int gemmrl_cutlass_gemm(const void* A, const void* B, void* D, int M, int N, int K, int lda, int ldb, int ldd,
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream, int swizzle, int raster,
+                        int decomposition, int splits) {
+  LastCall call{A, B, D, workspace, M, N, K, lda, ldb, ldd, swizzle, raster, decomposition, splits, 0};
+  cudaGetDevice(&call.device);
+  // stream-K's initialize also zeroes the workspace's barriers (a memset on `stream`): never skipped
+  if (GEMMRL_STREAMK || !call.same(g_last)) {
+    typename Gemm::Arguments args;
+    if (!make_args(args, A, B, D, M, N, K, lda, ldb, ldd, swizzle, raster, decomposition, splits)) return 5;
+    if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return 1;
+    if (Gemm::get_workspace_size(args) > workspace_bytes) return 2;
+    g_last = LastCall{};
+    if (g_gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 3;
+    g_last = call;
+  }
+  return g_gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 4;
+}
+
+}  // extern "C"

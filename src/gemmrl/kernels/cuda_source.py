@@ -1,0 +1,547 @@
+"""Raw CUDA C++ candidates (LLM-written, imported or rendered from a template): build, cache, load, call.
+
+A candidate is a :class:`CudaSource`: source text, a declared entry point, the ABI it follows, the layout of
+B it reads, and the shapes it declares it handles (:class:`ShapeRange`: exact shapes, or ranges with
+divisibility). Nothing serves a shape outside its declaration.
+
+ABIs
+  ``gemmrl``   ours, loadable with ctypes and no torch build::
+
+      extern "C" int <entry>(const void* A, const void* B, void* C, int M, int N, int K,
+                             int lda, int ldb, int ldc, void* workspace, size_t workspace_bytes,
+                             cudaStream_t stream);   // 0 = success, else the cudaError_t met
+
+               A row-major [M,K]; B is ``bt`` [N,K] row-major for layout ``tn`` (ldb = K) or ``b`` [K,N]
+               row-major for ``nn`` (ldb = N); C row-major [M,N]. Optional ``extern "C" size_t
+               <workspace_entry>(int M, int N, int K)`` sizes a device workspace the harness allocates once.
+               All work goes on ``stream`` (torch's current stream).
+  ``cuda_l2``  CUDA-L2's ``void entry(torch::Tensor a, torch::Tensor b, torch::Tensor b_col_major,
+               torch::Tensor c)``, one exact shape: built by ``cuda_l2_import`` (a torch extension).
+
+Build (:func:`build`, :func:`build_many`): nvcc for the device's arch (``sm_90a`` on Hopper), ``-Xptxas -v``;
+the result is cached under ``cache_dir("build", "cuda", <key>)`` with the key a hash of (source, flags, arch,
+toolkit, include dirs' versions), so a second build of the same source compiles nothing. The ptxas report
+(registers, spills, performance warnings) is kept; a build that spills more than ``max_spill_bytes`` is
+rejected. A compile error comes back structured (:class:`BuildError`: stage, file, line, message, the log's
+first lines) so a proposer can learn from it; an error in the candidate's own source is cached too. Builds
+run as nvcc subprocesses with a timeout, in parallel threads (:func:`build_many`), apart from any GPU work.
+
+Serving safety (:func:`graph_safety`): the call is captured in a CUDA graph on a side stream (global capture
+mode); a candidate that launches on the legacy default stream, synchronizes the device or allocates in its
+call path breaks the capture or leaves the replayed graph without its work: rejected for serving, with why.
+
+Tests: ``pytest tests/test_cuda_source.py`` (compile-only where nvcc exists; ``-m gpu`` runs the kernels).
+Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import ctypes
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from ..paths import cache_dir
+from ..problem import GemmProblem
+
+BUILDER_VERSION = "1"
+ABIS = ("gemmrl", "cuda_l2")
+BASE_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xptxas=-v", "-Xcompiler=-fPIC",
+              "-shared", "-lineinfo")
+MAX_INT = (1 << 31) - 1
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class CudaSourceError(ValueError):
+    """A malformed candidate declaration (not a build failure: those are :class:`BuildError` results)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# declarations
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShapeRange:
+    """The shapes a candidate declares it handles: ``exact`` shapes, or else every (M, N, K) inside the
+    inclusive ranges whose dims are multiples of ``*_mult``. ``parse`` reads ``64_4096_64[,..]`` or
+    ``M=1..64,N%8,K%8`` (``..`` with an empty bound is open)."""
+
+    exact: tuple[tuple[int, int, int], ...] = ()
+    m: tuple[int, int] = (1, MAX_INT)
+    n: tuple[int, int] = (1, MAX_INT)
+    k: tuple[int, int] = (1, MAX_INT)
+    m_mult: int = 1
+    n_mult: int = 1
+    k_mult: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("m", "n", "k"):
+            lo, hi = getattr(self, name)
+            if lo < 1 or hi < lo:
+                raise CudaSourceError(f"shape range {name.upper()}={lo}..{hi} is empty; use 1 <= lo <= hi")
+            if getattr(self, f"{name}_mult") < 1:
+                raise CudaSourceError(f"{name.upper()}%{getattr(self, f'{name}_mult')}: the multiple must be >= 1")
+
+    def admits(self, M: int, N: int, K: int) -> bool:
+        if self.exact:
+            return (M, N, K) in self.exact
+        return all(lo <= v <= hi and v % mult == 0 for v, (lo, hi), mult in
+                   ((M, self.m, self.m_mult), (N, self.n, self.n_mult), (K, self.k, self.k_mult)))
+
+    def __str__(self) -> str:
+        if self.exact:
+            return ",".join(f"{m}_{n}_{k}" for m, n, k in self.exact)
+        parts = []
+        for name in ("m", "n", "k"):
+            lo, hi = getattr(self, name)
+            if (lo, hi) != (1, MAX_INT):
+                parts.append(f"{name.upper()}={lo}..{'' if hi == MAX_INT else hi}")
+            if getattr(self, f"{name}_mult") > 1:
+                parts.append(f"{name.upper()}%{getattr(self, f'{name}_mult')}")
+        return ",".join(parts) or "any"
+
+    @classmethod
+    def parse(cls, text: str) -> "ShapeRange":
+        text = text.strip()
+        if text in ("", "any"):
+            return cls()
+        if re.fullmatch(r"\d+_\d+_\d+(,\d+_\d+_\d+)*", text):
+            return cls(exact=tuple(tuple(int(x) for x in s.split("_")) for s in text.split(",")))  # type: ignore[misc]
+        kw: dict[str, Any] = {}
+        for part in text.split(","):
+            m = re.fullmatch(r"\s*([MNK])\s*=\s*(\d*)\s*\.\.\s*(\d*)\s*", part) or \
+                re.fullmatch(r"\s*([MNK])\s*%\s*(\d+)\s*", part)
+            if not m:
+                raise CudaSourceError(f"shape range {text!r}: cannot read {part!r}; write M_N_K[,M_N_K...] or "
+                                      "terms like M=1..64, N%8, K=64..")
+            d = m.group(1).lower()
+            if "%" in part:
+                kw[f"{d}_mult"] = int(m.group(2))
+            else:
+                kw[d] = (int(m.group(2) or 1), int(m.group(3) or MAX_INT))
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class CudaSource:
+    """One candidate's source and declaration. ``flags`` are extra nvcc flags (e.g. ``-DTILE=128``);
+    ``includes`` names extra include sets (``"cutlass"``: the nvidia-cutlass wheel's headers) or dirs."""
+
+    code: str
+    entry: str = "gemmrl_gemm"
+    abi: str = "gemmrl"
+    layout: str = "tn"
+    dtype: str = "fp16"
+    acc: str = "fp32"
+    shapes: ShapeRange = ShapeRange()
+    name: str = "cuda"
+    flags: tuple[str, ...] = ()
+    includes: tuple[str, ...] = ()
+    workspace_entry: str = ""
+
+    def __post_init__(self) -> None:
+        if self.abi not in ABIS:
+            raise CudaSourceError(f"unknown ABI {self.abi!r}; use one of {', '.join(ABIS)}")
+        if self.layout not in ("tn", "nn"):
+            raise CudaSourceError(f"layout {self.layout!r}: use tn (reads B^T [N,K]) or nn (reads B [K,N])")
+        if not re.fullmatch(r"[A-Za-z_]\w*", self.entry):
+            raise CudaSourceError(f"entry {self.entry!r} is not a C identifier")
+        if self.workspace_entry and not re.fullmatch(r"[A-Za-z_]\w*", self.workspace_entry):
+            raise CudaSourceError(f"workspace entry {self.workspace_entry!r} is not a C identifier")
+        if self.abi == "cuda_l2" and len(self.shapes.exact) != 1:
+            raise CudaSourceError("a cuda_l2-ABI source serves exactly one shape: declare shapes=M_N_K")
+        if not self.code.strip():
+            raise CudaSourceError("empty source")
+
+    @property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.code.encode()).hexdigest()[:16]
+
+    def admits(self, problem: GemmProblem) -> bool:
+        return problem.dtype == self.dtype and problem.acc == self.acc and \
+            self.shapes.admits(problem.M, problem.N, problem.K)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# build results
+# ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ptxas:
+    kernels: int = 0
+    max_registers: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    smem_bytes: int = 0
+    perf_warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> "Ptxas":
+        from .cuda_l2_import import parse_ptxas
+
+        p = parse_ptxas(text)
+        smem = [int(x) for x in re.findall(r"ptxas info\s*: Used \d+ registers[^\n]*?(\d+) bytes smem", text)]
+        return cls(p["kernels"], p["max_registers"], p["spill_store_bytes"], p["spill_load_bytes"], max(smem, default=0),
+                   tuple(p["perf_warnings"]))
+
+
+@dataclass(frozen=True)
+class BuildError:
+    """``stage``: compile | link | build | timeout | spills | toolchain | headers | load; ``file``/``line`` where
+    the compiler pointed (``<candidate>`` is the candidate's own source)."""
+
+    stage: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+    log_head: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}: " if self.file and self.line else ""
+        return f"{self.stage}: {where}{self.message}"[:400]
+
+
+@dataclass(frozen=True)
+class Build:
+    key: str
+    arch: str
+    so: str | None = None
+    ptxas: Ptxas = Ptxas()
+    error: BuildError | None = None
+    seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.so is not None
+
+    def record(self) -> dict[str, Any]:
+        """Plain data for result rows and the trials store."""
+        d = {"key": self.key, "arch": self.arch, "ok": self.ok, "seconds": self.seconds, "cached": self.cached,
+             "ptxas": asdict(self.ptxas)}
+        if self.error:
+            d["error"] = asdict(self.error)
+        return d
+
+
+# ---------------------------------------------------------------------------------------------------------
+# toolchain
+# ---------------------------------------------------------------------------------------------------------
+def find_nvcc() -> str:
+    """nvcc from ``$GEMMRL_NVCC``, ``$CUDA_HOME``/``$CUDA_PATH``, PATH or /usr/local/cuda; '' if none."""
+    for cand in (os.environ.get("GEMMRL_NVCC"),
+                 *(os.path.join(os.environ[v], "bin", "nvcc") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)),
+                 shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return ""
+
+
+_NVCC_VERSION: dict[str, str] = {}
+
+
+def nvcc_version(nvcc: str) -> str:
+    if nvcc not in _NVCC_VERSION:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+        m = re.search(r"release [\d.]+, V([\d.]+)", out)
+        _NVCC_VERSION[nvcc] = m.group(1) if m else out.strip()[-80:]
+    return _NVCC_VERSION[nvcc]
+
+
+def arch_for(device: int | None = None) -> str:
+    """``90a`` on Hopper (wgmma/TMA need the 'a' target), ``80`` on A100; ``GEMMRL_CUDA_ARCH`` (or the older
+    ``GEMMRL_IMPORT_ARCH``) overrides, which lets a machine with no GPU compile."""
+    env = os.environ.get("GEMMRL_CUDA_ARCH") or os.environ.get("GEMMRL_IMPORT_ARCH")
+    if env:
+        return env.replace(".", "").replace("sm_", "")
+    from .cuda_l2_import import device_arch
+
+    return device_arch(device)
+
+
+def include_dirs(names: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for n in names:
+        if n == "cutlass":
+            from .cuda_l2_import import cutlass_include_dirs
+
+            out += [str(p) for p in cutlass_include_dirs()]
+        else:
+            out.append(str(Path(n).resolve()))
+    return out
+
+
+def _include_version(dirs: Sequence[str]) -> str:
+    """What of the include dirs goes into the cache key: CUTLASS's version.h, else the dir paths."""
+    parts = []
+    for d in dirs:
+        vh = Path(d) / "cutlass" / "version.h"
+        parts.append(hashlib.sha256(vh.read_bytes()).hexdigest()[:12] if vh.is_file() else d)
+    return ";".join(parts)
+
+
+def nvcc_command(nvcc: str, src: CudaSource, arch: str, incs: Sequence[str], cu: str, so: str) -> list[str]:
+    return [nvcc, *BASE_FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}", *src.flags,
+            *(f"-I{d}" for d in incs), cu, "-o", so, "-Xlinker", "-Bsymbolic"]
+
+
+def build_key(src: CudaSource, arch: str, nvcc: str, incs: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for part in (BUILDER_VERSION, src.code, "\0".join(BASE_FLAGS), "\0".join(src.flags), arch, nvcc_version(nvcc),
+                 _include_version(incs)):
+        h.update(part.encode())
+        h.update(b"\x1f")
+    return h.hexdigest()[:24]
+
+
+def _structured_error(log: str, cu: str, timeout: bool = False) -> BuildError:
+    from .cuda_l2_import import log_head, parse_build_log
+
+    if timeout:
+        return BuildError("timeout", "nvcc did not finish in time", log_head=log_head(log))
+    p = parse_build_log(log)
+    file = p.get("file")
+    if file and Path(file).name == Path(cu).name:
+        file = "<candidate>"
+    return BuildError(p["stage"], p["message"], file, p.get("line"), log_head(log))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# build
+# ---------------------------------------------------------------------------------------------------------
+def build(src: CudaSource, arch: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+          max_spill_bytes: int = 0, force: bool = False) -> Build:
+    """Compile ``src`` (ABI ``gemmrl``) to a shared object, or find it in the cache. Never raises for a bad
+    source: the error is in the returned :class:`Build`."""
+    if src.abi != "gemmrl":
+        raise CudaSourceError("build() compiles the gemmrl ABI; a cuda_l2-ABI source is built by "
+                              "load_candidate (a torch extension through cuda_l2_import)")
+    arch = arch or arch_for()
+    nvcc = find_nvcc()
+    if not nvcc:
+        return Build("", arch, error=BuildError("toolchain", "nvcc not found: install the CUDA toolkit, set CUDA_HOME "
+                                                "or GEMMRL_NVCC"))
+    try:
+        incs = include_dirs(src.includes)
+    except Exception as e:  # noqa: BLE001 - CutlassNotFound and friends: a clear message, no build
+        return Build("", arch, error=BuildError("headers", str(e)))
+    key = build_key(src, arch, nvcc, incs)
+    d = cache_dir("build", "cuda", key)
+    so, meta = d / "candidate.so", d / "build.json"
+    if meta.is_file() and not force:
+        rec = json.loads(meta.read_text())
+        err = BuildError(**rec["error"]) if rec.get("error") else None
+        if err is None and so.is_file() or err is not None and err.stage in ("compile", "spills"):
+            return Build(key, arch, str(so) if err is None else None, Ptxas(**{**rec["ptxas"], "perf_warnings":
+                         tuple(rec["ptxas"].get("perf_warnings", ()))}), err, rec.get("seconds", 0.0), cached=True)
+    cu = d / "candidate.cu"
+    cu.write_text(src.code)
+    tmp_so = d / f".candidate.{os.getpid()}.so"
+    cmd = nvcc_command(nvcc, src, arch, incs, str(cu), str(tmp_so))
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=d, start_new_session=True)
+        log, rc, timed_out = p.stdout + p.stderr, p.returncode, False
+    except subprocess.TimeoutExpired as e:
+        log = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc, timed_out = -1, True
+    secs = round(time.perf_counter() - t0, 2)
+    (d / "build.log").write_text(" ".join(cmd) + "\n" + log)
+    ptxas = Ptxas.parse(log)
+    err = None
+    if rc != 0 or not tmp_so.is_file():
+        err = _structured_error(log, str(cu), timed_out)
+    elif ptxas.spill_store_bytes + ptxas.spill_load_bytes > max_spill_bytes:
+        err = BuildError("spills", f"ptxas spills {ptxas.spill_store_bytes} bytes stored / {ptxas.spill_load_bytes} "
+                         f"loaded (limit {max_spill_bytes}); use fewer registers (smaller tiles, fewer live values)")
+    if err is None:
+        os.replace(tmp_so, so)
+    else:
+        tmp_so.unlink(missing_ok=True)
+    res = Build(key, arch, str(so) if err is None else None, ptxas, err, secs)
+    if err is None or err.stage in ("compile", "spills") and err.file in ("<candidate>", None):
+        meta.write_text(json.dumps(res.record(), indent=1))  # an error in the source itself is remembered
+    return res
+
+
+def build_many(srcs: Sequence[CudaSource], arch: str | None = None, *, jobs: int | None = None,
+               timeout_s: float = DEFAULT_TIMEOUT_S, max_spill_bytes: int = 0, progress: bool = False) -> list[Build]:
+    """:func:`build` for many sources at once: nvcc subprocesses in ``jobs`` threads (default the CPU count);
+    results in input order."""
+    arch = arch or (arch_for() if srcs else "")
+    jobs = max(1, min(len(srcs) or 1, jobs or os.cpu_count() or 1))
+    bar = None
+    if progress:
+        try:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(srcs), desc="nvcc", unit="kernel")
+        except ImportError:
+            bar = None
+    out: list[Build | None] = [None] * len(srcs)
+    with cf.ThreadPoolExecutor(max_workers=jobs) as ex:
+        futs = {ex.submit(build, s, arch, timeout_s=timeout_s, max_spill_bytes=max_spill_bytes): i
+                for i, s in enumerate(srcs)}
+        for f in cf.as_completed(futs):
+            out[futs[f]] = f.result()
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    return [b for b in out if b is not None]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# loading and calling
+# ---------------------------------------------------------------------------------------------------------
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+def load_library(so: str) -> ctypes.CDLL:
+    if so not in _LIBS:
+        _LIBS[so] = ctypes.CDLL(so, mode=os.RTLD_LOCAL | os.RTLD_NOW)
+    return _LIBS[so]
+
+
+# cudaError_t values an entry may return (the gemmrl ABI returns the CUDA error it met, where one applies)
+_CUDA_ERRORS = {1: " (cudaErrorInvalidValue)", 2: " (cudaErrorMemoryAllocation: out of memory)",
+                98: " (cudaErrorInvalidDeviceFunction)", 209: " (cudaErrorNoKernelImageForDevice)",
+                700: " (cudaErrorIllegalAddress)", 701: " (cudaErrorLaunchOutOfResources)"}
+
+
+class CudaCandidate:
+    """A built ``gemmrl``-ABI source as a bench candidate (``cand(a, b, bt, c)``). ``prepare`` refuses a shape
+    outside the declaration and allocates the declared workspace; a non-zero return code raises."""
+
+    def __init__(self, src: CudaSource, built: Build, name: str | None = None):
+        if not built.ok:
+            raise CudaSourceError(f"{src.name}: not built ({built.error})")
+        self.src, self.built = src, built
+        self.name = name or src.name
+        self.layout, self.acc = src.layout, src.acc
+        lib = load_library(built.so)
+        try:
+            self._fn = getattr(lib, src.entry)
+        except AttributeError:
+            raise CudaSourceError(f"{src.name}: the built library has no extern \"C\" symbol {src.entry!r}") from None
+        self._fn.restype = ctypes.c_int
+        self._fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t,
+                                                                          ctypes.c_void_p]
+        self._ws_fn = None
+        if src.workspace_entry:
+            self._ws_fn = getattr(lib, src.workspace_entry)
+            self._ws_fn.restype = ctypes.c_size_t
+            self._ws_fn.argtypes = [ctypes.c_int] * 3
+        self._ws = None
+        self._ws_ptr, self._ws_bytes = 0, 0
+        self._dims = (0, 0, 0)
+        self._stream = None
+
+    def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
+        if not self.src.admits(problem):
+            raise CudaSourceError(f"{self.name} declares {self.src.dtype}/{self.src.acc} shapes {self.src.shapes}; "
+                                  f"{problem.mnk} {problem.dtype}/{problem.acc} is outside it")
+        import torch
+
+        from .vendor import raw_stream_getter
+
+        self._dims = (problem.M, problem.N, problem.K)
+        need = int(self._ws_fn(*self._dims)) if self._ws_fn else 0
+        if need > self._ws_bytes:
+            self._ws = torch.empty(need, dtype=torch.uint8, device=bufs.a.device)
+            self._ws_ptr, self._ws_bytes = self._ws.data_ptr(), need
+        self._stream = raw_stream_getter()
+
+    def __call__(self, a, b, bt, c) -> None:
+        M, N, K = self._dims
+        if (a.shape[0], c.shape[1], a.shape[1]) != (M, N, K):
+            raise CudaSourceError(f"{self.name} was prepared for {M}_{N}_{K}, called with "
+                                  f"{a.shape[0]}_{c.shape[1]}_{a.shape[1]}")
+        bb, ldb = (bt, K) if self.layout == "tn" else (b, N)
+        rc = self._fn(a.data_ptr(), bb.data_ptr(), c.data_ptr(), M, N, K, K, ldb, N, self._ws_ptr, self._ws_bytes,
+                      self._stream(a.device.index))
+        if rc != 0:
+            raise RuntimeError(f"{self.name}: entry {self.src.entry} returned {rc}{_CUDA_ERRORS.get(rc, '')}")
+
+    def info(self) -> dict[str, Any]:
+        return {"source_hash": self.src.source_hash, "build": self.built.key, "shapes": str(self.src.shapes),
+                "max_registers": self.built.ptxas.max_registers,
+                "spill_bytes": self.built.ptxas.spill_store_bytes + self.built.ptxas.spill_load_bytes}
+
+
+def load_candidate(src: CudaSource, arch: str | None = None, *, max_spill_bytes: int = 0,
+                   timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[Any, dict[str, Any]]:
+    """Build (or find) and load ``src``: ``(candidate, build record)``; candidate is None when the build failed,
+    and the record then says why (``error``: stage, file, line, message)."""
+    if src.abi == "cuda_l2":
+        from .cuda_l2_import import load_kernel_dir
+
+        (M, N, K), = src.shapes.exact
+        mnk = f"{M}_{N}_{K}"
+        d = cache_dir("build", "cuda_l2_src", src.source_hash)
+        (d / f"{mnk}.cu").write_text(src.code)
+        got = load_kernel_dir(d, [mnk], acc=src.acc, arch=arch, dtype=src.dtype, entry=src.entry, progress=False)[mnk]
+        if not getattr(got, "ok", False):
+            return None, {"ok": False, "error": {"stage": got.stage, "message": got.message,
+                                                 "file": "<candidate>" if got.file else None, "line": got.line,
+                                                 "log_head": got.log_head}}
+        got.name = src.name
+        return got, {"ok": True, **{k: v for k, v in got.info().items() if k in ("hash", "ptxas", "build_s", "cached")}}
+    built = build(src, arch, timeout_s=timeout_s, max_spill_bytes=max_spill_bytes)
+    if not built.ok:
+        return None, built.record()
+    try:
+        return CudaCandidate(src, built), built.record()
+    except (CudaSourceError, OSError) as e:
+        return None, {**built.record(), "ok": False, "error": asdict(BuildError("load", str(e)))}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# serving safety
+# ---------------------------------------------------------------------------------------------------------
+def graph_safety(cand, bufs) -> tuple[bool, str]:
+    """Capture one call in a CUDA graph on a side stream (global capture mode) and replay it.
+
+    Unsafe, with the reason: the capture fails (a sync, an allocation or a legacy-stream launch in the call
+    path invalidates it), C changes during capture (work ran outside the graph), or the replay leaves C
+    unwritten (work that was not captured). ``(True, "")`` otherwise. Run it in a sandbox worker: a failed
+    capture can leave a CUDA context in a state only a new process clears."""
+    import torch
+
+    a, b, bt, c = bufs.args()
+    c.fill_(float("nan"))
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    try:
+        with torch.cuda.graph(g, stream=side, capture_error_mode="global"):
+            cand(a, b, bt, c)
+    except Exception as e:  # noqa: BLE001 - any capture failure is the verdict
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001
+            pass
+        return False, (f"not capturable in a CUDA graph ({type(e).__name__}: {str(e).splitlines()[0][:200]}): it "
+                       "synchronizes, allocates or launches on the legacy default stream in its call path")
+    torch.cuda.synchronize()
+    written = int((~torch.isnan(c)).sum())
+    if written:
+        return False, (f"{written} elements of C were written during capture: work ran outside the graph (legacy "
+                       "default stream or another stream)")
+    g.replay()
+    torch.cuda.synchronize()
+    left = int(torch.isnan(c).sum())
+    if left:
+        return False, f"the replayed graph left {left} of {c.numel()} elements of C unwritten: work was not captured"
+    return True, ""
+
+
+__all__ = ["ShapeRange", "CudaSource", "Ptxas", "BuildError", "Build", "build", "build_many", "load_candidate",
+           "CudaCandidate", "graph_safety", "find_nvcc", "arch_for", "CudaSourceError"]

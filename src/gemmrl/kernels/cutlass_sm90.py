@@ -1,0 +1,394 @@
+"""CUTLASS 3.x SM90 GEMM family: TMA warp-specialized kernels (cooperative and ping-pong), persistent and
+stream-K tile schedulers, tile and cluster shapes; fp16/bf16 in and out, fp32 accumulation, layouts tn and nn.
+
+One template (``csrc/cutlass_sm90_gemm.cu``) is rendered per :class:`CutlassConfig` with ``-D`` flags and
+compiled once through ``cuda_source.build`` (nvcc, ``sm_90a``, headers of the ``nvidia-cutlass`` wheel; the
+``.so`` is cached by source, flags, arch, toolkit and CUTLASS version, so a GPU round that carries the cache
+compiles nothing). The problem size is a runtime argument, never compiled in. So are the tile scheduler's
+knobs (:class:`Knobs`: swizzle, raster order; for stream-K the decomposition and split count): one build
+serves every shape and knob setting.
+
+``valid_config`` is the compile-time predicate (architecture, schedule vs tile, accumulator registers,
+shared-memory stages, cluster); ``valid`` adds the problem and the knobs (dtype, layout, 16-byte TMA
+alignment of the contiguous dims, knobs only where the scheduler has them). Search, dispatch and tests call
+these; an invalid config is never built or launched. ``FAMILY`` is the set of configs screened per shape;
+``space_size`` counts the whole valid space.
+
+Candidates are named ``cutlass:<config>:<knobs>``; a selection (``gemmrl select --family cutlass``) is
+re-measured as ``cutlass-sel:<protocols>`` (``gemmrl bench --cutlass-from``).
+
+Tests: ``pytest tests/test_cutlass_sm90.py`` (predicates and rendering on the CPU tier, a compile where nvcc
+and the CUTLASS headers exist; ``-m gpu`` runs the kernels through the battery).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..problem import GemmProblem
+from .cuda_source import Build, CudaSource, ShapeRange, build, build_many, load_library
+
+TEMPLATE = Path(__file__).with_name("csrc") / "cutlass_sm90_gemm.cu"
+SCHEDULES = ("coop", "pingpong")
+SCHEDULERS = ("persistent", "streamk")
+RASTERS = ("heuristic", "m", "n")
+DECOMPOSITIONS = ("heuristic", "dp", "splitk", "streamk")
+SMEM_BYTES = 232448          # H100/H200 opt-in shared memory per block
+EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (auto epilogue tile, 2 stages), rounded up
+MAX_ACC_REGS = 128           # fp32 accumulators per consumer thread that leave room for the rest
+PREFIX, SELECTED = "cutlass:", "cutlass-sel:"
+
+
+class CutlassConfigError(ValueError):
+    """A config or knob setting that must not be built or launched; the message says what to use instead."""
+
+
+@dataclass(frozen=True)
+class CutlassConfig:
+    """The compile-time choices of one kernel."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 64
+    cm: int = 1
+    cn: int = 1
+    schedule: str = "coop"
+    scheduler: str = "persistent"
+    layout: str = "tn"
+    dtype: str = "fp16"
+
+    def __str__(self) -> str:
+        return (f"{self.schedule}_{self.bm}x{self.bn}x{self.bk}_c{self.cm}x{self.cn}_{self.scheduler}_"
+                f"{self.layout}_{self.dtype}")
+
+    @classmethod
+    def parse(cls, text: str) -> "CutlassConfig":
+        m = re.fullmatch(r"(coop|pingpong)_(\d+)x(\d+)x(\d+)_c(\d)x(\d)_(persistent|streamk)_(tn|nn)_(fp16|bf16)",
+                         text.strip())
+        if not m:
+            raise CutlassConfigError(f"cannot read CUTLASS config {text!r}; expected e.g. "
+                                     f"{CutlassConfig()} (schedule_BMxBNxBK_cCMxCN_scheduler_layout_dtype)")
+        s, bm, bn, bk, cm, cn, sched, layout, dtype = m.groups()
+        return cls(int(bm), int(bn), int(bk), int(cm), int(cn), s, sched, layout, dtype)
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.bm + self.bn) * self.bk * 2
+
+    @property
+    def stages(self) -> int:
+        return (SMEM_BYTES - EPILOGUE_SMEM) // self.stage_bytes
+
+    def flags(self) -> tuple[str, ...]:
+        return (f"-DGEMMRL_BF16={int(self.dtype == 'bf16')}", f"-DGEMMRL_B_ROW={int(self.layout == 'nn')}",
+                f"-DGEMMRL_BM={self.bm}", f"-DGEMMRL_BN={self.bn}", f"-DGEMMRL_BK={self.bk}",
+                f"-DGEMMRL_CM={self.cm}", f"-DGEMMRL_CN={self.cn}",
+                f"-DGEMMRL_PINGPONG={int(self.schedule == 'pingpong')}",
+                f"-DGEMMRL_STREAMK={int(self.scheduler == 'streamk')}")
+
+    def source(self) -> CudaSource:
+        return CudaSource(code=_template(), entry="gemmrl_cutlass_gemm", layout=self.layout, dtype=self.dtype,
+                          shapes=ShapeRange(n_mult=8, k_mult=8), name=f"{PREFIX}{self}", flags=self.flags(),
+                          includes=("cutlass",))
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Runtime choices of the tile scheduler (no rebuild)."""
+
+    swizzle: int = 1
+    raster: str = "heuristic"
+    decomposition: str = "heuristic"
+    splits: int = 1
+
+    def __str__(self) -> str:
+        return f"s{self.swizzle}_r{self.raster[0]}_d{self.decomposition}_k{self.splits}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Knobs":
+        m = re.fullmatch(r"s(\d+)_r([hmn])_d(heuristic|dp|splitk|streamk)_k(\d+)", text.strip())
+        if not m:
+            raise CutlassConfigError(f"cannot read knobs {text!r}; expected e.g. {Knobs()}")
+        return cls(int(m.group(1)), {"h": "heuristic", "m": "m", "n": "n"}[m.group(2)], m.group(3), int(m.group(4)))
+
+    def args(self) -> tuple[int, int, int, int]:
+        return self.swizzle, RASTERS.index(self.raster), DECOMPOSITIONS.index(self.decomposition), self.splits
+
+
+@lru_cache(maxsize=1)
+def _template() -> str:
+    return TEMPLATE.read_text()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# validity
+# ---------------------------------------------------------------------------------------------------------
+def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
+    """Whether ``cfg`` can be built and run on a GPU of compute capability ``cc``."""
+    if cc < 90 or cc >= 100:
+        return False, f"the CUTLASS SM90 family needs a Hopper GPU (sm_90a); this one is sm_{cc}: use the vendor path"
+    if cfg.schedule not in SCHEDULES or cfg.scheduler not in SCHEDULERS:
+        return False, f"schedule must be one of {SCHEDULES} and scheduler one of {SCHEDULERS}"
+    if cfg.layout not in ("tn", "nn") or cfg.dtype not in ("fp16", "bf16"):
+        return False, "layout tn|nn and dtype fp16|bf16"
+    if cfg.bk not in (32, 64, 128):
+        return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
+    if cfg.bn not in (64, 128, 192, 256) or cfg.bm not in (64, 128, 256):
+        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN in 64/128/192/256"
+    wgs = 2 if cfg.schedule == "coop" else 1
+    if cfg.schedule == "coop" and cfg.bm % 128:
+        return False, f"the cooperative schedule splits BM over two warpgroups: BM={cfg.bm} must be 128 or 256 (or use pingpong)"
+    if cfg.schedule == "pingpong" and cfg.bm > 128:
+        return False, f"ping-pong gives one warpgroup a whole tile: BM={cfg.bm} must be <= 128 (or use coop)"
+    if cfg.stages < 2:
+        return False, f"only {cfg.stages} pipeline stage(s) of {cfg.stage_bytes} bytes fit in shared memory: use a smaller BK"
+    acc = cfg.bm * cfg.bn // (128 * wgs)
+    if acc > MAX_ACC_REGS:
+        return False, f"{acc} fp32 accumulators per thread (> {MAX_ACC_REGS}): use a smaller tile or the cooperative schedule"
+    if (cfg.cm, cfg.cn) not in ((1, 1), (2, 1), (1, 2), (2, 2)):
+        return False, f"cluster {cfg.cm}x{cfg.cn}: use 1x1, 2x1, 1x2 or 2x2"
+    if cfg.scheduler == "streamk" and cfg.schedule != "coop":
+        return False, "stream-K needs the cooperative schedule"
+    return True, ""
+
+
+def valid(cfg: CutlassConfig, knobs: Knobs, problem: GemmProblem, cc: int = 90) -> tuple[bool, str]:
+    """``valid_config`` plus the problem (dtype, layout, accumulator, TMA alignment) and the knobs."""
+    ok, why = valid_config(cfg, cc)
+    if not ok:
+        return ok, why
+    if (problem.dtype, problem.layout) != (cfg.dtype, cfg.layout):
+        return False, f"config is {cfg.dtype}/{cfg.layout}, problem is {problem.dtype}/{problem.layout}"
+    if problem.acc != "fp32":
+        return False, "the CUTLASS family accumulates in fp32; acc fp16 is the vendor's explicit mode"
+    if problem.K % 8 or problem.N % 8:
+        return False, (f"TMA needs 16-byte aligned rows: K={problem.K} and N={problem.N} must be multiples of 8 "
+                       "(pad, or use the vendor or Triton path)")
+    if knobs.swizzle not in (1, 2, 4, 8) or knobs.raster not in RASTERS:
+        return False, f"swizzle in 1/2/4/8 and raster in {RASTERS}"
+    if knobs.decomposition not in DECOMPOSITIONS or knobs.splits < 1:
+        return False, f"decomposition in {DECOMPOSITIONS}, splits >= 1"
+    if cfg.scheduler != "streamk" and (knobs.decomposition != "heuristic" or knobs.splits != 1):
+        return False, "decomposition and splits are knobs of the stream-K scheduler: use a streamk config"
+    if knobs.splits > max(1, -(-problem.K // cfg.bk)):
+        return False, f"{knobs.splits} splits of K={problem.K} leave some splits without a {cfg.bk}-wide K tile"
+    return True, ""
+
+
+def check(cfg: CutlassConfig, knobs: Knobs, problem: GemmProblem, cc: int = 90) -> None:
+    ok, why = valid(cfg, knobs, problem, cc)
+    if not ok:
+        raise CutlassConfigError(f"{cfg} {knobs} for {problem.mnk}: {why}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the space and the screened family
+# ---------------------------------------------------------------------------------------------------------
+def all_configs(layouts: Iterable[str] = ("tn", "nn"), dtypes: Iterable[str] = ("fp16", "bf16")) -> list[CutlassConfig]:
+    """Every valid compile-time config."""
+    out = []
+    for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn) in itertools.product(
+            layouts, dtypes, SCHEDULES, SCHEDULERS, (64, 128, 256), (64, 128, 192, 256), (32, 64, 128),
+            ((1, 1), (2, 1), (1, 2), (2, 2))):
+        c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype)
+        if valid_config(c)[0]:
+            out.append(c)
+    return out
+
+
+def all_knobs(cfg: CutlassConfig, max_splits: int = 8) -> list[Knobs]:
+    base = [Knobs(s, r) for s in (1, 2, 4, 8) for r in RASTERS]
+    if cfg.scheduler != "streamk":
+        return base
+    return base + [Knobs(s, r, d, k) for s in (1, 2, 4, 8) for r in RASTERS for d in DECOMPOSITIONS[1:]
+                   for k in (range(2, max_splits + 1) if d == "splitk" else (1,))]
+
+
+def space_size() -> dict[str, int]:
+    """Compile-time configs and (config, knobs) points of the valid space (both layouts and dtypes)."""
+    cfgs = all_configs()
+    return {"configs": len(cfgs), "points": sum(len(all_knobs(c)) for c in cfgs)}
+
+
+# The configs screened per shape (fp16, tn): the tile/cluster/schedule mix cuBLAS's own SM90 kernels cover,
+# from launch-bound small tiles to 256-wide persistent tiles, plus stream-K for few-tile long-K shapes.
+_FAMILY_SPECS = (
+    ("coop", 128, 128, 64, 1, 1, "persistent"), ("coop", 128, 128, 64, 2, 1, "persistent"),
+    ("coop", 128, 128, 64, 1, 2, "persistent"), ("coop", 128, 256, 64, 1, 1, "persistent"),
+    ("coop", 128, 256, 64, 2, 1, "persistent"), ("coop", 128, 256, 64, 1, 2, "persistent"),
+    ("coop", 256, 128, 64, 1, 1, "persistent"), ("coop", 256, 128, 64, 2, 1, "persistent"),
+    ("coop", 256, 128, 64, 1, 2, "persistent"), ("coop", 128, 64, 64, 1, 1, "persistent"),
+    ("pingpong", 64, 128, 64, 1, 1, "persistent"), ("pingpong", 64, 256, 64, 1, 1, "persistent"),
+    ("pingpong", 64, 64, 128, 1, 1, "persistent"), ("pingpong", 64, 128, 128, 1, 1, "persistent"),
+    ("pingpong", 128, 128, 64, 1, 1, "persistent"), ("pingpong", 128, 128, 64, 2, 1, "persistent"),
+    ("pingpong", 128, 64, 64, 1, 1, "persistent"),
+    ("coop", 128, 128, 64, 1, 1, "streamk"), ("coop", 128, 256, 64, 1, 1, "streamk"),
+    ("coop", 128, 64, 64, 1, 1, "streamk"),
+)
+
+
+def family(layout: str = "tn", dtype: str = "fp16") -> list[CutlassConfig]:
+    return [CutlassConfig(bm, bn, bk, cm, cn, s, sched, layout, dtype) for s, bm, bn, bk, cm, cn, sched in _FAMILY_SPECS]
+
+
+def knobs_for(cfg: CutlassConfig, problem: GemmProblem, sms: int = 132) -> list[Knobs]:
+    """The knob settings screened for ``cfg`` at ``problem``: the defaults, swizzle 8 where the grid of tiles is
+    large enough for it to matter, and for stream-K configs split-K (2, 4) and stream-K decompositions where
+    there are fewer output tiles than SMs."""
+    tiles = -(-problem.M // cfg.bm) * -(-problem.N // cfg.bn)
+    out = [Knobs()]
+    if tiles >= 4 * sms:
+        out.append(Knobs(swizzle=8))
+    if cfg.scheduler == "streamk" and tiles < sms:
+        ktiles = -(-problem.K // cfg.bk)
+        out += [Knobs(decomposition="splitk", splits=s) for s in (2, 4) if s <= ktiles]
+        if ktiles >= 4:
+            out.append(Knobs(decomposition="streamk"))
+    return [k for k in out if valid(cfg, k, problem)[0]]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# building and calling
+# ---------------------------------------------------------------------------------------------------------
+def build_config(cfg: CutlassConfig, arch: str = "90a", **kw) -> Build:
+    ok, why = valid_config(cfg, int(re.sub(r"\D", "", arch)[:2] or 0))
+    if not ok:
+        raise CutlassConfigError(f"{cfg}: {why}")
+    return build(cfg.source(), arch, **kw)
+
+
+def build_family(cfgs: Iterable[CutlassConfig], arch: str = "90a", jobs: int | None = None,
+                 progress: bool = False) -> dict[CutlassConfig, Build]:
+    """Compile configs in parallel (cached ones are found, not rebuilt)."""
+    cfgs = list(dict.fromkeys(cfgs))
+    for c in cfgs:
+        ok, why = valid_config(c)
+        if not ok:
+            raise CutlassConfigError(f"{c}: {why}")
+    return dict(zip(cfgs, build_many([c.source() for c in cfgs], arch, jobs=jobs, progress=progress)))
+
+
+class CutlassCandidate:
+    """One (config, knobs) as a bench candidate. ``prepare`` applies ``valid`` and CUTLASS's own
+    ``can_implement``, sizes and allocates the workspace; a non-zero return code raises."""
+
+    def __init__(self, cfg: CutlassConfig, knobs: Knobs = Knobs(), built: Build | None = None, name: str | None = None):
+        self.cfg, self.knobs = cfg, knobs
+        self.name = name or f"{PREFIX}{cfg}:{knobs}"
+        self.layout, self.acc = cfg.layout, "fp32"
+        self._built = built
+        self._fn = None
+        self._dims = (0, 0, 0)
+        self._ws = None
+        self._ws_ptr, self._ws_bytes = 0, 0
+
+    def _load(self):
+        if self._built is None:
+            from .cuda_source import arch_for
+
+            self._built = build_config(self.cfg, arch_for())
+        if not self._built.ok:
+            raise CutlassConfigError(f"{self.cfg} did not build: {self._built.error}")
+        lib = load_library(self._built.so)
+        fn = lib.gemmrl_cutlass_gemm
+        fn.restype = ctypes.c_int
+        fn.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+                       + [ctypes.c_int] * 4)
+        lib.gemmrl_cutlass_workspace.restype = ctypes.c_size_t
+        lib.gemmrl_cutlass_workspace.argtypes = [ctypes.c_int] * 7
+        lib.gemmrl_cutlass_can_implement.restype = ctypes.c_int
+        lib.gemmrl_cutlass_can_implement.argtypes = [ctypes.c_int] * 6
+        return lib, fn
+
+    def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
+        import torch
+
+        from .vendor import raw_stream_getter
+
+        check(self.cfg, self.knobs, problem, _cc(bufs.a.device))
+        lib, self._fn = self._load()
+        M, N, K = problem.M, problem.N, problem.K
+        ldb = K if self.layout == "tn" else N
+        if lib.gemmrl_cutlass_can_implement(M, N, K, K, ldb, N) != 0:
+            raise CutlassConfigError(f"{self.cfg}: CUTLASS cannot implement {problem.mnk} (can_implement failed)")
+        need = int(lib.gemmrl_cutlass_workspace(M, N, K, *self.knobs.args()))
+        if need > self._ws_bytes:
+            self._ws = torch.empty(need, dtype=torch.uint8, device=bufs.a.device)
+            self._ws_ptr, self._ws_bytes = self._ws.data_ptr(), need
+        self._dims = (M, N, K)
+        self._stream = raw_stream_getter()
+        self._args = self.knobs.args()
+
+    def __call__(self, a, b, bt, c) -> None:
+        M, N, K = self._dims
+        bb, ldb = (bt, K) if self.layout == "tn" else (b, N)
+        rc = self._fn(a.data_ptr(), bb.data_ptr(), c.data_ptr(), M, N, K, K, ldb, N, self._ws_ptr, self._ws_bytes,
+                      self._stream(a.device.index), *self._args)
+        if rc != 0:
+            raise RuntimeError(f"{self.name}: gemmrl_cutlass_gemm returned {rc} for {M}_{N}_{K}")
+
+    def info(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"algo": f"{self.cfg}:{self.knobs}", "workspace_bytes": self._ws_bytes}
+        if self._built is not None:
+            d.update(build=self._built.key, max_registers=self._built.ptxas.max_registers)
+        return d
+
+
+def _cc(device) -> int:
+    import torch
+
+    if getattr(device, "type", "cuda") != "cuda":
+        return 90
+    major, minor = torch.cuda.get_device_capability(device)
+    return major * 10 + minor
+
+
+def parse_name(algo: str) -> tuple[CutlassConfig, Knobs]:
+    cfg, _, knobs = algo.partition(":")
+    return CutlassConfig.parse(cfg), Knobs.parse(knobs) if knobs else Knobs()
+
+
+# -- re-measuring a selection ------------------------------------------------------------------------------
+def load_selection(paths) -> dict[str, dict[str, str]]:
+    """Per shape and protocol, the ``<config>:<knobs>`` of the fastest verified ``cutlass:*`` row of a selection
+    run: ``{mnk: {protocol: algo}}``."""
+    from ..results import read_rows
+    from ..summary import best_of
+
+    out: dict[str, dict[str, str]] = {}
+    for (proto, mnk), r in best_of(read_rows(list(paths)), PREFIX).items():
+        out.setdefault(mnk, {})[proto] = r.get("algo") or r["candidate"][len(PREFIX):]
+    return out
+
+
+def selected_candidates(problem: GemmProblem, selection: dict) -> list[CutlassCandidate]:
+    """One candidate per distinct selected (config, knobs) of the shape, named ``cutlass-sel:<protocols>``."""
+    by: dict[str, list[str]] = {}
+    for proto, algo in sorted(selection.get(problem.mnk, {}).items()):
+        by.setdefault(algo, []).append(proto)
+    out = []
+    for algo, protos in by.items():
+        cfg, knobs = parse_name(algo)
+        out.append(CutlassCandidate(cfg, knobs, name=SELECTED + "+".join(protos)))
+    return out
+
+
+def screen_entries(problem: GemmProblem, cfgs: Iterable[CutlassConfig], sms: int = 132) -> list[tuple[CutlassConfig, Knobs]]:
+    """(config, knobs) pairs to screen at ``problem`` (configs in the problem's layout and dtype only)."""
+    out = []
+    for cfg in cfgs:
+        if (cfg.layout, cfg.dtype) != (problem.layout, problem.dtype) or not valid_config(cfg)[0]:
+            continue
+        out += [(cfg, k) for k in knobs_for(cfg, problem, sms)]
+    return out
+
+
+__all__ = ["CutlassConfig", "Knobs", "CutlassCandidate", "CutlassConfigError", "valid_config", "valid", "check",
+           "all_configs", "all_knobs", "space_size", "family", "knobs_for", "build_config", "build_family",
+           "load_selection", "selected_candidates", "screen_entries", "parse_name"]

@@ -1,0 +1,173 @@
+"""The CUTLASS SM90 family: validity predicates, config and knob names, the space, rendering; a compile where nvcc
+and the nvidia-cutlass headers exist; on a GPU, configs through the battery and graph capture."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gemmrl.kernels import cutlass_sm90 as cs
+from gemmrl.kernels.cuda_source import find_nvcc
+from gemmrl.problem import GemmProblem
+
+
+def _have_cutlass() -> bool:
+    from gemmrl.kernels.cuda_l2_import import CutlassNotFound, cutlass_include_dirs
+
+    try:
+        cutlass_include_dirs()
+        return True
+    except CutlassNotFound:
+        return False
+
+
+@pytest.mark.parametrize("cfg,why", [
+    (cs.CutlassConfig(bm=64, schedule="coop"), "BM=64 must be 128 or 256"),
+    (cs.CutlassConfig(bm=256, schedule="pingpong"), "<= 128"),
+    (cs.CutlassConfig(bm=256, bn=256), "accumulators"),
+    (cs.CutlassConfig(bm=128, bn=256, schedule="pingpong"), "accumulators"),
+    (cs.CutlassConfig(bm=256, bn=256, bk=128, schedule="coop"), "stage"),
+    (cs.CutlassConfig(cm=4), "cluster"),
+    (cs.CutlassConfig(bm=128, schedule="pingpong", scheduler="streamk"), "cooperative"),
+    (cs.CutlassConfig(bk=48), "BK"),
+])
+def test_invalid_configs_say_why(cfg, why):
+    ok, reason = cs.valid_config(cfg)
+    assert not ok and why in reason
+
+
+@pytest.mark.parametrize("cc", [80, 89, 100])
+def test_non_hopper_refused(cc):
+    ok, why = cs.valid_config(cs.CutlassConfig(), cc)
+    assert not ok and "Hopper" in why
+
+
+def test_family_valid_and_distinct():
+    fam = cs.family()
+    assert len(fam) >= 16 and len(set(fam)) == len(fam)
+    assert all(cs.valid_config(c)[0] for c in fam)
+    assert {c.schedule for c in fam} == {"coop", "pingpong"}
+    assert {c.scheduler for c in fam} == {"persistent", "streamk"}
+    assert any((c.cm, c.cn) != (1, 1) for c in fam)
+
+
+def test_space_size_reported():
+    n = cs.space_size()
+    assert n["points"] >= 10_000 and n["configs"] >= 100
+
+
+@pytest.mark.parametrize("shape,layout,ok,why", [
+    ((64, 4096, 64), "tn", True, ""),
+    ((1, 4096, 4096), "tn", True, ""),
+    ((7, 4096, 100), "tn", False, "multiples of 8"),
+    ((7, 100, 64), "tn", False, "multiples of 8"),
+    ((64, 64, 64), "nn", False, "problem is fp16/nn"),
+])
+def test_valid_problem(shape, layout, ok, why):
+    got, reason = cs.valid(cs.CutlassConfig(), cs.Knobs(), GemmProblem(*shape, layout=layout))
+    assert got is ok and why in reason
+
+
+def test_valid_knobs():
+    p = GemmProblem(128, 128, 4096)
+    sk = cs.CutlassConfig(scheduler="streamk")
+    assert not cs.valid(cs.CutlassConfig(), cs.Knobs(decomposition="splitk", splits=2), p)[0]
+    assert cs.valid(sk, cs.Knobs(decomposition="splitk", splits=2), p)[0]
+    assert not cs.valid(sk, cs.Knobs(decomposition="splitk", splits=100), GemmProblem(128, 128, 256))[0]
+    assert not cs.valid(cs.CutlassConfig(), cs.Knobs(swizzle=3), p)[0]
+    assert not cs.valid(cs.CutlassConfig(), cs.Knobs(), GemmProblem(128, 128, 64, acc="fp16"))[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(cs.all_configs()), st.integers(0, 10_000))
+def test_names_round_trip(cfg, i):
+    knobs = cs.all_knobs(cfg)
+    k = knobs[i % len(knobs)]
+    assert cs.CutlassConfig.parse(str(cfg)) == cfg
+    assert cs.Knobs.parse(str(k)) == k
+    assert cs.parse_name(f"{cfg}:{k}") == (cfg, k)
+
+
+@pytest.mark.parametrize("text", ["coop_128x128", "coop_128x128x64_c1x1_persistent_tn", "x:y"])
+def test_bad_names(text):
+    with pytest.raises(cs.CutlassConfigError):
+        cs.parse_name(text)
+
+
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (64, 64, 64), (128, 128, 16384), (8192, 8192, 8192)])
+def test_knobs_for_are_valid(shape):
+    p = GemmProblem(*shape)
+    for cfg in cs.family():
+        ks = cs.knobs_for(cfg, p)
+        assert ks and ks[0] == cs.Knobs()
+        assert all(cs.valid(cfg, k, p)[0] for k in ks)
+    assert any(k.decomposition == "splitk" for k in cs.knobs_for(cs.CutlassConfig(scheduler="streamk"),
+                                                                 GemmProblem(128, 128, 16384)))
+    entries = cs.screen_entries(p, cs.family())
+    assert len(entries) >= len(cs.family())
+
+
+def test_rendering_flags():
+    cfg = cs.CutlassConfig(256, 128, 64, 2, 1, "coop", "streamk", "nn", "bf16")
+    src = cfg.source()
+    assert set(cfg.flags()) == {"-DGEMMRL_BF16=1", "-DGEMMRL_B_ROW=1", "-DGEMMRL_BM=256", "-DGEMMRL_BN=128",
+                                "-DGEMMRL_BK=64", "-DGEMMRL_CM=2", "-DGEMMRL_CN=1", "-DGEMMRL_PINGPONG=0",
+                                "-DGEMMRL_STREAMK=1"}
+    assert src.layout == "nn" and src.dtype == "bf16" and src.includes == ("cutlass",)
+    assert "gemmrl_cutlass_gemm" in src.code and src.shapes.admits(1, 8, 8) and not src.shapes.admits(1, 12, 8)
+    # one template for every config: the sources differ only in their flags
+    assert cs.CutlassConfig().source().code == src.code
+
+
+def test_selection_round_trip(tmp_path):
+    from gemmrl.results import ResultsWriter
+
+    rows = []
+    for mnk, proto, algo, t in [("64_64_64", "graph", "coop_128x128x64_c1x1_persistent_tn_fp16:s1_rh_dheuristic_k1", 2.0),
+                                ("64_64_64", "graph", "pingpong_64x64x128_c1x1_persistent_tn_fp16:s1_rh_dheuristic_k1", 1.0),
+                                ("64_64_64", "cold", "coop_128x128x64_c1x1_persistent_tn_fp16:s1_rh_dheuristic_k1", 3.0)]:
+        rows.append({"mnk": mnk, "dtype": "fp16", "acc": "fp32", "protocol": proto, "layout": "tn",
+                     "candidate": f"cutlass:{algo}", "algo": algo, "verified": True, "time_ms": t,
+                     "tflops": 1.0 / t, "info": "screen"})
+    w = ResultsWriter(tmp_path / "sel.csv")
+    w.write_batch(rows)
+    sel = cs.load_selection([tmp_path / "sel.csv"])
+    assert sel["64_64_64"]["graph"].startswith("pingpong_64x64x128")
+    cands = cs.selected_candidates(GemmProblem(64, 64, 64), sel)
+    assert sorted(c.name for c in cands) == ["cutlass-sel:cold", "cutlass-sel:graph"]
+
+
+@pytest.mark.skipif(not find_nvcc() or not _have_cutlass(), reason="needs nvcc and the nvidia-cutlass headers")
+def test_one_config_compiles_without_spills(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", os.environ.get("GEMMRL_TEST_CUTLASS_CACHE", str(tmp_path)))
+    b = cs.build_config(cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong"), "90a")
+    assert b.ok, b.error
+    assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers > 0
+    assert not any("C7510" in w for w in b.ptxas.perf_warnings)  # wgmma not serialized
+
+
+# -- GPU ------------------------------------------------------------------------------------------------------
+GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong"),
+               cs.CutlassConfig(128, 128, 64, 2, 1), cs.CutlassConfig(scheduler="streamk")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", GPU_CONFIGS, ids=str)
+@pytest.mark.parametrize("shape", [(1, 8, 8), (33, 72, 136), (256, 512, 1024), (64, 4096, 4096)])
+def test_configs_pass_battery(cfg, shape):
+    from gemmrl.candidate import make_buffers
+    from gemmrl.kernels.cuda_source import graph_safety
+    from gemmrl.verify import verify
+
+    p = GemmProblem(*shape)
+    knobs = cs.knobs_for(cfg, p)[-1]
+    cand = cs.CutlassCandidate(cfg, knobs)
+    bufs = make_buffers(p, "cuda")
+    cand.prepare(p, bufs, "graph", None)
+    v = verify(cand, p, "cuda")
+    assert v.passed, (str(knobs), v.reason)
+    ok, why = graph_safety(cand, bufs)
+    assert ok, why
