@@ -17,7 +17,14 @@
 #               that counts (noise rule: gemmrl re-measured 3x where > 2% slower than vendor_best)
 #      example  examples/transformer_block.py at SERVE_TOKENS (default "16 32") and scripts/dispatch_host_cost.py
 #      (SERVE_SEL_CSV / SERVE_BUILD_CSV / SERVE_LIB / SERVE_MEASURE_CSV: files of an earlier call to resume from)
-#   7. a short table last.
+#   7. only with ISSUE4=1 (issue 4, the CUTLASS family), the stages in ISSUE4_STAGES (default all, in order):
+#      compile    scripts/compile_throughput.py: the family built from scratch with 16 parallel nvcc (configs/min)
+#      select     gemmrl select --family cutlass on ISSUE4_SHAPES (default the 100 grid shapes --sample 100 --seed 1)
+#      remeasure  gemmrl bench --triton-from <issue 3's selection> --cutlass-from <select> in graph,cold: the run
+#                 that counts; then scripts/issue4_table.py (limits ISSUE4_SELECT_S, ISSUE4_REMEASURE_S;
+#                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from)
+#      Carried: .whl/nvidia_cutlass-*.whl (the CUTLASS headers) and .carry/gemmrl_cache (prebuilt CUTLASS objects).
+#   8. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -36,9 +43,17 @@ tree=$PWD
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,temperature.gpu,power.draw --format=csv,noheader
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(pip install -e . failed; using PYTHONPATH=src)"
+if ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then  # CUTLASS headers for the CUTLASS family and imported kernels
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/nvidia_cutlass-*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+if [ -d .carry/gemmrl_cache ]; then mkdir -p "$GEMMRL_CACHE_DIR" && cp -r .carry/gemmrl_cache/. "$GEMMRL_CACHE_DIR"/; fi
+echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout "${GPU_TESTS_S:-180}" python3 -m pytest -q -m gpu tests -p no:cacheprovider ${PYTEST_ARGS:-} >"$GEMMRL_OUT/gpu_tests.log" 2>&1
+  # shellcheck disable=SC2086
+  timeout "${GPU_TESTS_S:-180}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider ${PYTEST_ARGS:-} \
+    >"$GEMMRL_OUT/gpu_tests.log" 2>&1
   echo "gpu tier: exit $? ; $(tail -n 1 "$GEMMRL_OUT/gpu_tests.log")"
   grep -E "^(FAILED|ERROR)" "$GEMMRL_OUT/gpu_tests.log" | head -20
 fi
@@ -143,6 +158,36 @@ if [ -n "${SERVE_SHAPES:-}" ]; then
         --out "$GEMMRL_OUT" 2>&1 | tail -n 7
     done
     timeout 120 python3 scripts/dispatch_host_cost.py 2>&1 | tail -n 9
+  fi
+fi
+
+if [ "${ISSUE4:-0}" = 1 ]; then
+  stages=${ISSUE4_STAGES:-compile,select,remeasure}
+  shapes_args=${ISSUE4_SHAPES_ARGS:---grid cuda-l2 --sample 100 --seed 1}
+  tag=${ISSUE4_TAG:-grid100s1}
+  csel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
+  crem="$GEMMRL_OUT/${gpu}_${tag}_cutlass-triton-selected-remeasure_graph-cold_${day}.csv"
+  tsel=${ISSUE4_TRITON_SEL:-benchmarks/results/h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv}
+  if [ -n "${CSEL_CSV:-}" ] && [ -f "$CSEL_CSV" ]; then cp "$CSEL_CSV" "$csel"; fi
+  if [ -n "${CREM_CSV:-}" ] && [ -f "$CREM_CSV" ]; then cp "$CREM_CSV" "$crem"; fi
+  if [[ $stages == *compile* ]]; then
+    timeout "${ISSUE4_COMPILE_S:-240}" python3 scripts/compile_throughput.py --jobs "$(nproc)" --out "$GEMMRL_OUT" \
+      2>"$GEMMRL_OUT/compile_throughput.log" | tail -n 1
+  fi
+  if [[ $stages == *select* ]]; then
+    # shellcheck disable=SC2086
+    timeout "${ISSUE4_SELECT_S:-300}" python3 -m gemmrl.cli select --family cutlass $shapes_args --layouts tn \
+      --protocol graph,cold --no-progress --out "$csel" >"$GEMMRL_OUT/cutlass_select.log" 2>&1
+    echo "cutlass selection: exit $? ($(grep -c . "$csel" 2>/dev/null) lines)"
+    grep -E "^screen:|Error" "$GEMMRL_OUT/cutlass_select.log" | head -5
+  fi
+  if [[ $stages == *remeasure* ]]; then
+    # shellcheck disable=SC2086
+    timeout "${ISSUE4_REMEASURE_S:-420}" python3 -m gemmrl.cli bench $shapes_args --triton-from "$tsel" \
+      --cutlass-from "$csel" --protocol graph,cold --no-progress --out "$crem" >"$GEMMRL_OUT/cutlass_remeasure.log" 2>&1
+    echo "re-measure (vendor + triton-sel + cutlass-sel): exit $? ($(grep -c . "$crem" 2>/dev/null) lines)"
+    python3 scripts/issue4_table.py "$crem" --triton-select "$tsel" --cutlass-select "$csel" \
+      --md "$GEMMRL_OUT/${gpu}_${tag}_issue4-table_${day}.md" | tail -n 14
   fi
 fi
 

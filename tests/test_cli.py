@@ -30,6 +30,26 @@ def test_cli_errors(argv, needle, capsys):
     assert code == 2 and needle in err
 
 
+@pytest.mark.parametrize("extra,needle", [
+    (["--cuda-source", "/nonexistent/k.cu"], "no such file"),
+    (["--cuda-source", "{src}", "--declare", "Q=3"], "cannot read"),
+    (["--cuda-source", "{src}", "--abi", "cuda_l2"], "M_N_K"),
+    (["--cuda-source", "{src}", "--entry", "9x"], "not a C identifier"),
+    (["--cuda-source", "{src}", "--triton-top", "4"], "sandbox"),
+    (["--cutlass-from", "/nonexistent/sel.csv"], "no such file"),
+])
+def test_cuda_source_flag_errors(extra, needle, capsys, tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" int gemmrl_gemm() { return 0; }')
+    code, err = _run(["bench", "--mnk", "64_64_64", *[x.format(src=src) for x in extra]], capsys)
+    assert code == 2 and needle in err
+
+
+def test_select_family_flag(capsys):
+    with pytest.raises(SystemExit):
+        main(["select", "--mnk", "64_64_64", "--family", "cublas"])
+
+
 def test_unknown_dtype_rejected_by_argparse(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "--mnk", "64_64_64", "--dtype", "fp8"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from dataclasses import replace
 from datetime import date
@@ -86,13 +87,52 @@ def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
     except (ResultsError, ValueError) as e:
         raise CliError(f"--{flag}-from: {e}") from None
     if not sel:
-        raise CliError(f"--{flag}-from: no verified {flag}:* rows in {', '.join(paths)}; run gemmrl select "
-                       f"--family {flag} first")
+        hint = "--triton-top K" if flag == "triton" else "gemmrl select --family cutlass"
+        raise CliError(f"--{flag}-from: no verified {flag}:* rows in {', '.join(paths)}; run {hint} first")
     lacking = sorted({p.mnk for p in problems} - set(sel))
     if lacking:
         print(f"--{flag}-from: no selected config for {len(lacking)} shape(s) (other paths only there): "
               f"{', '.join(lacking[:8])}{' ...' if len(lacking) > 8 else ''}", file=sys.stderr)
     return (functools.partial(selected_candidates, selection=sel),)
+
+
+def _cuda_sources(args) -> tuple:
+    """--cuda-source FILE...: the declared candidates (entry, ABI, layout, shapes), one per file."""
+    from .kernels.cuda_source import CudaSource, CudaSourceError, ShapeRange
+
+    out = []
+    for f in args.cuda_source:
+        path = Path(f)
+        if not path.is_file():
+            raise CliError(f"--cuda-source {f}: no such file")
+        if args.abi == "cuda_l2" and not args.declare and not re.fullmatch(r"\d+_\d+_\d+", path.stem):
+            raise CliError(f"--cuda-source {f}: a cuda_l2-ABI file serves the one shape its name says (M_N_K.cu); "
+                           "rename it or pass --declare M_N_K")
+        try:
+            declare = args.declare or (path.stem if args.abi == "cuda_l2" else "")
+            out.append(CudaSource(path.read_text(errors="replace"), entry=args.entry or
+                                  ("gemmrl_gemm" if args.abi == "gemmrl" else "cuda_l2_h100_fp32"), abi=args.abi,
+                                  layout=args.source_layout, dtype=args.dtype, acc=args.acc,
+                                  shapes=ShapeRange.parse(declare), name=f"cuda:{path.stem}"))
+        except CudaSourceError as e:
+            raise CliError(f"--cuda-source {f}: {e}") from None
+    return tuple(out)
+
+
+def _bench_sandboxed(args, sources, problems, protocols, cfg, what) -> int:
+    from .bench import summary_text, write_summary
+    from .sandbox_bench import SandboxBenchSpec, run_sandboxed
+
+    out = Path(args.out)
+    if out.suffix != ".csv":
+        out = out / f"{_gpu_slug()}_{what}_sandbox-{'-'.join(protocols)}_{date.today().isoformat()}.csv"
+    spec = SandboxBenchSpec(tuple(problems), sources, protocols, out, cfg, gpus=(args.gpu_device_id,),
+                            timeout_s=args.sandbox_timeout)
+    path = run_sandboxed(spec, progress=not args.no_progress)
+    md = write_summary(path)
+    print(f"\nrows: {path}\nsummary: {md}\n")
+    print(summary_text(path))
+    return 0
 
 
 def cmd_bench(args) -> int:
@@ -103,6 +143,10 @@ def cmd_bench(args) -> int:
     if args.mode and args.mode not in ("offline", "server"):
         raise CliError("--mode is CUDA-L2's flag and takes offline or server; use --protocol for graph/cold")
     problems, what = _problems(args)
+    sources = _cuda_sources(args) if args.cuda_source else ()
+    if sources and (extra or args.kernel_dir or args.library or args.triton_from or args.cutlass_from):
+        raise CliError("--cuda-source runs in the sandbox with the vendor baselines only; measure other candidates "
+                       "in a separate bench run")
     extra += _selection_from("triton", args.triton_from, problems)
     extra += _selection_from("cutlass", args.cutlass_from, problems)
     require_cuda(args.gpu_device_id)
@@ -128,6 +172,8 @@ def cmd_bench(args) -> int:
         cfg = replace(cfg, warmup_s=args.warmup_seconds)
     if args.benchmark_seconds is not None:
         cfg = replace(cfg, benchmark_s=args.benchmark_seconds)
+    if sources:
+        return _bench_sandboxed(args, sources, problems, protocols, cfg, what)
     out = Path(args.out)
     if out.suffix != ".csv":
         import torch
@@ -277,6 +323,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--library", metavar="FILE|default",
                    help="also time `gemmrl` (each call gemmrl.mm, served from this library JSON, or 'default': the "
                         "package's and the user's) against the vendor paths")
+    b.add_argument("--cuda-source", nargs="+", metavar="FILE.cu",
+                   help="untrusted CUDA C++ candidates, built here and verified and timed beside the vendor paths in "
+                        "sandboxed worker processes (a crash, hang or fault costs only its worker and is recorded)")
+    b.add_argument("--entry", help="--cuda-source: the entry point (default gemmrl_gemm; cuda_l2_h100_fp32 for --abi cuda_l2)")
+    b.add_argument("--abi", default="gemmrl", choices=("gemmrl", "cuda_l2"),
+                   help="--cuda-source: gemmrl (extern \"C\" int entry(A, B, C, M, N, K, lda, ldb, ldc, workspace, "
+                        "workspace_bytes, stream)) or cuda_l2 (CUDA-L2's torch-tensor entry, one shape)")
+    b.add_argument("--source-layout", default="tn", choices=("tn", "nn"), help="--cuda-source: the B it reads")
+    b.add_argument("--declare", default="", help="--cuda-source: shapes it handles (M_N_K[,...] or e.g. "
+                                                 "'M=1..64,N%%8,K%%8'; default any, or the file's M_N_K name for cuda_l2)")
+    b.add_argument("--sandbox-timeout", type=float, default=300.0, help="--cuda-source: seconds per shape before the "
+                                                                        "worker is killed")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=cmd_bench)
 

@@ -1,0 +1,69 @@
+"""GPU tier of the sandbox: planted CUDA candidates (an illegal address, a kernel that never ends, a launch on the
+legacy default stream, a cudaMalloc larger than the device, a device synchronize) evaluated in the worker pool
+between correct ones. The pool must survive every fault, record each with its class, and finish the rest of
+its work correctly. With ``GEMMRL_OUT`` set, the verdicts are written there as a CSV (the closing note's and
+the README's evidence)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from gemmrl.evaluate import CandidateSpec, EvalRequest, outcome
+from gemmrl.kernels.planted_cuda import EXPECTED, planted_source
+from gemmrl.problem import GemmProblem
+
+SEQUENCE = ["correct", "illegal_address", "correct", "hang", "correct", "legacy_stream", "huge_malloc",
+            "device_sync", "syntax_error", "correct"]
+
+
+@pytest.mark.gpu
+def test_pool_survives_planted_faults(tmp_path):
+    from gemmrl.kernels.cuda_source import build_many
+    from gemmrl.kernels.vendor import build_library
+    from gemmrl.results import collect_meta, git_sha, now
+    from gemmrl.sandbox import Job, SandboxPool
+
+    build_library()  # the parent builds everything a worker loads: workers cannot write the build cache
+    build_many([planted_source(k) for k in set(SEQUENCE)])
+    problem = GemmProblem(128, 256, 64)
+    jobs = [Job(f"{i:02d}-{k}", "gemmrl.evaluate:evaluate_job",
+                EvalRequest(problem, CandidateSpec("cuda", planted_source(k)), baselines=("cublaslt_heuristic_tn",)),
+                timeout_s=45.0 if k == "hang" else 180.0)
+            for i, k in enumerate(SEQUENCE)]
+    t0 = time.perf_counter()
+    with SandboxPool(n_workers=1, scratch_root=tmp_path) as pool:
+        results = pool.run(jobs)
+        replaced = getattr(pool, "replaced", None)
+    wall = time.perf_counter() - t0
+    got = [outcome(r) for r in results]
+    rows = []
+    meta = collect_meta(0)
+    for k, r, o in zip(SEQUENCE, results, got):
+        v = r.value or {}
+        rows.append({"planted": k, "expected": EXPECTED[k], "outcome": o, "sandbox_status": r.status,
+                     "reason": (v.get("reason") or r.error or "")[:300].replace("\n", " "),
+                     "speedup_graph": (v.get("speedup") or {}).get("graph", ""), "worker_pid": r.worker_pid,
+                     "replaced": r.replaced, "wall_s": round(r.wall_s, 2), "isolation": r.isolation,
+                     "output_tail": r.output[-200:].replace("\n", " | "), "mnk": problem.mnk, "gpu": meta.gpu,
+                     "torch": meta.torch, "git_sha": git_sha(), "timestamp": now()})
+    out = os.environ.get("GEMMRL_OUT")
+    if out:
+        path = Path(out) / f"sandbox-planted-faults_{time.strftime('%Y-%m-%d')}.csv"
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"\nsandbox planted faults: {wall:.1f} s, workers replaced {replaced}; {path}")
+    assert got == [EXPECTED[k] for k in SEQUENCE], rows
+    goods = [r for k, r in zip(SEQUENCE, results) if k == "correct"]
+    assert all(r.value["failure"] == "" and r.value["speedup"].get("graph", 0) > 0 for r in goods)
+    assert len({r.worker_pid for r in goods}) >= 3  # the faults replaced the worker, and the next job ran
+    for k, r in zip(SEQUENCE, results):
+        if EXPECTED[k] in ("timeout", "cuda_fault"):
+            assert r.replaced
+    assert "huge_malloc" in next(r.output for k, r in zip(SEQUENCE, results) if k == "huge_malloc")
