@@ -33,7 +33,7 @@ def test_pool_survives_planted_faults(tmp_path):
     problem = GemmProblem(128, 256, 64)
     jobs = [Job(f"{i:02d}-{k}", "gemmrl.evaluate:evaluate_job",
                 EvalRequest(problem, CandidateSpec("cuda", planted_source(k)), baselines=("cublaslt_heuristic_tn",)),
-                timeout_s=45.0 if k == "hang" else 180.0)
+                timeout_s=30.0 if k == "hang" else 180.0)
             for i, k in enumerate(SEQUENCE)]
     t0 = time.perf_counter()
     with SandboxPool(n_workers=1, scratch_root=tmp_path) as pool:
