@@ -192,3 +192,5 @@ if [ "${ISSUE4:-0}" = 1 ]; then
 fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done
+# at most 8 files come back from the GPU machine: logs and markdown travel as one archive
+( cd "$GEMMRL_OUT" && ls ./*.log ./*.md >/dev/null 2>&1 && tar czf logs.tgz ./*.log ./*.md && rm -f ./*.log ./*.md )

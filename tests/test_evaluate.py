@@ -71,3 +71,17 @@ def test_gpu_evaluation_with_baselines():
     assert set(ev["speedup"]) == {"graph", "cold"} and all(s > 0 for s in ev["speedup"].values())
     assert math.isfinite(ev["reward"])
     assert {r["candidate"] for r in ev["rows"]} >= {"cuda:planted-correct", "cublaslt_heuristic_tn", "vendor_best"}
+
+
+@pytest.mark.interpreter
+def test_evaluation_comes_back_through_the_sandbox(tmp_path):
+    """The reply of a worker must be plain data (the pool refuses anything else): torch's version string, numpy
+    scalars and the like are converted by evaluate()."""
+    from gemmrl.sandbox import Job, SandboxPool
+
+    req = EvalRequest(GemmProblem(33, 65, 40, layout="nn"), CandidateSpec("planted_triton", "correct", layout="nn"),
+                      protocols=("offline",), baselines=(), timing=CPU_TIMING, graph_check=False, device="cpu")
+    with SandboxPool(n_workers=1, scratch_root=tmp_path, env={"TRITON_INTERPRET": "1"}) as pool:
+        r = pool.run([Job("ok", "gemmrl.evaluate:evaluate_job", req, timeout_s=120)])[0]
+    assert r.status == "ok", r.error
+    assert outcome(r) == "ok" and r.value["rows"][0]["torch"]

@@ -228,6 +228,8 @@ _FAMILY_SPECS = (
     ("pingpong", 64, 64, 128, 1, 1, "persistent"), ("pingpong", 64, 128, 128, 1, 1, "persistent"),
     ("pingpong", 128, 128, 64, 1, 1, "persistent"), ("pingpong", 128, 128, 64, 2, 1, "persistent"),
     ("pingpong", 128, 64, 64, 1, 1, "persistent"),
+    ("coop", 128, 192, 64, 1, 1, "persistent"), ("coop", 128, 192, 64, 2, 1, "persistent"),
+    ("pingpong", 64, 192, 64, 1, 1, "persistent"),
     ("coop", 128, 128, 64, 1, 1, "streamk"), ("coop", 128, 256, 64, 1, 1, "streamk"),
     ("coop", 128, 64, 64, 1, 1, "streamk"),
 )
@@ -239,16 +241,17 @@ def family(layout: str = "tn", dtype: str = "fp16") -> list[CutlassConfig]:
 
 def knobs_for(cfg: CutlassConfig, problem: GemmProblem, sms: int = 132) -> list[Knobs]:
     """The knob settings screened for ``cfg`` at ``problem``: the defaults, swizzle 8 where the grid of tiles is
-    large enough for it to matter, and for stream-K configs split-K (2, 4) and stream-K decompositions where
-    there are fewer output tiles than SMs."""
+    large enough for it to matter; for stream-K configs, split-K (2, 4) where there are fewer output tiles than
+    SMs, and the stream-K decomposition wherever the last wave of tiles leaves SMs idle."""
     tiles = -(-problem.M // cfg.bm) * -(-problem.N // cfg.bn)
     out = [Knobs()]
     if tiles >= 4 * sms:
         out.append(Knobs(swizzle=8))
-    if cfg.scheduler == "streamk" and tiles < sms:
+    if cfg.scheduler == "streamk":
         ktiles = -(-problem.K // cfg.bk)
-        out += [Knobs(decomposition="splitk", splits=s) for s in (2, 4) if s <= ktiles]
-        if ktiles >= 4:
+        if tiles < sms:
+            out += [Knobs(decomposition="splitk", splits=s) for s in (2, 4) if s <= ktiles]
+        if ktiles >= 4 and tiles % sms:
             out.append(Knobs(decomposition="streamk"))
     return [k for k in out if valid(cfg, k, problem)[0]]
 
