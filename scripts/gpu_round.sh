@@ -48,6 +48,9 @@ if ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then  # CUTLASS headers for the
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 if [ -d .carry/gemmrl_cache ]; then mkdir -p "$GEMMRL_CACHE_DIR" && cp -r .carry/gemmrl_cache/. "$GEMMRL_CACHE_DIR"/; fi
+if [ -f .carry/pack/cache.tgz ]; then  # the same, packed (the tree that travels is limited to 64 MiB)
+  mkdir -p "$GEMMRL_CACHE_DIR" && tar xzf .carry/pack/cache.tgz -C "$GEMMRL_CACHE_DIR" --strip-components=1
+fi
 echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
