@@ -67,3 +67,26 @@ def test_pool_survives_planted_faults(tmp_path):
         if EXPECTED[k] in ("timeout", "cuda_fault"):
             assert r.replaced
     assert "huge_malloc" in next(r.output for k, r in zip(SEQUENCE, results) if k == "huge_malloc")
+
+
+@pytest.mark.gpu
+def test_bench_cuda_source_through_the_sandbox(tmp_path):
+    """`gemmrl bench --cuda-source`: a correct source is verified and timed beside the vendor paths in a worker;
+    one with an illegal address is recorded as a cuda_fault row on every shape, and the run finishes."""
+    from gemmrl.cli import main
+    from gemmrl.kernels.planted_cuda import SOURCE
+    from gemmrl.results import read_rows
+
+    good, bad = tmp_path / "good.cu", tmp_path / "bad.cu"
+    good.write_text("#define GEMMRL_B_ROW 0\n" + SOURCE)
+    bad.write_text("#define GEMMRL_B_ROW 0\n#define PLANT_ILLEGAL\n" + SOURCE)
+    out = tmp_path / "rows.csv"
+    assert main(["bench", "--mnk", "64_128_64,96_256_128", "--cuda-source", str(good), str(bad), "--protocol",
+                 "graph,cold", "--declare", "N%8", "--out", str(out), "--no-progress"]) == 0
+    rows = read_rows([out])
+    for mnk in ("64_128_64", "96_256_128"):
+        for proto in ("graph", "cold"):
+            got = {r["candidate"]: r for r in rows if r["mnk"] == mnk and r["protocol"] == proto}
+            assert got["cuda:good"]["verified"] == "true" and float(got["cuda:good"]["time_ms"]) > 0
+            assert "vendor_best" in got
+            assert got["cuda:bad"]["verified"] == "false" and got["cuda:bad"]["reason"].startswith("cuda_fault")

@@ -112,23 +112,17 @@ class Evaluation:
 
 def _plain(v: Any) -> Any:
     """Plain Python data (what a sandbox reply may carry): str subclasses such as torch's TorchVersion become
-    str, numpy scalars become int/float, containers are converted member by member."""
+    str, numpy and torch scalars become int/float, containers are converted member by member."""
     if v is None or type(v) in (bool, int, float, str, bytes):
         return v
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return type(v)(_plain(x) for x in v) if type(v) in (list, tuple) else [_plain(x) for x in v]
-    if isinstance(v, str):
-        return str(v)
-    if isinstance(v, bool):
-        return bool(v)
-    if hasattr(v, "item"):  # numpy / torch scalars
+        return (tuple if isinstance(v, tuple) else list)(_plain(x) for x in v)
+    if isinstance(v, (str, int, float)):
+        return type(v).__mro__[-2](v)  # the builtin base of a subclass
+    if hasattr(v, "item"):
         return _plain(v.item())
-    if isinstance(v, int):
-        return int(v)
-    if isinstance(v, float):
-        return float(v)
     return str(v)
 
 

@@ -83,8 +83,6 @@ def run_sandboxed(spec: SandboxBenchSpec, progress: bool = True) -> Path:
             else:
                 why = (r.value or {}).get("reason") or r.error or ""
                 rows = _failure_rows(p, s, spec.protocols, f"{cls}: {why}", meta)
-                if r.status == "ok" and r.value and r.value.get("rows"):
-                    rows = [dict(x) for x in r.value["rows"]]
             by_proto: dict[str, list[dict]] = {}
             for x in rows:
                 by_proto.setdefault(x["protocol"], []).append(x)

@@ -290,6 +290,8 @@ class CutlassCandidate:
         self._dims = (0, 0, 0)
         self._ws = None
         self._ws_ptr, self._ws_bytes = 0, 0
+        self._stream = None
+        self._args = knobs.args()
 
     def _load(self):
         if self._built is None:
@@ -326,7 +328,6 @@ class CutlassCandidate:
             self._ws_ptr, self._ws_bytes = self._ws.data_ptr(), need
         self._dims = (M, N, K)
         self._stream = raw_stream_getter()
-        self._args = self.knobs.args()
 
     def __call__(self, a, b, bt, c) -> None:
         M, N, K = self._dims
