@@ -227,7 +227,7 @@ def cmd_select(args) -> int:
     print(f"\nrows: {path}\nselected per shape and protocol (screen timing; re-measure with "
           f"gemmrl bench --{args.family}-from {path}):")
     for t in table:
-        print(f"  {t['mnk']:>20} {t['protocol']:5} {t['triton_ms'] * 1e3:9.2f} us  vs {t['ref']} "
+        print(f"  {t['mnk']:>20} {t['protocol']:5} {t['best_ms'] * 1e3:9.2f} us  vs {t['ref']} "
               f"{t['ref_ms'] * 1e3:9.2f} us  x{t['ratio']:.3f}  {t['config']}")
     return 0
 

@@ -1,4 +1,8 @@
-"""Screening: time many Triton configs per shape quickly, to select one per shape and protocol.
+"""Screening: time many configs of one kernel family per shape quickly, to select one per shape and protocol.
+
+Families (``ScreenSpec.family``): ``triton`` (below) and ``cutlass`` (every config of ``cutlass_sm90.family()``
+with the scheduler knobs ``knobs_for`` picks at the shape, built beforehand by ``build_family``; candidates
+``cutlass:<config>:<knobs>``, re-measured with ``gemmrl bench --cutlass-from``). For Triton:
 
 Issue 3's protocol selects each shape's config by timing the pruned space in one run and re-measures the
 selection against the vendor paths in a separate run (``gemmrl bench --triton-from``), which is the number
@@ -322,7 +326,7 @@ def selection_table(rows: Iterable[dict]) -> list[dict]:
     out = []
     for key in sorted(best, key=lambda k: (k[1], k[0])):
         b, v = best[key], ref.get(key)
-        out.append({"mnk": key[0], "protocol": key[1], "config": b["algo"], "triton_ms": float(b["time_ms"]),
+        out.append({"mnk": key[0], "protocol": key[1], "config": b["algo"], "best_ms": float(b["time_ms"]),
                     "ref": v["candidate"] if v else "", "ref_ms": float(v["time_ms"]) if v else math.nan,
                     "ratio": float(v["time_ms"]) / float(b["time_ms"]) if v else math.nan})
     return out
