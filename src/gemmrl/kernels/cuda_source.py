@@ -42,11 +42,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -235,13 +233,13 @@ class Build:
 # toolchain
 # ---------------------------------------------------------------------------------------------------------
 def find_nvcc() -> str:
-    """nvcc from ``$GEMMRL_NVCC``, ``$CUDA_HOME``/``$CUDA_PATH``, PATH or /usr/local/cuda; '' if none."""
-    for cand in (os.environ.get("GEMMRL_NVCC"),
-                 *(os.path.join(os.environ[v], "bin", "nvcc") for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)),
-                 shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return ""
+    """The nvcc the vendor baselines are built with (``vendor.find_nvcc``'s search); '' if there is none."""
+    from .vendor import VendorBuildError, find_nvcc as vendor_nvcc
+
+    try:
+        return vendor_nvcc()
+    except VendorBuildError:
+        return ""
 
 
 _NVCC_VERSION: dict[str, str] = {}
@@ -335,12 +333,12 @@ def build(src: CudaSource, arch: str | None = None, *, timeout_s: float = DEFAUL
     key = build_key(src, arch, nvcc, incs)
     d = cache_dir("build", "cuda", key)
     so, meta = d / "candidate.so", d / "build.json"
-    if meta.is_file() and not force:
+    if meta.is_file() and not force:  # only successes and errors in the source itself are recorded there
         rec = json.loads(meta.read_text())
         err = BuildError(**rec["error"]) if rec.get("error") else None
-        if err is None and so.is_file() or err is not None and err.stage in ("compile", "spills"):
-            return Build(key, arch, str(so) if err is None else None, Ptxas(**{**rec["ptxas"], "perf_warnings":
-                         tuple(rec["ptxas"].get("perf_warnings", ()))}), err, rec.get("seconds", 0.0), cached=True)
+        if err is not None or so.is_file():
+            ptxas = Ptxas(**{**rec["ptxas"], "perf_warnings": tuple(rec["ptxas"].get("perf_warnings", ()))})
+            return Build(key, arch, None if err else str(so), ptxas, err, rec.get("seconds", 0.0), cached=True)
     cu = d / "candidate.cu"
     cu.write_text(src.code)
     tmp_so = d / f".candidate.{os.getpid()}.so"
@@ -416,6 +414,21 @@ _CUDA_ERRORS = {1: " (cudaErrorInvalidValue)", 2: " (cudaErrorMemoryAllocation: 
                 700: " (cudaErrorIllegalAddress)", 701: " (cudaErrorLaunchOutOfResources)"}
 
 
+class Workspace:
+    """A device workspace that grows to the largest size asked for (allocated once per size, outside any call)."""
+
+    def __init__(self) -> None:
+        self._buf = None
+        self.ptr, self.bytes = 0, 0
+
+    def ensure(self, need: int, device) -> None:
+        if need > self.bytes:
+            import torch
+
+            self._buf = torch.empty(need, dtype=torch.uint8, device=device)
+            self.ptr, self.bytes = self._buf.data_ptr(), need
+
+
 class CudaCandidate:
     """A built ``gemmrl``-ABI source as a bench candidate (``cand(a, b, bt, c)``). ``prepare`` refuses a shape
     outside the declaration and allocates the declared workspace; a non-zero return code raises."""
@@ -439,8 +452,7 @@ class CudaCandidate:
             self._ws_fn = getattr(lib, src.workspace_entry)
             self._ws_fn.restype = ctypes.c_size_t
             self._ws_fn.argtypes = [ctypes.c_int] * 3
-        self._ws = None
-        self._ws_ptr, self._ws_bytes = 0, 0
+        self._ws = Workspace()
         self._dims = (0, 0, 0)
         self._stream = None
 
@@ -448,15 +460,10 @@ class CudaCandidate:
         if not self.src.admits(problem):
             raise CudaSourceError(f"{self.name} declares {self.src.dtype}/{self.src.acc} shapes {self.src.shapes}; "
                                   f"{problem.mnk} {problem.dtype}/{problem.acc} is outside it")
-        import torch
-
         from .vendor import raw_stream_getter
 
         self._dims = (problem.M, problem.N, problem.K)
-        need = int(self._ws_fn(*self._dims)) if self._ws_fn else 0
-        if need > self._ws_bytes:
-            self._ws = torch.empty(need, dtype=torch.uint8, device=bufs.a.device)
-            self._ws_ptr, self._ws_bytes = self._ws.data_ptr(), need
+        self._ws.ensure(int(self._ws_fn(*self._dims)) if self._ws_fn else 0, bufs.a.device)
         self._stream = raw_stream_getter()
 
     def __call__(self, a, b, bt, c) -> None:
@@ -465,7 +472,7 @@ class CudaCandidate:
             raise CudaSourceError(f"{self.name} was prepared for {M}_{N}_{K}, called with "
                                   f"{a.shape[0]}_{c.shape[1]}_{a.shape[1]}")
         bb, ldb = (bt, K) if self.layout == "tn" else (b, N)
-        rc = self._fn(a.data_ptr(), bb.data_ptr(), c.data_ptr(), M, N, K, K, ldb, N, self._ws_ptr, self._ws_bytes,
+        rc = self._fn(a.data_ptr(), bb.data_ptr(), c.data_ptr(), M, N, K, K, ldb, N, self._ws.ptr, self._ws.bytes,
                       self._stream(a.device.index))
         if rc != 0:
             raise RuntimeError(f"{self.name}: entry {self.src.entry} returned {rc}{_CUDA_ERRORS.get(rc, '')}")
@@ -544,4 +551,4 @@ def graph_safety(cand, bufs) -> tuple[bool, str]:
 
 
 __all__ = ["ShapeRange", "CudaSource", "Ptxas", "BuildError", "Build", "build", "build_many", "load_candidate",
-           "CudaCandidate", "graph_safety", "find_nvcc", "arch_for", "CudaSourceError"]
+           "CudaCandidate", "Workspace", "graph_safety", "find_nvcc", "arch_for", "CudaSourceError"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..problem import GemmProblem
-from .cuda_source import Build, CudaSource, ShapeRange, build, build_many, load_library
+from .cuda_source import Build, CudaSource, ShapeRange, Workspace, build, build_many, load_library
 
 TEMPLATE = Path(__file__).with_name("csrc") / "cutlass_sm90_gemm.cu"
 SCHEDULES = ("coop", "pingpong")
@@ -288,8 +288,7 @@ class CutlassCandidate:
         self._built = built
         self._fn = None
         self._dims = (0, 0, 0)
-        self._ws = None
-        self._ws_ptr, self._ws_bytes = 0, 0
+        self._ws = Workspace()
         self._stream = None
         self._args = knobs.args()
 
@@ -312,8 +311,6 @@ class CutlassCandidate:
         return lib, fn
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
-        import torch
-
         from .vendor import raw_stream_getter
 
         check(self.cfg, self.knobs, problem, _cc(bufs.a.device))
@@ -322,23 +319,20 @@ class CutlassCandidate:
         ldb = K if self.layout == "tn" else N
         if lib.gemmrl_cutlass_can_implement(M, N, K, K, ldb, N) != 0:
             raise CutlassConfigError(f"{self.cfg}: CUTLASS cannot implement {problem.mnk} (can_implement failed)")
-        need = int(lib.gemmrl_cutlass_workspace(M, N, K, *self.knobs.args()))
-        if need > self._ws_bytes:
-            self._ws = torch.empty(need, dtype=torch.uint8, device=bufs.a.device)
-            self._ws_ptr, self._ws_bytes = self._ws.data_ptr(), need
+        self._ws.ensure(int(lib.gemmrl_cutlass_workspace(M, N, K, *self.knobs.args())), bufs.a.device)
         self._dims = (M, N, K)
         self._stream = raw_stream_getter()
 
     def __call__(self, a, b, bt, c) -> None:
         M, N, K = self._dims
         bb, ldb = (bt, K) if self.layout == "tn" else (b, N)
-        rc = self._fn(a.data_ptr(), bb.data_ptr(), c.data_ptr(), M, N, K, K, ldb, N, self._ws_ptr, self._ws_bytes,
+        rc = self._fn(a.data_ptr(), bb.data_ptr(), c.data_ptr(), M, N, K, K, ldb, N, self._ws.ptr, self._ws.bytes,
                       self._stream(a.device.index), *self._args)
         if rc != 0:
             raise RuntimeError(f"{self.name}: gemmrl_cutlass_gemm returned {rc} for {M}_{N}_{K}")
 
     def info(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"algo": f"{self.cfg}:{self.knobs}", "workspace_bytes": self._ws_bytes}
+        d: dict[str, Any] = {"algo": f"{self.cfg}:{self.knobs}", "workspace_bytes": self._ws.bytes}
         if self._built is not None:
             d.update(build=self._built.key, max_registers=self._built.ptxas.max_registers)
         return d
