@@ -24,7 +24,13 @@
 #                 that counts; then scripts/issue4_table.py (limits ISSUE4_SELECT_S, ISSUE4_REMEASURE_S;
 #                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from)
 #      Carried: .whl/nvidia_cutlass-*.whl (the CUTLASS headers) and .carry/gemmrl_cache (prebuilt CUTLASS objects).
-#   8. a short table last.
+#   8. only with ISSUE5=1 (issue 5, the tuning loop) on ISSUE5_SHAPES (default benchmarks/shapes/held50_grid_seed2.txt,
+#      50 grid shapes outside the 100 the shipped policy trained on), the stages in ISSUE5_STAGES (default all):
+#      sweep    the exhaustive reference: gemmrl select, Triton (top 16 + explore 8, tn and nn) and CUTLASS (tn)
+#      tune     gemmrl tune --proposer rl (ISSUE5_GROUP x ISSUE5_ROUNDS per shape; trials in $GEMMRL_OUT)
+#      remeasure gemmrl bench --triton-from/--cutlass-from the tuned rows, every vendor path: the run that counts
+#      (T5SEL_CSV / C5SEL_CSV / T5ROWS_CSV / T5REM_CSV: files of an earlier call to resume from)
+#   9. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -191,6 +197,42 @@ if [ "${ISSUE4:-0}" = 1 ]; then
     echo "re-measure (vendor + triton-sel + cutlass-sel): exit $? ($(grep -c . "$crem" 2>/dev/null) lines)"
     python3 scripts/issue4_table.py "$crem" --triton-select "$tsel" --cutlass-select "$csel" \
       --md "$GEMMRL_OUT/${gpu}_${tag}_issue4-table_${day}.md" | tail -n 14
+  fi
+fi
+
+if [ "${ISSUE5:-0}" = 1 ]; then
+  stages=${ISSUE5_STAGES:-sweep,tune,remeasure}
+  shapes=${ISSUE5_SHAPES:-benchmarks/shapes/held50_grid_seed2.txt}
+  tag=${ISSUE5_TAG:-held50s2}
+  t5sel="$GEMMRL_OUT/${gpu}_${tag}_triton-select-top16-explore8-tn-nn_${day}.csv"
+  c5sel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
+  t5rows="$GEMMRL_OUT/${gpu}_${tag}_tune-rl-rows_graph-cold_${day}.csv"
+  t5sum="$GEMMRL_OUT/${gpu}_${tag}_tune-rl-outcomes_${day}.csv"
+  t5rem="$GEMMRL_OUT/${gpu}_${tag}_tuned-remeasure_graph-cold_${day}.csv"
+  for v in T5SEL_CSV:t5sel C5SEL_CSV:c5sel T5ROWS_CSV:t5rows T5REM_CSV:t5rem; do
+    src=${!v%%:*}; dst=${v##*:}
+    if [ -n "${!src:-}" ] && [ -f "${!src}" ]; then cp "${!src}" "${!dst}"; fi
+  done
+  if [[ $stages == *sweep* ]]; then
+    timeout "${ISSUE5_TSEL_S:-300}" python3 -m gemmrl.cli select --shapes "$shapes" --top 16 --explore 8 \
+      --layouts tn,nn --protocol graph,cold --no-progress --out "$t5sel" >"$GEMMRL_OUT/issue5_triton_select.log" 2>&1
+    echo "sweep triton: exit $? ($(grep -c . "$t5sel" 2>/dev/null) lines)"
+    timeout "${ISSUE5_CSEL_S:-240}" python3 -m gemmrl.cli select --family cutlass --shapes "$shapes" --layouts tn \
+      --protocol graph,cold --no-progress --out "$c5sel" >"$GEMMRL_OUT/issue5_cutlass_select.log" 2>&1
+    echo "sweep cutlass: exit $? ($(grep -c . "$c5sel" 2>/dev/null) lines)"
+  fi
+  if [[ $stages == *tune* ]]; then
+    timeout "${ISSUE5_TUNE_S:-300}" python3 -m gemmrl.cli tune --shapes "$shapes" --proposer rl \
+      --group "${ISSUE5_GROUP:-4}" --rounds "${ISSUE5_ROUNDS:-1}" --run "$tag" --resume \
+      --trials "$GEMMRL_OUT/trials.sqlite" --policy "$GEMMRL_OUT/policy.json" --summary-out "$t5sum" \
+      --rows-out "$t5rows" --baselines "${ISSUE5_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
+      --budget-wall-minutes "${ISSUE5_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/issue5_tune.log" 2>&1
+    echo "tune: exit $?"; grep -E "^tune:|Error" "$GEMMRL_OUT/issue5_tune.log" | tail -n 4
+  fi
+  if [[ $stages == *remeasure* ]]; then
+    timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench --shapes "$shapes" --triton-from "$t5rows" \
+      --cutlass-from "$t5rows" --protocol graph,cold --no-progress --out "$t5rem" >"$GEMMRL_OUT/issue5_remeasure.log" 2>&1
+    echo "re-measure of the tuned winners: exit $? ($(grep -c . "$t5rem" 2>/dev/null) lines)"
   fi
 fi
 

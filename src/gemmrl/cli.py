@@ -284,6 +284,43 @@ def cmd_warmup(args) -> int:
     return warm(args, problems)
 
 
+def cmd_serve_reward(args) -> int:
+    """`gemmrl serve-reward`: the LLM reward (extract, build, verify, time) over HTTP; see search/reward_server.py."""
+    from .search.reward_server import RewardServerError, check_host, serve_reward
+
+    try:
+        check_host(args.host, args.allow_remote)  # before any worker starts
+    except RewardServerError as e:
+        raise CliError(str(e)) from None
+    if args.max_request_kb <= 0 or args.time_limit_s <= 0:
+        raise CliError("--max-request-kb and --time-limit-s must be positive")
+    from .search.executor import InlineExecutor, RequestTemplate, SandboxExecutor
+
+    cpu = args.device == "cpu"
+    template = RequestTemplate(protocols=_protocols(args.protocol or ("offline" if cpu else "graph,cold")),
+                               baselines=() if cpu else None, graph_check=not cpu, device=args.device,
+                               timing=TimingConfig(warmup_s=0.0, benchmark_s=0.05) if cpu else None)
+    if not args.sandbox:
+        executor = InlineExecutor(template)
+    elif cpu:
+        executor = SandboxExecutor(template=template, timeout_s=args.time_limit_s, gpus=(),
+                                   env={"TRITON_INTERPRET": "1"})
+    else:
+        executor = SandboxExecutor(template=template, timeout_s=args.time_limit_s)
+    try:
+        srv = serve_reward(args.host, args.port, executor, args.max_request_kb * 1024, args.time_limit_s,
+                           args.allow_remote)
+        print(f"gemmrl serve-reward: POST {srv.url}/score, GET {srv.url}/health ({args.device}, "
+              f"{'sandboxed' if args.sandbox else 'in-process, unisolated'}); Ctrl-C stops", flush=True)
+        try:
+            srv.wait()
+        finally:
+            srv.close()
+    finally:
+        executor.close()
+    return 0
+
+
 def _shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mnk", help="one shape M_N_K (or a comma list), e.g. 64_4096_64")
     p.add_argument("--grid", help="'cuda-l2': CUDA-L2's 1000 grid shapes")
@@ -378,6 +415,23 @@ def build_parser() -> argparse.ArgumentParser:
     _shape_args(w)
     w.add_argument("--layouts", default="tn,nn")
     w.set_defaults(func=cmd_warmup)
+    from .tune_cli import add_parser as add_tune
+
+    add_tune(sub, _shape_args)
+    sr = sub.add_parser("serve-reward", help="serve the LLM reward (extract, build, verify, time a completion) over "
+                                             "HTTP: POST /score, GET /health")
+    sr.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback unless --allow-remote)")
+    sr.add_argument("--port", type=int, default=8787, help="port (default 8787; 0 picks a free one)")
+    sr.add_argument("--allow-remote", action="store_true",
+                    help="allow a non-loopback --host: anyone who reaches it can make this machine run their code")
+    sr.add_argument("--max-request-kb", type=int, default=256, help="largest request body accepted (413 beyond)")
+    sr.add_argument("--time-limit-s", type=float, default=600.0, help="seconds per request before a 504")
+    sr.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: Triton interpreter, no baselines (reward 0.0 for a verified kernel); for tests")
+    sr.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=True,
+                    help="evaluate in sandboxed worker processes (default); --no-sandbox runs them in-process")
+    sr.add_argument("--protocol", help=f"comma list of {','.join(PROTOCOLS)} (default graph,cold; offline on cpu)")
+    sr.set_defaults(func=cmd_serve_reward)
     return ap
 
 
@@ -402,4 +456,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the importable module's main, so exception classes other modules import from gemmrl.cli are the same
+    from gemmrl.cli import main as _main
+
+    sys.exit(_main())

@@ -27,13 +27,14 @@ from typing import Any
 from .problem import GemmProblem
 from .timing import TimingConfig
 
-FAMILIES = ("cuda", "cutlass", "triton", "planted_triton")
+FAMILIES = ("cuda", "cutlass", "triton", "triton_source", "planted_triton")
 
 
 @dataclass(frozen=True)
 class CandidateSpec:
     """What to build: ``family`` and its ``payload`` -- a ``CudaSource`` (``cuda``), ``"<config>:<knobs>"``
-    (``cutlass``), a Triton config string (``triton``) or a planted Triton kernel's mode (``planted_triton``)."""
+    (``cutlass``), a Triton config string (``triton``), a ``TritonSource`` (``triton_source``: a Triton kernel
+    written by a proposer, ``kernels/triton_source.py``) or a planted Triton kernel's mode (``planted_triton``)."""
 
     family: str
     payload: Any
@@ -66,6 +67,14 @@ class CandidateSpec:
             if not built.ok:
                 return None, built.record()
             return cs.CutlassCandidate(cfg, knobs, built, name=self.name or None), built.record()
+        if self.family == "triton_source":
+            from .kernels.triton_source import load_candidate as load_triton_source
+
+            if not self.payload.admits(problem):
+                return None, {"ok": False, "error": {"stage": "shape", "message":
+                              f"{problem.mnk} {problem.dtype}/{problem.acc} is outside the declared "
+                              f"{self.payload.dtype}/{self.payload.acc} shapes {self.payload.shapes}"}}
+            return load_triton_source(self.payload)
         if self.family == "triton":
             from .kernels.triton_gemm import TritonGemm
             from .kernels.triton_gemm.configs import parse_config
@@ -130,8 +139,73 @@ def _classify(text: str) -> str:
     return "oom" if "out of memory" in text.lower() or "cudaErrorMemoryAllocation" in text else "error"
 
 
+@dataclass(frozen=True)
+class GroupRequest:
+    """Several candidates at one problem, timed together beside one measurement of the baselines: the tuning
+    loop's unit of work (a group of proposals for a shape). Fields as in :class:`EvalRequest`."""
+
+    problem: GemmProblem
+    candidates: tuple[CandidateSpec, ...]
+    protocols: tuple[str, ...] = ("graph", "cold")
+    baselines: tuple[str, ...] | None = None
+    timing: TimingConfig = EvalRequest.timing
+    graph_check: bool = True
+    device: str = "cuda"
+    seed: int = 0
+
+    @staticmethod
+    def of(req: EvalRequest) -> "GroupRequest":
+        return GroupRequest(req.problem, (req.candidate,), req.protocols, req.baselines, req.timing, req.graph_check,
+                            req.device, req.seed)
+
+
 def evaluate(req: EvalRequest) -> dict[str, Any]:
     """Build, verify, check and time ``req.candidate`` at ``req.problem`` beside the vendor baselines."""
+    got = evaluate_group(GroupRequest.of(req))
+    return {**got["evaluations"][0], "rows": tuple(got["rows"])}
+
+
+def _prepared(spec: CandidateSpec, req: GroupRequest, bufs, verifier) -> tuple[Any, dict[str, Any]]:
+    """(candidate ready to time or None, the evaluation fields so far)."""
+    problem = req.problem
+    ev: dict[str, Any] = dict(mnk=problem.mnk, candidate=spec.label())
+    try:
+        cand, build = spec.make(problem)
+    except Exception as e:  # noqa: BLE001 - a candidate that cannot even be made is a failure record
+        return None, {**ev, "failure": "build", "reason": f"{type(e).__name__}: {e}"[:400]}
+    if cand is None:
+        err = build.get("error", {})
+        stage = err.get("stage", "build")
+        return None, {**ev, "failure": "shape" if stage == "shape" else "build", "build": build,
+                      "reason": f"{stage}: {err.get('message', '')}"[:400]}
+    if spec.name:
+        cand.name = spec.name
+    ev.update(candidate=cand.name, build=build)
+    try:
+        cand.prepare(problem, bufs, req.protocols[0], None)
+    except Exception as e:  # noqa: BLE001
+        msg = f"prepare failed: {type(e).__name__}: {e}"[:400]
+        return None, {**ev, "failure": _classify(msg), "reason": msg}
+    ok, why = verifier(cand, problem)
+    if not ok:
+        return None, {**ev, "failure": "oom" if _classify(why) == "oom" else "rejected", "reason": why}
+    if req.graph_check and req.device == "cuda":
+        from .kernels.cuda_source import graph_safety
+
+        safe, gwhy = graph_safety(cand, bufs)
+        ev["graph_safe"] = safe
+        if not safe:
+            return None, {**ev, "failure": "rejected", "reason": f"serving: {gwhy}"}
+    return cand, ev
+
+
+def evaluate_group(req: GroupRequest) -> dict[str, Any]:
+    """Every candidate of ``req`` made, verified and checked one by one (a failure is that candidate's record),
+    then the survivors timed together, interleaved with the baselines, per protocol. Returns plain data:
+    ``evaluations`` (one record per candidate, in order, without rows), ``rows`` (every result row of the
+    measurement: candidates, baselines, aggregates) and ``wall_s`` (the job's wall time on the device)."""
+    import time
+
     import torch
 
     from .bench import _Verifier, _base_row, measure_problem
@@ -139,72 +213,66 @@ def evaluate(req: EvalRequest) -> dict[str, Any]:
     from .results import Meta, collect_meta, git_sha, sm_clock_mhz
     from .timing import floor_ms, l2_bytes
 
-    problem, spec = req.problem, req.candidate
-    name = spec.label()
-    ev = dict(mnk=problem.mnk, candidate=name)
-    try:
-        cand, build = spec.make(problem)
-    except Exception as e:  # noqa: BLE001 - a candidate that cannot even be made is a failure record
-        return Evaluation(**ev, failure="build", reason=f"{type(e).__name__}: {e}"[:400]).record()
-    if cand is None:
-        err = build.get("error", {})
-        stage = err.get("stage", "build")
-        return Evaluation(**ev, failure="shape" if stage == "shape" else "build", build=build,
-                          reason=f"{stage}: {err.get('message', '')}"[:400]).record()
-    if spec.name:
-        cand.name = spec.name
-    ev["candidate"] = name = cand.name
+    t0 = time.perf_counter()
+    problem = req.problem
     cuda = req.device == "cuda"
     torch.set_grad_enabled(False)
     bufs = make_buffers(problem, req.device, seed=req.seed)
-    try:
-        cand.prepare(problem, bufs, req.protocols[0], None)
-    except Exception as e:  # noqa: BLE001
-        msg = f"prepare failed: {type(e).__name__}: {e}"[:400]
-        return Evaluation(**ev, failure=_classify(msg), reason=msg, build=build).record()
     verifier = _Verifier(req.device)
-    ok, why = verifier(cand, problem)
-    if not ok:
-        return Evaluation(**ev, failure="oom" if _classify(why) == "oom" else "rejected", reason=why,
-                          build=build).record()
-    graph_safe = None
-    if req.graph_check and cuda:
-        from .kernels.cuda_source import graph_safety
-
-        graph_safe, gwhy = graph_safety(cand, bufs)
-        if not graph_safe:
-            return Evaluation(**ev, failure="rejected", reason=f"serving: {gwhy}", build=build,
-                              graph_safe=False).record()
-    cands = [cand]
-    if req.baselines != ():
-        from .kernels.vendor import vendor_candidates
-
-        cands += [v for v in vendor_candidates(problem) if req.baselines is None or v.name in req.baselines]
-    meta = collect_meta(torch.cuda.current_device()).row() if cuda else Meta("cpu", "", "", "", torch.__version__, "",
-                                                                               git_sha()).row()
-    l2 = l2_bytes(torch.cuda.current_device()) if cuda else None
+    live, evs = [], []
+    for spec in req.candidates:
+        cand, ev = _prepared(spec, req, bufs, verifier)
+        evs.append(ev)
+        if cand is not None:
+            if any(c.name == cand.name for c, _ in live):
+                ev.update(failure="error", reason=f"duplicate candidate name {cand.name!r} in one group")
+                continue
+            live.append((cand, ev))
     rows: list[dict] = []
-    speedup: dict[str, float] = {}
-    for protocol in req.protocols:
-        base = _base_row(problem, protocol, meta, 0, req.timing)
-        base["sm_clock_mhz"] = sm_clock_mhz(torch.cuda.current_device()) if cuda else ""
-        floor = floor_ms(problem, meta["gpu"], protocol, l2) if cuda else math.nan
-        got = measure_problem(problem, protocol, cands, bufs, req.timing, verifier, floor, base)
-        for r in got:
-            r["sandbox"] = "1"
-        rows += got
-        mine = next((r for r in got if r["candidate"] == cand.name and r.get("verified") and not r.get("recheck")), None)
-        best = next((r for r in got if r["candidate"] == "vendor_best"), None)
-        if mine and best and math.isfinite(mine.get("time_ms", math.inf)):
-            speedup[protocol] = best["time_ms"] / mine["time_ms"]
-    reward = math.fsum(math.log(s) for s in speedup.values()) / len(speedup) if speedup else math.nan
-    return Evaluation(**ev, build=build, graph_safe=graph_safe, speedup=speedup, reward=reward,
-                      rows=tuple(rows)).record()
+    if live:
+        cands = [c for c, _ in live]
+        if req.baselines != ():
+            from .kernels.vendor import vendor_candidates
+
+            cands += [v for v in vendor_candidates(problem) if req.baselines is None or v.name in req.baselines]
+        meta = (collect_meta(torch.cuda.current_device()).row() if cuda
+                else Meta("cpu", "", "", "", torch.__version__, "", git_sha()).row())
+        l2 = l2_bytes(torch.cuda.current_device()) if cuda else None
+        for protocol in req.protocols:
+            base = _base_row(problem, protocol, meta, 0, req.timing)
+            base["sm_clock_mhz"] = sm_clock_mhz(torch.cuda.current_device()) if cuda else ""
+            floor = floor_ms(problem, meta["gpu"], protocol, l2) if cuda else math.nan
+            got = measure_problem(problem, protocol, cands, bufs, req.timing, verifier, floor, base)
+            for r in got:
+                r["sandbox"] = "1"
+            rows += got
+            best = next((r for r in got if r["candidate"] == "vendor_best"), None)
+            for cand, ev in live:
+                mine = next((r for r in got if r["candidate"] == cand.name and r.get("verified")
+                             and not r.get("recheck")), None)
+                if mine is None:
+                    bad = next((r for r in got if r["candidate"] == cand.name), {})
+                    ev.setdefault("failure", "rejected" if bad.get("reason") else "error")
+                    ev.setdefault("reason", str(bad.get("reason", "not timed"))[:400])
+                elif best and math.isfinite(mine.get("time_ms", math.inf)):
+                    ev.setdefault("speedup", {})[protocol] = best["time_ms"] / mine["time_ms"]
+        for _, ev in live:
+            sp = ev.get("speedup", {})
+            if not ev.get("failure") and sp:
+                ev["reward"] = math.fsum(math.log(s) for s in sp.values()) / len(sp)
+    del bufs
+    return _plain({"evaluations": [Evaluation(**ev).record() for ev in evs], "rows": rows,
+                   "wall_s": time.perf_counter() - t0})
 
 
 def evaluate_job(req: EvalRequest, ctx: Any = None) -> dict[str, Any]:
     """The sandbox job: ``evaluate`` in a worker (its CUDA context, its scratch directory)."""
     return evaluate(req)
+
+
+def evaluate_group_job(req: GroupRequest, ctx: Any = None) -> dict[str, Any]:
+    """The sandbox job of the tuning loop: ``evaluate_group`` in a worker."""
+    return evaluate_group(req)
 
 
 def outcome(result: Any) -> str:

@@ -277,6 +277,11 @@ class TrialsStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS trials (digest TEXT PRIMARY KEY, source TEXT, gpu TEXT, "
                         "mnk TEXT, candidate TEXT, protocol TEXT, row TEXT)")
+        # one row per evaluated proposal (the tuning loop's record; a candidate counts once per shape and GPU model)
+        self.db.execute("CREATE TABLE IF NOT EXISTS outcomes (gpu TEXT, mnk TEXT, dtype TEXT, acc TEXT, key TEXT, "
+                        "run TEXT, proposer TEXT, family TEXT, layout TEXT, payload TEXT, name TEXT, verdict TEXT, "
+                        "reward REAL, record TEXT, gpu_s REAL, worker TEXT, ts TEXT, "
+                        "PRIMARY KEY (gpu, mnk, dtype, acc, key))")
         self.db.commit()
 
     def ingest(self, rows: Iterable[Mapping[str, str]], source: str) -> int:
@@ -300,6 +305,38 @@ class TrialsStore:
             q, args = q + " WHERE gpu = ?", [gpu]
         srcs = set(sources) if sources is not None else None
         return [dict(json.loads(r), source=s) for s, r in self.db.execute(q, args) if srcs is None or s in srcs]
+
+    def add_outcomes(self, outcomes: Iterable[Mapping], rows: Iterable[Mapping[str, str]], source: str) -> int:
+        """Store a group's outcomes (dicts with the ``outcomes`` columns) and its result rows in one transaction;
+        returns how many outcomes were new (a retried candidate already stored is not stored twice)."""
+        cols = ("gpu", "mnk", "dtype", "acc", "key", "run", "proposer", "family", "layout", "payload", "name",
+                "verdict", "reward", "record", "gpu_s", "worker", "ts")
+        n0 = self.db.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0]
+        with self.db:
+            for o in outcomes:
+                self.db.execute(f"INSERT OR IGNORE INTO outcomes VALUES ({','.join('?' * len(cols))})",
+                                tuple(o.get(c) for c in cols))
+            for r in rows:
+                text = json.dumps(dict(r), sort_keys=True, default=str)
+                dig = hashlib.sha256((source + text).encode()).hexdigest()
+                self.db.execute("INSERT OR IGNORE INTO trials VALUES (?,?,?,?,?,?,?)",
+                                (dig, source, r.get("gpu", ""), r.get("mnk", ""), r.get("candidate", ""),
+                                 r.get("protocol", ""), text))
+        return self.db.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0] - n0
+
+    def outcomes(self, gpu: str | None = None, run: str | None = None) -> list[dict]:
+        q, args, where = "SELECT * FROM outcomes", [], []
+        if gpu is not None:
+            where.append("gpu = ?")
+            args.append(gpu)
+        if run is not None:
+            where.append("run = ?")
+            args.append(run)
+        if where:
+            q += " WHERE " + " AND ".join(where)
+        cur = self.db.execute(q + " ORDER BY ts, rowid", args)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur]
 
     def close(self) -> None:
         self.db.close()

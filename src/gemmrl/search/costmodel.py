@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from ..kernels.triton_gemm.configs import H100, Arch, Config, acc_regs, aligned_operands, smem_bytes
@@ -221,3 +221,39 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     sx = math.sqrt(sum((a - mx) ** 2 for a in rx))
     sy = math.sqrt(sum((b - my) ** 2 for b in ry))
     return cov / (sx * sy) if sx and sy else 0.0
+
+
+def estimate_cutlass(cfg, knobs, problem: GemmProblem, arch: Arch = H100, warm_l2: bool = False,
+                     params: CostParams = DEFAULT) -> Estimate:
+    """A CUTLASS SM90 config (``kernels.cutlass_sm90``) under the same model: a TMA warp-specialized kernel of its
+    tile, as deep a pipeline as shared memory allows (capped at the Triton family's 4 stages), persistent over the
+    tiles; with the stream-K scheduler's split-K decomposition, ``splits`` programs per tile reduced in place."""
+    from ..kernels.triton_gemm.configs import PersistentConfig, SplitKConfig
+
+    stages = max(2, min(4, cfg.stages))
+    warps = 12 if cfg.schedule == "coop" else 8
+    if cfg.scheduler == "streamk" and knobs.splits > 1:
+        tc = SplitKConfig(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, warps=8, stages=stages, split=knobs.splits,
+                          reduction="fused", tma=True)
+        e = estimate(tc, problem, arch, warm_l2, params)
+        return replace(e, seconds=e.seconds / params.ws_bonus ** 0.5)
+    tc = PersistentConfig(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, warps=min(8, warps), stages=stages, tma=True, ws=True,
+                          ctas_per_sm=1)
+    return estimate(tc, problem, arch, warm_l2, params)
+
+
+def estimate_spec(spec, problem: GemmProblem, arch: Arch = H100, warm_l2: bool = False,
+                  params: CostParams = DEFAULT) -> float:
+    """Predicted seconds of a ``evaluate.CandidateSpec`` of the ``triton`` (config string) or ``cutlass``
+    (``"<config>:<knobs>"``) family at ``problem`` (in the spec's layout). ValueError for anything else."""
+    from ..kernels.triton_gemm.configs import parse_config
+
+    pl = problem.with_(layout=spec.layout)
+    if spec.family == "triton":
+        return estimate(parse_config(str(spec.payload)), pl, arch, warm_l2, params).seconds
+    if spec.family == "cutlass":
+        from ..kernels.cutlass_sm90 import parse_name
+
+        cfg, knobs = parse_name(str(spec.payload))
+        return estimate_cutlass(cfg, knobs, pl, arch, warm_l2, params).seconds
+    raise ValueError(f"the cost model estimates Triton and CUTLASS configs, not {spec.family!r} candidates")

@@ -1,0 +1,160 @@
+"""Search efficiency on measured tables: how much of an exhaustive sweep's log-gain a proposer finds, for how much
+of the sweep's GPU time.
+
+Log-gain of a shape for a set of tried arms: ``max(0, best reward among them)`` -- what the library gains there
+(it serves the vendor path where nothing won). A method's share at a budget: the sum over shapes of its log-gain
+divided by the sum of the exhaustive sweep's (every arm of the table tried). Budgets are per shape, in arms or in
+a fraction of the sweep's GPU time at that shape (arms are taken in the method's order while the budget lasts;
+the first arm is always taken).
+
+Methods: ``rl`` (the policy's greedy ranking, trained by ``train_replay`` on other shapes only), ``costmodel``
+(its prior alone, i.e. the untrained policy), ``random`` (the expectation over ``random_draws`` orderings).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .policy import FAIL_REWARD, RLPolicy, spec_key
+from .replay import Table
+
+
+def train_replay(policy: RLPolicy, tables: Sequence[Table], epochs: int = 60, group: int = 8, seed: int = 0,
+                 progress: bool = False) -> list[float]:
+    """GRPO on measured rewards: every epoch, for every shape (shuffled), ``group`` arms sampled without
+    replacement from the policy (Gumbel top-k over its logits), rewarded from the table, one policy-gradient step
+    with group-relative advantages. Returns the mean sampled reward per epoch."""
+    rng = random.Random(seed)
+    for t in tables:
+        policy.set_actions(t.problem, [a.spec for a in t.arms])
+    curve = []
+    order = list(tables)
+    for _ in range(epochs):
+        rng.shuffle(order)
+        got = []
+        for t in order:
+            specs, x = policy.actions(t.problem)
+            z = policy.logits(x) + np.array([-math.log(-math.log(max(rng.random(), 1e-12))) for _ in specs])
+            chosen = list(np.argsort(-z)[:group])
+            rewards = [t.arms[i].reward if t.arms[i].ok else FAIL_REWARD for i in chosen]
+            policy.step(x, chosen, rewards)
+            policy.state.trained_on.append(t.problem.mnk)
+            got.append(float(np.mean(rewards)))
+        curve.append(float(np.mean(got)))
+    return curve
+
+
+def gain(table: Table, order: Sequence[int], n: int) -> float:
+    best = max((table.arms[i].reward for i in order[:n] if table.arms[i].ok), default=-math.inf)
+    return max(0.0, best)
+
+
+def arms_within(table: Table, order: Sequence[int], fraction: float) -> int:
+    """How many arms of ``order`` fit in ``fraction`` of the sweep's GPU time (at least one)."""
+    budget, spent = fraction * table.sweep_cost_s, 0.0
+    for n, i in enumerate(order):
+        spent += table.arms[i].cost_s
+        if spent > budget:
+            return max(1, n)
+    return len(order)
+
+
+def orders(policy: RLPolicy, table: Table) -> list[int]:
+    policy.set_actions(table.problem, [a.spec for a in table.arms])
+    _, x = policy.actions(table.problem)
+    return list(np.argsort(-policy.logits(x), kind="stable"))
+
+
+def online_orders(policy: RLPolicy, group: int = 4, rounds: int = 6, lr: float | None = None
+                  ) -> Callable[[Table], list[int]]:
+    """The order in which the tuning loop would try a table's arms: ``group`` proposals at a time (the policy's
+    greedy top among the untried), each group rewarded and followed by one GRPO step on that shape, for
+    ``rounds`` groups; after that the rest in the last policy's order. The policy is copied per shape, so nothing
+    learned on one test shape reaches another."""
+    import copy
+
+    def order(table: Table) -> list[int]:
+        pol = copy.deepcopy(policy)
+        if lr is not None:
+            pol.opt.lr = lr
+        pol.set_actions(table.problem, [a.spec for a in table.arms])
+        _, x = pol.actions(table.problem)
+        tried: list[int] = []
+        for _ in range(rounds):
+            z = pol.logits(x)
+            free = [i for i in np.argsort(-z, kind="stable") if i not in set(tried)][:group]
+            if not free:
+                break
+            tried += free
+            pol.step(x, tried, [table.arms[i].reward if table.arms[i].ok else FAIL_REWARD for i in tried])
+        z = pol.logits(x)
+        return tried + [i for i in np.argsort(-z, kind="stable") if i not in set(tried)]
+
+    return order
+
+
+@dataclass(frozen=True)
+class Row:
+    method: str
+    budget: str
+    share: float              # of the sweep's summed log-gain
+    gpu_share: float          # of the sweep's summed GPU time
+    shapes_at_95: int         # shapes where the method reached >= 95% of the sweep's gain (or both had none)
+    geomean_speedup: float    # exp(mean log-gain): the library's speedup over vendor on these shapes
+
+
+def evaluate_methods(tables: Sequence[Table], rankers: dict[str, Callable[[Table], list[int]]],
+                     budgets: Iterable[str] = ("arms:1", "arms:4", "arms:8", "gpu:0.05", "gpu:0.10", "gpu:0.15"),
+                     random_draws: int = 200, seed: int = 0) -> list[Row]:
+    """One row per (method, budget). ``rankers``: method -> arm order for a table. ``random`` is added."""
+    rng = random.Random(seed)
+    sweep = [max(0.0, t.best) for t in tables]
+    total_gain = sum(sweep)
+    total_cost = sum(t.sweep_cost_s for t in tables)
+    rand_orders = [[rng.sample(range(len(t.arms)), len(t.arms)) for t in tables] for _ in range(random_draws)]
+    rows = []
+    for budget in budgets:
+        kind, val = budget.split(":")
+        v = float(val)
+
+        def n_for(t: Table, o: list[int]) -> int:
+            return int(v) if kind == "arms" else arms_within(t, o, v)
+
+        methods = {name: [[f(t) for t in tables]] for name, f in rankers.items()}
+        methods["random"] = rand_orders
+        for name, draws in methods.items():
+            shares, costs, at95, geo = [], [], [], []
+            for ords in draws:
+                g = [gain(t, o, n_for(t, o)) for t, o in zip(tables, ords)]
+                c = [sum(t.arms[i].cost_s for i in o[:n_for(t, o)]) for t, o in zip(tables, ords)]
+                shares.append(sum(g) / total_gain if total_gain else 1.0)
+                costs.append(sum(c) / total_cost)
+                at95.append(sum(1 for gi, si in zip(g, sweep) if gi >= 0.95 * si - 1e-12))
+                geo.append(math.exp(sum(g) / len(g)))
+            rows.append(Row(name, budget, float(np.mean(shares)), float(np.mean(costs)), int(round(np.mean(at95))),
+                            float(np.mean(geo))))
+    return rows
+
+
+def sweep_row(tables: Sequence[Table]) -> Row:
+    g = [max(0.0, t.best) for t in tables]
+    return Row("exhaustive", "all", 1.0, 1.0, len(tables), math.exp(sum(g) / len(g)))
+
+
+def keyed_orders(policy: RLPolicy) -> Callable[[Table], list[int]]:
+    return lambda t: orders(policy, t)
+
+
+def split_shapes(keys: Sequence[str], folds: int, seed: int) -> list[list[str]]:
+    ks = sorted(keys)
+    random.Random(seed).shuffle(ks)
+    return [ks[i::folds] for i in range(folds)]
+
+
+__all__ = ["train_replay", "evaluate_methods", "sweep_row", "orders", "keyed_orders", "online_orders", "split_shapes", "Row",
+           "spec_key"]

@@ -1,0 +1,320 @@
+"""The tuning loop: propose -> build, verify, time (in the executor's sandboxed workers) -> reward -> update.
+
+Per shape, ``rounds`` groups of ``group`` proposals. A group runs as one job (``evaluate.evaluate_group``: every
+candidate built, verified by the battery and checked for CUDA-graph safety, then the survivors timed in graph and
+cold, interleaved with the vendor baselines on the same inputs); reward = mean over the protocols of
+log(t_vendor_best / t_candidate), i.e. the log of the geometric mean of the graph and cold speedups. The group's
+outcomes go to the trials store the moment it finishes (one transaction: outcomes and result rows), then to the
+proposer's ``update`` (a policy-gradient step for the RL policy, the JSONL log for the LLM), and the policy file is
+saved. Shapes run concurrently, one group per executor slot (GPU); a shape's next group is proposed when its
+previous one is back, so every proposal sees every earlier outcome of its shape.
+
+Resume: the trials store holds every outcome; a rerun skips what a shape already had (its outcomes are the
+proposer's ``Context.own``, and the rounds already done at a shape are counted from its stored groups), so a
+killed run loses at most the groups in flight. Budgets: device seconds (the sum of the groups' worker wall time,
+this run and earlier runs of the same ``run`` id) and wall-clock seconds of this invocation.
+
+The library: ``winners(store, gpu)`` builds library entries from every stored row of the GPU (the fastest verified
+candidate per shape, layout and protocol, against ``vendor_best`` measured beside it). These are selection-run
+numbers; the library's figures come from ``gemmrl bench --library`` in a separate run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from concurrent.futures import FIRST_COMPLETED, wait
+from dataclasses import asdict, dataclass, is_dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..evaluate import CandidateSpec
+from ..problem import GemmProblem
+from .proposer import Context, Hardware, Outcome, Proposal, Proposer
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    problems: tuple[GemmProblem, ...]
+    group: int = 4                      # proposals per group (the GRPO group)
+    rounds: int = 2                     # groups per shape
+    budget_gpu_s: float = math.inf
+    budget_wall_s: float = math.inf
+    run: str = "tune"                   # names the run in the trials store
+    gpu: str = ""                       # the GPU model outcomes are stored under ("" -> the executor's rows' gpu)
+    neighbours: int = 6                 # outcomes of the nearest tuned shapes shown to the proposer
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.group < 1 or self.rounds < 1:
+            raise ValueError(f"group and rounds must be >= 1 (got {self.group}, {self.rounds})")
+        if not self.problems:
+            raise ValueError("no shapes to tune: give --mnk, --shapes, --grid or --model")
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    groups: int
+    evaluated: int
+    failures: dict
+    gpu_s: float
+    wall_s: float
+    best: dict                          # mnk -> best speedup (exp reward) over vendor_best, this GPU, all runs
+    stopped: str                        # "done" | "gpu budget" | "wall budget"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# -- payloads in and out of the store ------------------------------------------------------------------------
+def payload_text(spec: CandidateSpec) -> str:
+    p = spec.payload
+    if is_dataclass(p):
+        d = {k: (str(v) if k == "shapes" else v) for k, v in asdict(p).items()}
+        d["shapes"] = str(p.shapes)
+        return json.dumps({"type": type(p).__name__, **d}, default=list)
+    return str(p)
+
+
+def payload_from(family: str, text: str) -> Any:
+    if family not in ("cuda", "triton_source"):
+        return text
+    from ..kernels.cuda_source import CudaSource, ShapeRange
+
+    d = json.loads(text)
+    kind = d.pop("type", "")
+    d["shapes"] = ShapeRange.parse(d["shapes"]) if d.get("shapes") not in (None, "", "*") else ShapeRange()
+    if kind == "TritonSource" or family == "triton_source":
+        from ..kernels.triton_source import TritonSource
+
+        return TritonSource(**d)
+    for k in ("flags", "includes"):
+        if k in d:
+            d[k] = tuple(d[k])
+    return CudaSource(**d)
+
+
+def outcome_of(problem: GemmProblem, proposal: Proposal, record: dict) -> Outcome:
+    failure = record.get("failure") or ""
+    reward = record.get("reward")
+    reward = float(reward) if reward is not None else math.nan
+    return Outcome(problem, proposal, failure or "ok", reward if not failure else math.nan,
+                   str(record.get("reason", ""))[:400], dict(record.get("speedup") or {}),
+                   dict(record.get("build") or {}), dict(record.get("profile") or {}))
+
+
+def stored_outcome(row: dict, problem: GemmProblem) -> Outcome:
+    rec = json.loads(row["record"] or "{}")
+    spec = CandidateSpec(row["family"], payload_from(row["family"], row["payload"]), row["name"] or "", row["layout"])
+    return outcome_of(problem, Proposal(spec, row["proposer"] or ""), {**rec, "reward": row["reward"]})
+
+
+# -- the loop ------------------------------------------------------------------------------------------------
+class Tuner:
+    def __init__(self, spec: TuneSpec, proposers: Sequence[Proposer], executor: Any, store: Any,
+                 hardware: Hardware = Hardware(), on_group: Callable[[str, list[Outcome]], None] | None = None,
+                 save_policy: Callable[[], None] | None = None, progress: bool = True):
+        if not proposers:
+            raise ValueError("no proposer: use rl, llm or both")
+        self.spec, self.proposers, self.executor, self.store = spec, list(proposers), executor, store
+        self.hardware, self.on_group, self.save_policy, self.progress = hardware, on_group, save_policy, progress
+        self.gpu = spec.gpu or hardware.name
+        self.rng = random.Random(spec.seed)
+        self.own: dict[str, list[Outcome]] = {}
+        self.groups_done: dict[str, int] = {}
+        self.gpu_s_before = 0.0
+        self._load()
+
+    def _load(self) -> None:
+        by = {p.mnk: p for p in self.spec.problems}
+        groups: dict[str, set] = {}
+        for row in self.store.outcomes(gpu=self.gpu):
+            p = by.get(row["mnk"])
+            if p is not None and (row["dtype"], row["acc"]) == (p.dtype, p.acc):
+                self.own.setdefault(p.mnk, []).append(stored_outcome(row, p))
+                if row["run"] == self.spec.run:
+                    groups.setdefault(p.mnk, set()).add(json.loads(row["record"] or "{}").get("group", ""))
+            if row["run"] == self.spec.run:
+                self.gpu_s_before += float(row["gpu_s"] or 0.0)
+        self.groups_done = {m: len(g) for m, g in groups.items()}
+
+    def context(self, problem: GemmProblem) -> Context:
+        near = []
+        lp = [math.log2(x) for x in (problem.M, problem.N, problem.K)]
+        for mnk, outs in self.own.items():
+            if mnk == problem.mnk or not outs:
+                continue
+            q = outs[0].problem
+            d = sum((a - math.log2(b)) ** 2 for a, b in zip(lp, (q.M, q.N, q.K)))
+            near.append((d, mnk))
+        near.sort()
+        neighbours = tuple(o for _, m in near[:self.spec.neighbours] for o in self.own[m])
+        return Context(problem, self.hardware, tuple(self.own.get(problem.mnk, ())), neighbours)
+
+    def _proposals(self, problem: GemmProblem) -> list[tuple[Proposer, Proposal]]:
+        """This group's proposals: the group is shared out among the proposers in turn."""
+        ctx = self.context(problem)
+        k = self.spec.group
+        shares = [k // len(self.proposers) + (1 if i < k % len(self.proposers) else 0) for i in range(len(self.proposers))]
+        out, seen = [], ctx.tried()
+        for prop, n in zip(self.proposers, shares):
+            if n == 0:
+                continue
+            for pr in prop.propose(ctx, n, self.rng):
+                if pr.key not in seen:
+                    seen.add(pr.key)
+                    out.append((prop, pr))
+        return out
+
+    def run(self) -> TuneReport:
+        t0 = time.monotonic()
+        todo = {p.mnk: max(0, self.spec.rounds - self.groups_done.get(p.mnk, 0)) for p in self.spec.problems}
+        queue = [p for p in self.spec.problems if todo[p.mnk]]
+        inflight: dict = {}
+        gpu_s, evaluated, groups, failures = 0.0, 0, 0, {}
+        stopped = "done"
+        bar = self._bar(sum(todo.values()))
+        exhausted: set[str] = set()
+        while queue or inflight:
+            while queue and len(inflight) < max(1, self.executor.slots):
+                if self.gpu_s_before + gpu_s >= self.spec.budget_gpu_s:
+                    stopped = "gpu budget"
+                    break
+                if time.monotonic() - t0 >= self.spec.budget_wall_s:
+                    stopped = "wall budget"
+                    break
+                p = queue.pop(0)
+                props = self._proposals(p)
+                if not props:
+                    exhausted.add(p.mnk)
+                    if bar:
+                        bar.update(todo[p.mnk])
+                    continue
+                gid = f"{self.spec.run}:{p.mnk}:{self.groups_done.get(p.mnk, 0)}:{_now()}"
+                fut = self.executor.submit(p, [pr.spec for _, pr in props])
+                inflight[fut] = (p, props, gid)
+            if stopped != "done":
+                queue.clear()
+            if not inflight:
+                break
+            done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+            for fut in done:
+                p, props, gid = inflight.pop(fut)
+                res = fut.result()
+                outs = self._record(p, props, res, gid)
+                gpu_s += res.gpu_s
+                groups += 1
+                evaluated += len(outs)
+                for o in outs:
+                    if o.verdict != "ok":
+                        failures[o.verdict] = failures.get(o.verdict, 0) + 1
+                ctx = self.context(p)
+                for prop in self.proposers:
+                    mine = [o for (pp, _), o in zip(props, outs) if pp is prop]
+                    if mine:
+                        prop.update(ctx, mine)
+                if self.save_policy:
+                    self.save_policy()
+                if self.on_group:
+                    self.on_group(p.mnk, outs)
+                self.groups_done[p.mnk] = self.groups_done.get(p.mnk, 0) + 1
+                todo[p.mnk] -= 1
+                if todo[p.mnk] > 0:
+                    queue.append(p)
+                if bar:
+                    bar.update(1)
+                    bar.set_postfix_str(self._postfix(p.mnk))
+        if bar:
+            bar.close()
+        return TuneReport(groups, evaluated, failures, self.gpu_s_before + gpu_s, time.monotonic() - t0,
+                          self.best(), stopped)
+
+    def _record(self, problem: GemmProblem, props: list, res: Any, gid: str) -> list[Outcome]:
+        outs, rows = [], []
+        ts = _now()
+        share = res.gpu_s / max(1, len(props))
+        for (prop, pr), rec in zip(props, res.evaluations):
+            o = outcome_of(problem, pr, rec)
+            outs.append(o)
+            keep = {k: v for k, v in rec.items() if k not in ("rows",)}
+            keep["group"] = gid
+            keep["source"] = pr.source
+            keep["info"] = pr.info
+            rows.append(dict(gpu=self.gpu, mnk=problem.mnk, dtype=problem.dtype, acc=problem.acc, key=pr.key,
+                             run=self.spec.run, proposer=prop.name, family=pr.spec.family, layout=pr.spec.layout,
+                             payload=payload_text(pr.spec), name=pr.spec.label(), verdict=o.verdict,
+                             reward=o.reward if math.isfinite(o.reward) else None,
+                             record=json.dumps(_denan(keep), default=str), gpu_s=share, worker=res.worker, ts=ts))
+        self.store.add_outcomes(rows, res.rows, f"tune:{self.spec.run}")
+        self.own.setdefault(problem.mnk, []).extend(outs)
+        return outs
+
+    def best(self) -> dict:
+        out = {}
+        for mnk, outs in self.own.items():
+            r = [o.reward for o in outs if o.ok]
+            if r:
+                out[mnk] = math.exp(max(r))
+        return out
+
+    def _postfix(self, mnk: str) -> str:
+        b = self.best()
+        here = b.get(mnk)
+        geo = math.exp(sum(math.log(max(1.0, v)) for v in b.values()) / len(b)) if b else float("nan")
+        return (f"{mnk} best {here:.3f}x" if here else f"{mnk} no win") + f" | library geomean {geo:.3f}x"
+
+    def _bar(self, total: int):
+        if not self.progress:
+            return None
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return None
+        return tqdm(total=total, desc="tune", unit="group", dynamic_ncols=True)
+
+
+def _denan(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _denan(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_denan(x) for x in v]
+    return v
+
+
+def winners(store: Any, gpu: str | None = None) -> list:
+    """Library entries from every verified row the trials store holds for ``gpu`` (selection-run numbers)."""
+    from ..library import build_entries
+
+    return build_entries(store.rows(gpu=gpu))
+
+
+def summary_rows(store: Any, gpu: str, run: str | None = None) -> list[dict]:
+    """One row per stored outcome: mnk, proposer, candidate, verdict, reward, speedups, gpu_s (for CSVs)."""
+    out = []
+    for r in store.outcomes(gpu=gpu, run=run):
+        rec = json.loads(r["record"] or "{}")
+        sp = rec.get("speedup") or {}
+        out.append({"mnk": r["mnk"], "dtype": r["dtype"], "acc": r["acc"], "run": r["run"], "proposer": r["proposer"],
+                    "candidate": r["name"], "layout": r["layout"], "verdict": r["verdict"],
+                    "reward": "" if r["reward"] is None else r["reward"],
+                    "speedup_graph": sp.get("graph", ""), "speedup_cold": sp.get("cold", ""),
+                    "reason": (rec.get("reason") or "")[:200], "gpu_s": r["gpu_s"], "group": rec.get("group", ""),
+                    "gpu": r["gpu"], "ts": r["ts"]})
+    return out
+
+
+def write_summary(rows: list[dict], path: Path) -> Path:
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["mnk"])
+        w.writeheader()
+        w.writerows(rows)
+    return path

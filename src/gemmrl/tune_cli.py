@@ -1,0 +1,250 @@
+"""`gemmrl tune`: the tuning loop from the command line (search/loop.py does the work).
+
+    gemmrl tune --grid cuda-l2 --sample 50 --seed 2 --proposer rl --budget-gpu-minutes 5
+    gemmrl tune --model llama-3-8b --dtype fp16,bf16 --proposer both --resume
+
+Outcomes go to the trials store (``--trials``, default the user cache's trials.sqlite) as they arrive; ``--resume``
+continues a run (same ``--run``) where it stopped. The policy (``--policy``; default the shipped H100 policy, saved to
+the user cache after every group) and, with ``--library-out``, the library built from every stored row of this GPU
+are written at the end. ``--executor model`` runs the whole loop against the analytic cost model (no GPU: a dry run,
+what CI does); ``inline`` evaluates in this process (trusted candidates only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from .problem import GemmProblem
+
+PROPOSERS = ("rl", "llm", "both", "costmodel", "random")
+EXECUTORS = ("sandbox", "inline", "model")
+
+
+class TuneError(ValueError):
+    pass
+
+
+def packaged_policy() -> Path:
+    return Path(__file__).with_name("policies") / "h100.json"
+
+
+def user_policy() -> Path:
+    from .paths import cache_dir
+
+    return cache_dir() / "policy.json"
+
+
+def add_parser(sub, shape_args) -> None:
+    t = sub.add_parser("tune", help="the tuning loop: propose, build, verify, time, reward, update; winners to the library")
+    shape_args(t)
+    t.add_argument("--model", help="shapes of an open model's linear layers (llama-3-8b, llama-3-70b, qwen2.5-7b, "
+                                   "mixtral-8x7b, deepseek-v3, deepseek-v2-lite, or all), M in 1..4096")
+    t.add_argument("--dtypes", help="comma list of fp16,bf16 (overrides --dtype; e.g. --model X --dtypes fp16,bf16)")
+    t.add_argument("--proposer", default="rl", choices=PROPOSERS,
+                   help="rl: the learned policy; llm: an OpenAI-compatible endpoint (GEMMRL_LLM_BASE_URL, "
+                        "GEMMRL_LLM_MODEL, GEMMRL_LLM_API_KEY); both: the group shared between them")
+    t.add_argument("--budget-gpu-minutes", type=float, default=math.inf, help="stop proposing past this device time")
+    t.add_argument("--budget-wall-minutes", type=float, default=math.inf, help="stop proposing past this wall time")
+    t.add_argument("--group", type=int, default=4, help="proposals per group (the policy-gradient group)")
+    t.add_argument("--rounds", type=int, default=2, help="groups per shape")
+    t.add_argument("--run", default="tune", help="name of this run in the trials store (what --resume continues)")
+    t.add_argument("--resume", action="store_true", help="continue the run named by --run")
+    t.add_argument("--trials", help="trials store (SQLite; default: the user cache's trials.sqlite)")
+    t.add_argument("--policy", help="policy file to start from and save to (default: the user cache's, else the "
+                                    "shipped H100 policy)")
+    t.add_argument("--library-out", help="write the library built from this GPU's stored rows here (JSON)")
+    t.add_argument("--summary-out", help="write one CSV row per outcome of this run here")
+    t.add_argument("--executor", default="sandbox", choices=EXECUTORS)
+    t.add_argument("--protocol", default="graph,cold", help="protocols timed (the reward averages their log speedups)")
+    t.add_argument("--baselines", help="comma list of vendor baselines timed beside (default: all seven)")
+    t.add_argument("--layouts", default="tn,nn", help="layouts the RL policy proposes in")
+    t.add_argument("--timeout-s", type=float, default=600.0, help="per-group limit in a sandbox worker")
+    t.add_argument("--llm-log", help="JSONL of (prompt, completion, reward, verdict) (default: user cache)")
+    t.add_argument("--rows-out", help="write every result row this run measured here (a results CSV)")
+    t.add_argument("--no-shared-triton-cache", action="store_true",
+                   help="each worker compiles its own Triton kernels (always so with --proposer llm/both)")
+    t.add_argument("--no-progress", action="store_true")
+    t.set_defaults(func=cmd_tune)
+
+
+def problems_for(args) -> list[GemmProblem]:
+    from .cli import CliError, _problems
+    from .models import model_shapes
+
+    dtypes = [d.strip() for d in (args.dtypes or args.dtype).split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in ("fp16", "bf16")]
+    if bad or not dtypes:
+        raise CliError(f"--dtypes takes fp16 and/or bf16, got {args.dtypes!r}")
+    out: list[GemmProblem] = []
+    for dt in dtypes:
+        if args.model:
+            if args.mnk or args.grid or args.shapes:
+                raise CliError("give one of --model, --mnk, --grid or --shapes")
+            try:
+                out += model_shapes(args.model, dtype=dt, acc=args.acc)
+            except ValueError as e:
+                raise CliError(str(e)) from None
+        else:
+            ns = argparse.Namespace(**{**vars(args), "dtype": dt})
+            out += _problems(ns)[0]
+    return out
+
+
+def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
+    """(proposers, the RL policy or None)."""
+    from functools import partial
+
+    from .search.policy import CostModelProposer, RandomProposer, RLPolicy, candidate_set
+
+    cands = partial(candidate_set, layouts=layouts)
+    out, policy = [], None
+    if args.proposer in ("rl", "both"):
+        path = Path(args.policy) if args.policy else (user_policy() if user_policy().is_file() else packaged_policy())
+        if path.is_file():
+            try:
+                policy = RLPolicy.load(path, candidates=cands)
+            except ValueError as e:
+                raise TuneError(str(e)) from None
+        else:
+            policy = RLPolicy(candidates=cands)
+        out.append(policy)
+    if args.proposer in ("llm", "both"):
+        from .search.llm import LLMConfig, LLMProposer
+        from .paths import cache_dir
+
+        try:
+            cfg = LLMConfig.from_env()
+        except Exception as e:  # noqa: BLE001 - a missing endpoint is a usage error with its own message
+            raise TuneError(str(e)) from None
+        out.append(LLMProposer(cfg, log_path=Path(args.llm_log) if args.llm_log else cache_dir() / "llm_trajectories.jsonl"))
+    if args.proposer == "costmodel":
+        out.append(CostModelProposer(cands))
+    if args.proposer == "random":
+        out.append(RandomProposer(cands))
+    return out, policy
+
+
+def make_executor(args, protocols: tuple[str, ...]):
+    from .search.executor import InlineExecutor, ModelExecutor, PrebuildExecutor, RequestTemplate, SandboxExecutor
+
+    if args.executor == "model":
+        return ModelExecutor(seed=args.seed)
+    baselines = tuple(b.strip() for b in args.baselines.split(",")) if args.baselines else None
+    template = RequestTemplate(protocols=protocols, baselines=baselines, seed=args.seed)
+    if args.executor == "inline":
+        return InlineExecutor(template)
+    gpus = (args.gpu_device_id,) if args.gpu_device_id is not None else None
+    kw = {}
+    if shared_triton_cache(args):
+        d = triton_cache()
+        kw = {"env": {"TRITON_CACHE_DIR": str(d)}, "writable": [d]}
+    return PrebuildExecutor(SandboxExecutor(template=template, timeout_s=args.timeout_s, gpus=gpus, **kw))
+
+
+def shared_triton_cache(args) -> bool:
+    """Workers share one Triton kernel cache (what ``precompile`` fills ahead) only when every candidate is one of
+    our own configs: a candidate's own Triton code could otherwise plant kernels in it for the others."""
+    return args.proposer not in ("llm", "both") and not args.no_shared_triton_cache
+
+
+def triton_cache() -> Path:
+    from .paths import cache_dir
+
+    d = cache_dir("triton-shared")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def precompile_first_round(args, problems, policy, proposers) -> None:
+    """Compile the Triton kernels of every shape's first group (the greedy policy's is known ahead) in parallel
+    processes into the shared cache, so the workers' first groups find them built."""
+    import os
+
+    from .kernels.triton_gemm.configs import H100, parse_config
+    from .kernels.triton_gemm.precompile import precompile
+    from .search.proposer import Context
+
+    if policy is None or not shared_triton_cache(args):
+        return
+    os.environ["TRITON_CACHE_DIR"] = str(triton_cache())
+    items = []
+    for p in problems:
+        for pr in policy.propose(Context(p), args.group):
+            if pr.spec.family == "triton":
+                items.append((parse_config(str(pr.spec.payload)), p.with_(layout=pr.spec.layout)))
+    if items:
+        failed = precompile(items, H100, None, not args.no_progress)
+        print(f"tune: precompiled {len(items) - len(failed)} of {len(items)} first-round Triton kernels", flush=True)
+
+
+def cmd_tune(args) -> int:
+    from .cli import CliError, _protocols
+    from .library import Library, TrialsStore
+    from .search.loop import Tuner, TuneSpec, summary_rows, winners, write_summary
+    from .search.proposer import Hardware
+
+    problems = problems_for(args)
+    protocols = _protocols(args.protocol)
+    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+    if not layouts or any(x not in ("tn", "nn") for x in layouts):
+        raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
+    store = TrialsStore(args.trials)
+    hardware = Hardware() if args.executor == "model" else _hardware(args.gpu_device_id)
+    gpu = "model:" + hardware.name if args.executor == "model" else hardware.name
+    done = [r for r in store.outcomes(gpu=gpu, run=args.run)]
+    if done and not args.resume:
+        raise CliError(f"run {args.run!r} already has {len(done)} outcomes in {store.path}: pass --resume to continue "
+                       "it, or --run NEW for a new run")
+    try:
+        proposers, policy = make_proposers(args, layouts)
+    except TuneError as e:
+        raise CliError(str(e)) from None
+    spec = TuneSpec(tuple(problems), group=args.group, rounds=args.rounds,
+                    budget_gpu_s=args.budget_gpu_minutes * 60.0, budget_wall_s=args.budget_wall_minutes * 60.0,
+                    run=args.run, gpu=gpu, seed=args.seed)
+    policy_out = Path(args.policy) if args.policy else user_policy()
+    save = (lambda: policy.save(policy_out)) if policy is not None else None
+    if policy is not None:
+        policy.warm(problems)
+    if args.executor == "sandbox":
+        precompile_first_round(args, problems, policy, proposers)
+    executor = make_executor(args, protocols)
+    try:
+        report = Tuner(spec, proposers, executor, store, hardware, save_policy=save,
+                       progress=not args.no_progress).run()
+    finally:
+        executor.close()
+    if args.summary_out:
+        write_summary(summary_rows(store, gpu, args.run), Path(args.summary_out))
+    if args.rows_out:
+        from .results import ResultsWriter
+
+        rows = store.rows(gpu=gpu, sources=[f"tune:{args.run}"])
+        ResultsWriter(Path(args.rows_out)).write_batch([{k: v for k, v in r.items() if k != "source"} for r in rows])
+        print(f"tune: {len(rows)} result rows -> {args.rows_out} (re-measure the winners with gemmrl bench "
+              f"--triton-from/--cutlass-from {args.rows_out})")
+    if args.library_out:
+        lib = Library(winners(store, gpu))
+        lib.save(args.library_out)
+        print(f"tune: library of {len(lib.entries)} entries -> {args.library_out}")
+    geo = math.exp(sum(math.log(max(1.0, v)) for v in report.best.values()) / max(1, len(problems)))
+    print(f"tune: {report.groups} groups, {report.evaluated} candidates ({report.failures or 'no failures'}), "
+          f"{report.gpu_s:.1f} device-s, {report.wall_s:.1f} s wall, stopped: {report.stopped}; "
+          f"{len(report.best)} shapes with a verified candidate, library geomean over vendor_best {geo:.3f}x "
+          f"(selection-run numbers: re-measure with gemmrl bench --library)")
+    store.close()
+    return 0
+
+
+def _hardware(device: int | None):
+    from .search.proposer import Hardware
+
+    try:
+        return Hardware.from_device(device or 0)
+    except Exception as e:  # noqa: BLE001 - no GPU: say what to do
+        from .cli import CliError
+
+        raise CliError(f"no CUDA GPU to tune on ({type(e).__name__}: {e}); --executor model runs the loop "
+                       "against the cost model without one") from None

@@ -1,0 +1,249 @@
+"""The tuning loop (search/loop.py) with its executors and the trials store: against the analytic cost model (no GPU),
+the measured-screen replay, the Triton interpreter in-process and in sandboxed workers; resume, budgets, kill -9."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from gemmrl.evaluate import CandidateSpec
+from gemmrl.library import TrialsStore
+from gemmrl.models import MODELS, model_shapes
+from gemmrl.problem import GemmProblem
+from gemmrl.search.executor import InlineExecutor, ModelExecutor, RequestTemplate, SandboxExecutor
+from gemmrl.search.loop import Tuner, TuneSpec, payload_from, payload_text, summary_rows
+from gemmrl.search.policy import RLPolicy, candidate_set
+from gemmrl.search.proposer import Proposal
+from gemmrl.timing import TimingConfig
+
+SMALL = partial(candidate_set, top=8, explore=4)
+SHAPES = [GemmProblem(*s) for s in [(64, 4096, 4096), (128, 256, 64), (1, 4096, 4096), (33, 65, 129)]]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Fixed:
+    """A proposer of a fixed list, in order (for paths the policy would not take)."""
+
+    name = "fixed"
+
+    def __init__(self, specs):
+        self.specs = list(specs)
+        self.updates = []
+
+    def propose(self, ctx, k, rng=None):
+        tried = ctx.tried()
+        return [p for p in (Proposal(s, "fixed") for s in self.specs) if p.key not in tried][:k]
+
+    def update(self, ctx, outcomes):
+        self.updates.append((ctx.problem.mnk, [o.verdict for o in outcomes]))
+
+
+def _tuner(store, rounds=2, group=4, run="t", **kw):
+    return Tuner(TuneSpec(tuple(SHAPES), group=group, rounds=rounds, run=run, gpu="model", **kw),
+                 [RLPolicy(candidates=SMALL)], ModelExecutor(), store, progress=False)
+
+
+def test_every_outcome_is_stored_once_and_resume_does_nothing_twice(tmp_path):
+    store = TrialsStore(tmp_path / "trials.sqlite")
+    rep = _tuner(store).run()
+    assert rep.groups == 8 and rep.evaluated == 32 and rep.stopped == "done"
+    outs = store.outcomes(gpu="model")
+    assert len(outs) == 32 and len({(o["mnk"], o["key"]) for o in outs}) == 32
+    assert _tuner(store).run().groups == 0                      # resumed: nothing left
+    rep3 = _tuner(store, rounds=3).run()                        # one more round per shape
+    assert rep3.groups == 4 and len(store.outcomes(gpu="model")) == 48
+    assert set(rep3.best) == {p.mnk for p in SHAPES} and all(v > 0 for v in rep3.best.values())
+
+
+def test_the_policy_learns_in_the_loop(tmp_path):
+    store = TrialsStore(tmp_path / "t.sqlite")
+    pol = RLPolicy(candidates=SMALL)
+    theta0 = pol.state.theta.copy()
+    Tuner(TuneSpec(tuple(SHAPES), group=4, rounds=2, run="x", gpu="model"), [pol], ModelExecutor(), store,
+          progress=False).run()
+    assert pol.state.updates == 8 and not (pol.state.theta == theta0).all()
+
+
+def test_gpu_budget_stops_proposing(tmp_path):
+    store = TrialsStore(tmp_path / "t.sqlite")
+    rep = _tuner(store, rounds=5, budget_gpu_s=1e-9).run()
+    assert rep.stopped == "gpu budget" and rep.groups == 1
+
+
+def test_failures_are_recorded_and_the_loop_goes_on(tmp_path):
+    store = TrialsStore(tmp_path / "t.sqlite")
+    bad = CandidateSpec("triton", "tiled(BM=256,BN=256,BK=128,warps=2,stages=5,group_m=1)")   # invalid: too much smem
+    src = CandidateSpec("cuda", "not a config")
+    good = CandidateSpec("triton", "tiled(BM=64,BN=64,BK=32,warps=4,stages=3,group_m=8)")
+    fx = Fixed([bad, src, good])
+    rep = Tuner(TuneSpec((GemmProblem(256, 256, 256),), group=3, rounds=1, run="f", gpu="model"), [fx],
+                ModelExecutor(), store, progress=False).run()
+    assert rep.failures == {"build": 1, "error": 1}
+    verdicts = sorted(o["verdict"] for o in store.outcomes())
+    assert verdicts == ["build", "error", "ok"]
+    assert fx.updates == [("256_256_256", ["build", "error", "ok"])]
+
+
+def test_context_carries_own_and_neighbour_outcomes(tmp_path):
+    store = TrialsStore(tmp_path / "t.sqlite")
+    _tuner(store, rounds=1).run()
+    t = _tuner(store, rounds=1)
+    ctx = t.context(SHAPES[0])
+    assert len(ctx.own) == 4 and len(ctx.neighbours) == 12
+    assert all(o.problem.mnk != SHAPES[0].mnk for o in ctx.neighbours)
+
+
+def test_payload_roundtrip_for_source_candidates():
+    from gemmrl.kernels.cuda_source import CudaSource, ShapeRange
+
+    src = CudaSource("int x;", entry="e", shapes=ShapeRange.parse("M=1..64,N%8,K%8"), name="cuda:x")
+    back = payload_from("cuda", payload_text(CandidateSpec("cuda", src)))
+    assert back == src
+    assert payload_from("triton", "tiled(BM=16)") == "tiled(BM=16)"
+
+
+def test_model_shapes():
+    ps = model_shapes("llama-3-8b")
+    assert len(ps) == len(MODELS["llama-3-8b"]) * 6 and all(p.layout == "tn" for p in ps)
+    assert GemmProblem(16, 14336 * 2, 4096, layout="tn") in ps
+    assert len(model_shapes("all", dtype="bf16")) > 100
+    with pytest.raises(ValueError, match="known: deepseek"):
+        model_shapes("gpt-5")
+
+
+@pytest.mark.interpreter
+def test_inline_executor_runs_the_real_evaluation_on_the_interpreter(tmp_path):
+    p = GemmProblem(33, 65, 40, layout="nn")
+    tmpl = RequestTemplate(protocols=("offline",), baselines=(), graph_check=False, device="cpu",
+                           timing=TimingConfig(warmup_s=0.0, benchmark_s=0.02))
+    specs = [CandidateSpec("triton", "tiled(BM=16,BN=16,BK=16,warps=1,stages=2,group_m=1)", layout="nn"),
+             CandidateSpec("planted_triton", "fp16_acc", layout="nn")]
+    store = TrialsStore(tmp_path / "t.sqlite")
+    rep = Tuner(TuneSpec((p,), group=2, rounds=1, run="i", gpu="cpu"), [Fixed(specs)], InlineExecutor(tmpl), store,
+                progress=False).run()
+    verdicts = {o["family"]: o["verdict"] for o in store.outcomes()}
+    assert verdicts == {"triton": "ok", "planted_triton": "rejected"}, verdicts
+    assert rep.failures == {"rejected": 1}
+    assert store.count() > 0     # the timed rows went to the trials table too
+
+
+@pytest.mark.interpreter
+def test_sandbox_group_with_a_crashing_candidate_is_split(tmp_path):
+    """A candidate that kills its worker costs only itself: the group is re-run one candidate at a time."""
+    from gemmrl.kernels.triton_source import TritonSource
+
+    crash = TritonSource("import os\ndef gemm(a, b, c):\n    os._exit(3)\n", layout="nn", name="triton_source:crash")
+    p = GemmProblem(16, 16, 16, layout="nn")
+    tmpl = RequestTemplate(protocols=("offline",), baselines=(), graph_check=False, device="cpu",
+                           timing=TimingConfig(warmup_s=0.0, benchmark_s=0.02))
+    ex = SandboxExecutor(template=tmpl, timeout_s=120, gpus=(), scratch_root=tmp_path / "scratch",
+                         env={"TRITON_INTERPRET": "1"})
+    try:
+        got = ex.submit(p, [CandidateSpec("planted_triton", "correct", layout="nn"),
+                            CandidateSpec("triton_source", crash, layout="nn")]).result(timeout=300)
+    finally:
+        ex.close()
+    assert got.evaluations[0]["failure"] == "" and got.evaluations[1]["failure"] == "crash"
+
+
+def test_tune_cli_dry_run_resume_and_errors(tmp_path):
+    env = {**os.environ, "GEMMRL_CACHE_DIR": str(tmp_path / "cache")}
+    base = [sys.executable, "-m", "gemmrl.cli", "tune", "--executor", "model", "--no-progress",
+            "--mnk", "64_4096_4096,128_256_64", "--rounds", "1", "--summary-out", str(tmp_path / "s.csv")]
+    r = subprocess.run(base, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "2 groups, 8 candidates" in r.stdout
+    assert len((tmp_path / "s.csv").read_text().splitlines()) == 9
+    r = subprocess.run(base, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "--resume" in r.stderr
+    r = subprocess.run(base + ["--resume", "--rounds", "2"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "2 groups" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "gemmrl.cli", "tune", "--executor", "model", "--model", "gpt-5"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "known:" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "gemmrl.cli", "tune", "--mnk", "64_64_64", "--proposer", "llm",
+                        "--executor", "model", "--run", "llm"], env={k: v for k, v in env.items() if "LLM" not in k and "OPENAI" not in k},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "GEMMRL_LLM" in r.stderr, r.stderr
+
+
+SLOW_TUNE = """
+import sys, time
+from functools import partial
+from gemmrl.library import TrialsStore
+from gemmrl.problem import sample_grid
+from gemmrl.search.executor import ModelExecutor
+from gemmrl.search.loop import Tuner, TuneSpec
+from gemmrl.search.policy import RLPolicy, candidate_set
+
+class Slow(ModelExecutor):
+    def submit(self, problem, specs):
+        time.sleep(0.05)
+        return super().submit(problem, specs)
+
+if __name__ == "__main__":
+    store = TrialsStore(sys.argv[1])
+    shapes = tuple(sample_grid(12, 5))
+    Tuner(TuneSpec(shapes, group=4, rounds=2, run="k", gpu="model"), [RLPolicy(candidates=partial(candidate_set, top=8, explore=4))],
+          Slow(), store, progress=False).run()
+"""
+
+
+def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path):
+    script = tmp_path / "slow_tune.py"
+    script.write_text(SLOW_TUNE)
+    db = tmp_path / "trials.sqlite"
+    proc = subprocess.Popen([sys.executable, str(script), str(db)], cwd=tmp_path)
+    deadline = time.time() + 240
+    n = 0
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if db.exists():
+            try:
+                n = len(TrialsStore(db).outcomes(gpu="model"))
+            except Exception:  # noqa: BLE001 - the writer may hold the lock
+                continue
+            if n >= 24:
+                break
+    assert proc.poll() is None, "the run finished before it could be killed: make it slower"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = len(TrialsStore(db).outcomes(gpu="model"))
+    assert 0 < before < 96
+    subprocess.run([sys.executable, str(script), str(db)], cwd=tmp_path, check=True, timeout=300)
+    outs = TrialsStore(db).outcomes(gpu="model")
+    assert len(outs) == 96 and len({(o["mnk"], o["key"]) for o in outs}) == 96
+    groups = {json.loads(o["record"])["group"] for o in outs}
+    assert len(groups) == 24
+
+
+@pytest.mark.gpu
+def test_gpu_tuning_loop_in_the_sandbox(tmp_path):
+    """Two shapes, one group of 3 RL proposals each, in a sandboxed worker on the GPU: every candidate verified and
+    timed beside the vendor paths, rewards finite, rows in the trials store."""
+    from gemmrl.search.executor import PrebuildExecutor
+
+    shapes = (GemmProblem(128, 4096, 4096), GemmProblem(1024, 1024, 1024))
+    store = TrialsStore(tmp_path / "t.sqlite")
+    ex = PrebuildExecutor(SandboxExecutor(template=RequestTemplate(baselines=("cublas_tn", "cublaslt_heuristic_tn")),
+                                          timeout_s=300, gpus=(0,), scratch_root=tmp_path / "scratch"))
+    try:
+        rep = Tuner(TuneSpec(shapes, group=3, rounds=1, run="g", gpu="gpu-test"), [RLPolicy(candidates=SMALL)], ex,
+                    store, progress=False).run()
+    finally:
+        ex.close()
+    outs = store.outcomes()
+    assert rep.groups == 2 and len(outs) == 6
+    ok = [o for o in outs if o["verdict"] == "ok"]
+    assert len(ok) >= 4, [(o["name"], o["verdict"], json.loads(o["record"]).get("reason")) for o in outs]
+    assert all(math.isfinite(o["reward"]) for o in ok)
+    assert rep.gpu_s > 0 and store.count() > 0

@@ -1,0 +1,178 @@
+"""The RL policy over the structured space (search/policy.py), its replay training and the search-efficiency
+measure (search/replay.py, search/efficiency.py): CPU tier, on the committed H100 screens."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gemmrl.evaluate import CandidateSpec
+from gemmrl.kernels import cutlass_sm90 as cs
+from gemmrl.problem import GemmProblem
+from gemmrl.search.efficiency import Row, arms_within, evaluate_methods, keyed_orders, split_shapes, train_replay
+from gemmrl.search.policy import (CostModelProposer, RandomProposer, RLPolicy, candidate_set, feature_names,
+                                  features)
+from gemmrl.search.proposer import Context, Outcome, Proposal
+from gemmrl.search.replay import Arm, Table, TableExecutor, load_tables
+from gemmrl.search.space import space_size
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+SCREENS = [RESULTS / "h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv",
+           RESULTS / "h100_grid100s1_cutlass-select_graph-cold_2026-11-23.csv"]
+SMALL = partial(candidate_set, top=8, explore=4)
+SHAPES = [(1, 7, 13), (33, 65, 129), (3, 4096, 40), (130, 200, 72), (4096, 4096, 4096), (16384, 16384, 64)]
+
+
+@pytest.fixture(scope="module")
+def tables():
+    return load_tables(SCREENS)
+
+
+def test_the_space_is_large_enough():
+    """Issue 5: >= 10^4 configs. The Triton space at one shape and the CUTLASS space of (config, knobs)."""
+    n = space_size(GemmProblem(4096, 4096, 4096))["total"] + cs.space_size()["points"]
+    assert n >= 10_000, n
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_features_are_finite_for_both_families(shape):
+    p = GemmProblem(*shape)
+    specs = SMALL(p)
+    assert any(s.family == "triton" for s in specs)
+    aligned = p.K % 8 == 0 and p.N % 8 == 0   # CUTLASS's TMA needs 16-byte aligned rows
+    assert any(s.family == "cutlass" for s in specs) == aligned
+    x = features(p, specs)
+    assert x.shape == (len(specs), len(feature_names()))
+    assert np.isfinite(x).all()
+    assert np.isclose(x[:, :2].max(axis=0), 0.0).all()   # the prior is 0 at the model's best
+
+
+@pytest.mark.parametrize("shape", SHAPES[:4])
+def test_untrained_policy_ranks_as_the_cost_model(shape):
+    p = GemmProblem(*shape)
+    pol, cm = RLPolicy(candidates=SMALL), CostModelProposer(SMALL)
+    assert [s.name for s in pol.ranked(p)[:4]] == [s.name for s in cm.ranked(p)[:4]]
+
+
+def test_grpo_step_moves_probability_to_the_better_arm():
+    pol = RLPolicy(lr=0.1)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, len(feature_names())))
+    p0 = pol.probs(x)[2]
+    for _ in range(30):
+        pol.step(x, [0, 1, 2, 3], [0.0, -0.2, 0.5, -0.1])
+    assert pol.probs(x)[2] > max(0.5, p0 + 0.2)
+
+
+def test_equal_rewards_give_no_gradient():
+    pol = RLPolicy()
+    x = np.random.default_rng(1).normal(size=(4, len(feature_names())))
+    before = pol.state.theta.copy()
+    pol.opt.lr = 0.0  # the advantage is zero: only the l2 term could move theta, and lr 0 holds it
+    pol.step(x, [0, 1, 2], [0.3, 0.3, 0.3])
+    assert np.allclose(before, pol.state.theta)
+
+
+def test_propose_skips_what_was_tried_and_is_deterministic_when_greedy():
+    p = GemmProblem(128, 256, 64)
+    pol = RLPolicy(candidates=SMALL)
+    first = pol.propose(Context(p), 4)
+    assert len(first) == 4 and len({x.key for x in first}) == 4
+    own = tuple(Outcome(p, x, "ok", 0.0) for x in first)
+    second = pol.propose(Context(p, own=own), 4)
+    assert not {x.key for x in first} & {x.key for x in second}
+    assert [x.key for x in pol.propose(Context(p), 4)] == [x.key for x in first]
+
+
+def test_random_proposer_samples_without_repeats():
+    import random
+
+    p = GemmProblem(64, 64, 64)
+    got = RandomProposer(SMALL).propose(Context(p), 10, random.Random(3))
+    assert len({x.key for x in got}) == 10
+
+
+def test_save_load_roundtrip_and_refusals(tmp_path):
+    pol = RLPolicy()
+    pol.state.theta[5] = 1.25
+    path = pol.save(tmp_path / "p.json")
+    back = RLPolicy.load(path)
+    assert np.allclose(back.state.theta, pol.state.theta)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read policy"):
+        RLPolicy.load(path)
+    path.write_text('{"version": 1, "features": ["x"], "theta": [0], "init_temp": 1}')
+    with pytest.raises(ValueError, match="another version"):
+        RLPolicy.load(path)
+
+
+def test_shipped_policy_loads():
+    from gemmrl.tune_cli import packaged_policy
+
+    pol = RLPolicy.load(packaged_policy())
+    assert pol.state.updates > 0 and len(pol.state.trained_on) >= 50
+
+
+def test_tables_hold_both_families(tables):
+    assert len(tables) == 120
+    t = tables["4096_16384_512"]
+    fams = {a.spec.family for a in t.arms}
+    assert fams == {"triton", "cutlass"}
+    assert all(math.isfinite(a.reward) and a.cost_s > 0 for a in t.arms)
+    assert t.best > 0  # CUTLASS won there (issue 4's selection)
+
+
+def test_table_executor_answers_from_the_table(tables):
+    t = tables["64_256_4096"]
+    ex = TableExecutor(tables)
+    arm = max(t.arms, key=lambda a: a.reward)
+    got = ex.submit(t.problem, [arm.spec, CandidateSpec("triton", "tiled(BM=16,BN=16,BK=16,warps=2,stages=2,group_m=1)")]).result()
+    assert got.evaluations[0]["reward"] == pytest.approx(arm.reward)
+    assert got.evaluations[1]["failure"] == "error"
+
+
+def test_replay_training_raises_the_sampled_reward(tables):
+    train = [tables[k] for k in sorted(tables)[:30]]
+    pol = RLPolicy(lr=0.05)
+    curve = train_replay(pol, train, epochs=12, group=8, seed=0)
+    assert np.mean(curve[-3:]) > curve[0] + 0.01, curve
+
+
+def _toy_tables():
+    spec = [CandidateSpec("triton", f"tiled(BM=16,BN=16,BK=16,warps=2,stages={s},group_m=1)") for s in (2, 3, 4, 5)]
+    t1 = Table(GemmProblem(64, 64, 64), tuple(Arm(s, r, True, 1.0, ()) for s, r in zip(spec, (0.0, 0.1, 0.2, -0.1))))
+    t2 = Table(GemmProblem(64, 64, 128), tuple(Arm(s, r, True, c, ()) for s, r, c in
+                                              zip(spec, (-0.1, -0.2, 0.3, 0.0), (1.0, 1.0, 2.0, 1.0))))
+    return [t1, t2]
+
+
+def test_efficiency_measure_on_a_toy():
+    tabs = _toy_tables()
+    oracle = lambda t: sorted(range(len(t.arms)), key=lambda i: -t.arms[i].reward)  # noqa: E731
+    worst = lambda t: sorted(range(len(t.arms)), key=lambda i: t.arms[i].reward)  # noqa: E731
+    rows = {(r.method, r.budget): r for r in evaluate_methods(tabs, {"oracle": oracle, "worst": worst},
+                                                              budgets=("arms:1", "gpu:0.5"), random_draws=50)}
+    assert rows[("oracle", "arms:1")].share == pytest.approx(1.0)
+    assert rows[("worst", "arms:1")].share == pytest.approx(0.0)
+    assert 0.0 < rows[("random", "arms:1")].share < 1.0
+    assert rows[("oracle", "arms:1")].shapes_at_95 == 2
+    assert isinstance(rows[("oracle", "gpu:0.5")], Row)
+    assert arms_within(tabs[1], [2, 0, 1, 3], 0.4) == 1 and arms_within(tabs[1], [0, 1, 2, 3], 0.5) == 2
+
+
+def test_trained_policy_beats_the_cost_model_on_unseen_shapes(tables):
+    """The headline experiment's first fold: trained on the other 70 shapes, judged on 50 it never saw."""
+    keys = sorted(k for k in tables if len(tables[k].arms) > 60)
+    test = split_shapes(keys, 2, 0)[0]
+    pol = RLPolicy(lr=0.05)
+    train_replay(pol, [t for k, t in tables.items() if k not in test], epochs=100, group=16, seed=0)
+    assert not set(pol.state.trained_on) & set(test)
+    rows = {(r.method, r.budget): r for r in evaluate_methods(
+        [tables[k] for k in test], {"rl": keyed_orders(pol), "costmodel": keyed_orders(RLPolicy())},
+        budgets=("arms:4",), random_draws=20)}
+    assert rows[("rl", "arms:4")].share > rows[("costmodel", "arms:4")].share + 0.1
+    assert rows[("rl", "arms:4")].share > rows[("random", "arms:4")].share + 0.1
