@@ -210,7 +210,7 @@ if [ "${ISSUE5:-0}" = 1 ]; then
   t5sum="$GEMMRL_OUT/${gpu}_${tag}_tune-rl-outcomes_${day}.csv"
   t5rem="$GEMMRL_OUT/${gpu}_${tag}_tuned-remeasure_graph-cold_${day}.csv"
   for v in T5SEL_CSV:t5sel C5SEL_CSV:c5sel T5ROWS_CSV:t5rows T5REM_CSV:t5rem; do
-    src=${!v%%:*}; dst=${v##*:}
+    src=${v%%:*}; dst=${v##*:}
     if [ -n "${!src:-}" ] && [ -f "${!src}" ]; then cp "${!src}" "${!dst}"; fi
   done
   if [[ $stages == *sweep* ]]; then
@@ -228,6 +228,9 @@ if [ "${ISSUE5:-0}" = 1 ]; then
       --rows-out "$t5rows" --baselines "${ISSUE5_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
       --budget-wall-minutes "${ISSUE5_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/issue5_tune.log" 2>&1
     echo "tune: exit $?"; grep -E "^tune:|Error" "$GEMMRL_OUT/issue5_tune.log" | tail -n 4
+    # one file for the trials store (a killed run leaves its last writes in the WAL), and only 8 files come back
+    python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
+      "$GEMMRL_OUT/trials.sqlite" && rm -f "$GEMMRL_OUT"/trials.sqlite-wal "$GEMMRL_OUT"/trials.sqlite-shm
   fi
   if [[ $stages == *remeasure* ]]; then
     timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench --shapes "$shapes" --triton-from "$t5rows" \

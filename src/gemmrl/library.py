@@ -324,6 +324,10 @@ class TrialsStore:
                                  r.get("protocol", ""), text))
         return self.db.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0] - n0
 
+    def checkpoint(self) -> None:
+        """Fold the write-ahead log into the database file (so the one file holds everything, e.g. to copy it)."""
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def outcomes(self, gpu: str | None = None, run: str | None = None) -> list[dict]:
         q, args, where = "SELECT * FROM outcomes", [], []
         if gpu is not None:

@@ -52,8 +52,8 @@ def add_parser(sub, shape_args) -> None:
     t.add_argument("--run", default="tune", help="name of this run in the trials store (what --resume continues)")
     t.add_argument("--resume", action="store_true", help="continue the run named by --run")
     t.add_argument("--trials", help="trials store (SQLite; default: the user cache's trials.sqlite)")
-    t.add_argument("--policy", help="policy file to start from and save to (default: the user cache's, else the "
-                                    "shipped H100 policy)")
+    t.add_argument("--policy", help="policy file to start from and save to (default: the user cache's); a file "
+                                    "that does not exist yet starts from the shipped H100 policy")
     t.add_argument("--library-out", help="write the library built from this GPU's stored rows here (JSON)")
     t.add_argument("--summary-out", help="write one CSV row per outcome of this run here")
     t.add_argument("--executor", default="sandbox", choices=EXECUTORS)
@@ -101,7 +101,9 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
     cands = partial(candidate_set, layouts=layouts)
     out, policy = [], None
     if args.proposer in ("rl", "both"):
-        path = Path(args.policy) if args.policy else (user_policy() if user_policy().is_file() else packaged_policy())
+        path = Path(args.policy) if args.policy else user_policy()
+        if not path.is_file():
+            path = packaged_policy()   # a new policy file starts from the shipped one
         if path.is_file():
             try:
                 policy = RLPolicy.load(path, candidates=cands)
@@ -216,6 +218,9 @@ def cmd_tune(args) -> int:
                        progress=not args.no_progress).run()
     finally:
         executor.close()
+        store.checkpoint()
+    print(f"tune: policy {'-> ' + str(policy_out) if policy is not None else 'none'} "
+          f"({policy.state.updates if policy is not None else 0} updates)", flush=True)
     if args.summary_out:
         write_summary(summary_rows(store, gpu, args.run), Path(args.summary_out))
     if args.rows_out:
