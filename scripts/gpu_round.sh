@@ -30,7 +30,9 @@
 #      tune     gemmrl tune --proposer rl (ISSUE5_GROUP x ISSUE5_ROUNDS per shape; trials in $GEMMRL_OUT)
 #      remeasure gemmrl bench --triton-from/--cutlass-from the tuned rows, every vendor path: the run that counts
 #      (T5SEL_CSV / C5SEL_CSV / T5ROWS_CSV / T5REM_CSV: files of an earlier call to resume from)
-#   9. a short table last.
+#   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
+#      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
+#  10. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -57,7 +59,10 @@ if [ -d .carry/gemmrl_cache ]; then mkdir -p "$GEMMRL_CACHE_DIR" && cp -r .carry
 if [ -f .carry/pack/cache.tgz ]; then  # the same, packed (the tree that travels is limited to 64 MiB)
   mkdir -p "$GEMMRL_CACHE_DIR" && tar xzf .carry/pack/cache.tgz -C "$GEMMRL_CACHE_DIR" --strip-components=1
 fi
-echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs"
+if ls .whl/dask/*.whl >/dev/null 2>&1; then  # Dask distributed (issue 9), pure-Python wheels carried in
+  python3 -m pip install -q --no-index --find-links .whl/dask distributed >/dev/null 2>&1 || echo "(dask install failed)"
+fi
+echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs, $(nvidia-smi -L | wc -l) GPUs"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # shellcheck disable=SC2086
@@ -239,6 +244,13 @@ if [ "${ISSUE5:-0}" = 1 ]; then
   fi
 fi
 
+if [ "${ISSUE9:-0}" = 1 ]; then  # issue 9: one tuning chunk through Dask on 1 GPU, then 2 (needs 2 GPUs)
+  timeout "${ISSUE9_S:-480}" python3 scripts/dask_scaling.py --shapes "${ISSUE9_SHAPES:-benchmarks/shapes/held50_grid_seed2.txt}" \
+    --n "${ISSUE9_N:-24}" --out "$GEMMRL_OUT/dask" >"$GEMMRL_OUT/issue9.log" 2>&1
+  echo "dask scaling: exit $?"; grep -vE "^\s*$|distributed\." "$GEMMRL_OUT/issue9.log" | tail -n 9
+  ( cd "$GEMMRL_OUT" && tar czf dask.tgz dask && rm -rf dask )
+fi
+
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done
 # at most 8 files come back from the GPU machine: logs and markdown travel as one archive
-( cd "$GEMMRL_OUT" && ls ./*.log ./*.md >/dev/null 2>&1 && tar czf logs.tgz ./*.log ./*.md && rm -f ./*.log ./*.md )
+( cd "$GEMMRL_OUT" && shopt -s nullglob && f=(./*.log ./*.md) && [ ${#f[@]} -gt 0 ] && tar czf logs.tgz "${f[@]}" && rm -f "${f[@]}" )

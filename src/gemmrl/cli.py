@@ -418,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .tune_cli import add_parser as add_tune
 
     add_tune(sub, _shape_args)
+    from .worker_cli import add_parser as add_worker
+
+    add_worker(sub)
     sr = sub.add_parser("serve-reward", help="serve the LLM reward (extract, build, verify, time a completion) over "
                                              "HTTP: POST /score, GET /health")
     sr.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback unless --allow-remote)")

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from .problem import GemmProblem
+from .timing import TimingConfig
 
 PROPOSERS = ("rl", "llm", "both", "costmodel", "random")
 EXECUTORS = ("sandbox", "inline", "model")
@@ -65,6 +67,10 @@ def add_parser(sub, shape_args) -> None:
     t.add_argument("--rows-out", help="write every result row this run measured here (a results CSV)")
     t.add_argument("--no-shared-triton-cache", action="store_true",
                    help="each worker compiles its own Triton kernels (always so with --proposer llm/both)")
+    t.add_argument("--scheduler", help="run the groups on Dask workers (gemmrl worker) of this scheduler, tcp://HOST:PORT")
+    t.add_argument("--gpu-model", help="with --scheduler: the GPU model to tune (default: the only one connected)")
+    t.add_argument("--worker-executor", default="sandbox", choices=("sandbox", "inline", "model"),
+                   help="with --scheduler: how a worker evaluates a group (sandbox; inline/model for tests)")
     t.add_argument("--no-progress", action="store_true")
     t.set_defaults(func=cmd_tune)
 
@@ -131,6 +137,21 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
 def make_executor(args, protocols: tuple[str, ...]):
     from .search.executor import InlineExecutor, ModelExecutor, PrebuildExecutor, RequestTemplate, SandboxExecutor
 
+    if args.scheduler:
+        from .search.dask_executor import DaskExecutor
+
+        baselines = tuple(b.strip() for b in args.baselines.split(",")) if args.baselines else None
+        template = RequestTemplate(protocols=protocols, baselines=baselines, seed=args.seed)
+        try:
+            ex = DaskExecutor(args.scheduler, args.worker_executor, template, args.timeout_s, args.gpu_model)
+        except (OSError, TimeoutError, RuntimeError, ValueError) as e:
+            from .cli import CliError
+
+            raise CliError(f"--scheduler {args.scheduler}: {e}") from None
+        if ex.gpu_model == "cpu":   # CPU workers: the Triton interpreter, no vendor baselines, a host protocol
+            ex.template = RequestTemplate(protocols=("offline",), baselines=(), seed=args.seed, device="cpu",
+                                          graph_check=False, timing=TimingConfig(warmup_s=0.0, benchmark_s=0.05))
+        return ex
     if args.executor == "model":
         return ModelExecutor(seed=args.seed)
     baselines = tuple(b.strip() for b in args.baselines.split(",")) if args.baselines else None
@@ -193,10 +214,18 @@ def cmd_tune(args) -> int:
     if not layouts or any(x not in ("tn", "nn") for x in layouts):
         raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
     store = TrialsStore(args.trials)
-    hardware = Hardware() if args.executor == "model" else _hardware(args.gpu_device_id)
-    gpu = "model:" + hardware.name if args.executor == "model" else hardware.name
+    executor = None
+    if args.scheduler:
+        executor = make_executor(args, protocols)
+        hardware = replace(Hardware(), name=executor.gpu_model)
+        gpu = hardware.name if args.worker_executor != "model" else "model:" + hardware.name
+    else:
+        hardware = Hardware() if args.executor == "model" else _hardware(args.gpu_device_id)
+        gpu = "model:" + hardware.name if args.executor == "model" else hardware.name
     done = [r for r in store.outcomes(gpu=gpu, run=args.run)]
     if done and not args.resume:
+        if executor is not None:
+            executor.close()
         raise CliError(f"run {args.run!r} already has {len(done)} outcomes in {store.path}: pass --resume to continue "
                        "it, or --run NEW for a new run")
     try:
@@ -210,9 +239,9 @@ def cmd_tune(args) -> int:
     save = (lambda: policy.save(policy_out)) if policy is not None else None
     if policy is not None:
         policy.warm(problems)
-    if args.executor == "sandbox":
+    if args.executor == "sandbox" and executor is None:
         precompile_first_round(args, problems, policy, proposers)
-    executor = make_executor(args, protocols)
+    executor = executor or make_executor(args, protocols)
     try:
         report = Tuner(spec, proposers, executor, store, hardware, save_policy=save,
                        progress=not args.no_progress).run()

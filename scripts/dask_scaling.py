@@ -1,0 +1,156 @@
+"""Issue 9's GPU check: the same tuning chunk through Dask on 1 GPU, then on 2 GPUs of one host.
+
+    python scripts/dask_scaling.py --shapes benchmarks/shapes/held50_grid_seed2.txt --n 24 --out DIR
+
+Starts a Dask scheduler on loopback, then for each of 1 and 2 GPUs fresh `gemmrl worker --gpu-device-id N`
+processes (so both runs start with cold kernel caches), and runs one tuning chunk through `Tuner` with a
+deterministic proposer (the cost model's top ``--group`` per shape: both runs evaluate the same candidates). Reports
+the chunk's wall time on each (from the first proposal to the last stored outcome; worker start-up excluded), the
+ratio, and per shape whether the winner is the same; where it differs, the two winners' rewards in each run (the
+noise rule: within 2% counts as the same). Writes the outcomes of both runs and a summary CSV to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from gemmrl.library import TrialsStore  # noqa: E402
+from gemmrl.problem import read_shapes  # noqa: E402
+from gemmrl.search.dask_executor import DaskExecutor  # noqa: E402
+from gemmrl.search.executor import RequestTemplate  # noqa: E402
+from gemmrl.search.loop import Tuner, TuneSpec, summary_rows, write_summary  # noqa: E402
+from gemmrl.search.policy import CostModelProposer  # noqa: E402
+from gemmrl.search.proposer import Hardware  # noqa: E402
+
+BASELINES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn", "torch")
+
+
+def port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_workers(addr: str, gpus: list[int], out: Path, tag: str) -> list[subprocess.Popen]:
+    procs = [subprocess.Popen([sys.executable, "-m", "gemmrl.cli", "worker", "--gpu-device-id", str(g), "--scheduler",
+                               addr, "--host", "127.0.0.1"], stdout=open(out / f"worker_{tag}_{g}.log", "w"),
+                              stderr=subprocess.STDOUT) for g in gpus]
+    from distributed import Client
+
+    with Client(addr, timeout="60s") as c:
+        deadline = time.time() + 180
+        while len(c.scheduler_info(n_workers=-1)["workers"]) < len(gpus):
+            if time.time() > deadline:
+                raise RuntimeError("workers did not connect; see worker_*.log")
+            time.sleep(0.5)
+    return procs
+
+
+def stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def run(addr: str, problems, args, tag: str, out: Path) -> tuple[float, dict, str]:
+    store = TrialsStore(out / f"trials_{tag}.sqlite")
+    ex = DaskExecutor(addr, "sandbox", RequestTemplate(baselines=BASELINES), timeout_s=300)
+    gpu = ex.gpu_model
+    t0 = time.monotonic()
+    rep = Tuner(TuneSpec(tuple(problems), group=args.group, rounds=1, run=tag, gpu=gpu),
+                [CostModelProposer()], ex, store, replace_hw(gpu), progress=False).run()
+    wall = time.monotonic() - t0
+    ex.close()
+    write_summary(summary_rows(store, gpu, tag), out / f"outcomes_{tag}.csv")
+    best = {}
+    for o in store.outcomes(gpu=gpu, run=tag):
+        if o["verdict"] == "ok" and o["reward"] is not None:
+            best.setdefault(o["mnk"], {})[o["name"]] = o["reward"]
+    print(f"{tag}: {rep.groups} groups, {rep.evaluated} candidates, failures {rep.failures or 'none'}, "
+          f"{rep.gpu_s:.1f} device-s, wall {wall:.1f} s, workers {ex.slots}", flush=True)
+    store.checkpoint()
+    return wall, best, gpu
+
+
+def replace_hw(name: str) -> Hardware:
+    from dataclasses import replace
+
+    return replace(Hardware(), name=name)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", required=True)
+    ap.add_argument("--n", type=int, default=24)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    shapes = read_shapes(args.shapes)
+    step = max(1, len(shapes) // args.n)
+    # largest first (longest-processing-time order), so the chunk does not end on one GPU running a big shape alone
+    problems = sorted(shapes[::step][:args.n], key=lambda q: -q.flops)
+    p = port()
+    addr = f"tcp://127.0.0.1:{p}"
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
+                              str(p), "--no-dashboard"], stdout=subprocess.DEVNULL,
+                             stderr=open(out / "scheduler.log", "w"))
+    try:
+        time.sleep(3)
+        res = {}
+        for n in (1, 2):
+            procs = start_workers(addr, list(range(n)), out, f"{n}gpu")
+            try:
+                res[n] = run(addr, problems, args, f"{n}gpu", out)
+            finally:
+                stop(procs)
+                time.sleep(2)
+    finally:
+        stop([sched])
+    (w1, b1, gpu), (w2, b2, _) = res[1], res[2]
+    rows = []
+    same = within = 0
+    for mnk in sorted(set(b1) | set(b2), key=lambda m: [int(x) for x in m.split("_")]):
+        a, b = b1.get(mnk, {}), b2.get(mnk, {})
+        wa = max(a, key=a.get) if a else ""
+        wb = max(b, key=b.get) if b else ""
+        gap = abs(b.get(wa, math.nan) - b.get(wb, math.nan)) if wa and wb else math.nan
+        gap1 = abs(a.get(wa, math.nan) - a.get(wb, math.nan)) if wa and wb else math.nan
+        ok = wa == wb or (max(gap, gap1) <= math.log(1.02))
+        same += wa == wb
+        within += ok
+        rows.append({"mnk": mnk, "winner_1gpu": wa, "winner_2gpu": wb, "same": wa == wb,
+                     "reward_gap_in_2gpu_run": round(gap, 5), "reward_gap_in_1gpu_run": round(gap1, 5),
+                     "within_noise_2pct": ok})
+    with open(out / "dask_scaling_winners.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with open(out / "dask_scaling_summary.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["gpu", "shapes", "group", "wall_1gpu_s", "wall_2gpu_s", "ratio", "same_winner", "within_noise"])
+        w.writerow([gpu, len(problems), args.group, round(w1, 2), round(w2, 2), round(w2 / w1, 3), same, within])
+    print(f"| GPUs | wall (s) |\n|---|---:|\n| 1 | {w1:.1f} |\n| 2 | {w2:.1f} |\n"
+          f"ratio 2/1 = {w2 / w1:.3f} (bar <= 0.6); winners: {same}/{len(rows)} the same, {within}/{len(rows)} "
+          f"the same or within 2%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
