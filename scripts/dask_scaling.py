@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import signal
 import socket
 import subprocess
@@ -117,6 +118,18 @@ def main() -> int:
     step = max(1, len(shapes) // args.n)
     # largest first (longest-processing-time order), so the chunk does not end on one GPU running a big shape alone
     problems = sorted(shapes[::step][:args.n], key=lambda q: -q.flops)
+    if not args.cpu:
+        # every CUTLASS config the chunk may propose is built before either timed run (in parallel nvcc), so that
+        # neither run pays one-time compiles the other does not (a first call on an H200 rebuilt six of them, ~35 s
+        # each, inside the 1-GPU run); Triton kernels stay cold in both (each worker's sandbox has its own cache)
+        from gemmrl.kernels import cutlass_sm90 as cs
+        from gemmrl.kernels.cuda_source import arch_for
+
+        t0 = time.monotonic()
+        built = cs.build_family(cs.family("tn", "fp16"), arch_for(), jobs=os.cpu_count(), progress=False)
+        fresh = sum(1 for b in built.values() if b.ok and not b.record().get("cached"))
+        print(f"prebuild: {len(built)} CUTLASS configs, {fresh} compiled now, "
+              f"{sum(1 for b in built.values() if not b.ok)} failed, {time.monotonic() - t0:.0f} s", flush=True)
     p = port()
     addr = f"tcp://127.0.0.1:{p}"
     sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
