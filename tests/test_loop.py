@@ -20,7 +20,7 @@ from gemmrl.library import TrialsStore
 from gemmrl.models import MODELS, model_shapes
 from gemmrl.problem import GemmProblem
 from gemmrl.search.executor import InlineExecutor, ModelExecutor, RequestTemplate, SandboxExecutor
-from gemmrl.search.loop import Tuner, TuneSpec, payload_from, payload_text, summary_rows
+from gemmrl.search.loop import Tuner, TuneSpec, payload_from, payload_text
 from gemmrl.search.policy import RLPolicy, candidate_set
 from gemmrl.search.proposer import Proposal
 from gemmrl.timing import TimingConfig

@@ -16,7 +16,7 @@ from gemmrl.problem import GemmProblem
 from gemmrl.search.efficiency import Row, arms_within, evaluate_methods, keyed_orders, split_shapes, train_replay
 from gemmrl.search.policy import (CostModelProposer, RandomProposer, RLPolicy, candidate_set, feature_names,
                                   features)
-from gemmrl.search.proposer import Context, Outcome, Proposal
+from gemmrl.search.proposer import Context, Outcome
 from gemmrl.search.replay import Arm, Table, TableExecutor, load_tables
 from gemmrl.search.space import space_size
 
