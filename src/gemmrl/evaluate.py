@@ -50,13 +50,13 @@ class CandidateSpec:
 
     def make(self, problem: GemmProblem) -> tuple[Any, dict[str, Any]]:
         """(candidate or None, build record). Build failures come back in the record, never raised."""
+        if self.family in ("cuda", "triton_source") and not self.payload.admits(problem):
+            return None, {"ok": False, "error": {"stage": "shape", "message":
+                          f"{problem.mnk} {problem.dtype}/{problem.acc} is outside the declared "
+                          f"{self.payload.dtype}/{self.payload.acc} shapes {self.payload.shapes}"}}
         if self.family == "cuda":
             from .kernels.cuda_source import load_candidate
 
-            if not self.payload.admits(problem):
-                return None, {"ok": False, "error": {"stage": "shape", "message":
-                              f"{problem.mnk} {problem.dtype}/{problem.acc} is outside the declared "
-                              f"{self.payload.dtype}/{self.payload.acc} shapes {self.payload.shapes}"}}
             return load_candidate(self.payload)
         if self.family == "cutlass":
             from .kernels import cutlass_sm90 as cs
@@ -70,10 +70,6 @@ class CandidateSpec:
         if self.family == "triton_source":
             from .kernels.triton_source import load_candidate as load_triton_source
 
-            if not self.payload.admits(problem):
-                return None, {"ok": False, "error": {"stage": "shape", "message":
-                              f"{problem.mnk} {problem.dtype}/{problem.acc} is outside the declared "
-                              f"{self.payload.dtype}/{self.payload.acc} shapes {self.payload.shapes}"}}
             return load_triton_source(self.payload)
         if self.family == "triton":
             from .kernels.triton_gemm import TritonGemm

@@ -180,7 +180,7 @@ def triton_cache() -> Path:
     return d
 
 
-def precompile_first_round(args, problems, policy, proposers) -> None:
+def precompile_first_round(args, problems, policy) -> None:
     """Compile the Triton kernels of every shape's first group (the greedy policy's is known ahead) in parallel
     processes into the shared cache, so the workers' first groups find them built."""
     import os
@@ -222,7 +222,7 @@ def cmd_tune(args) -> int:
     else:
         hardware = Hardware() if args.executor == "model" else _hardware(args.gpu_device_id)
         gpu = "model:" + hardware.name if args.executor == "model" else hardware.name
-    done = [r for r in store.outcomes(gpu=gpu, run=args.run)]
+    done = store.outcomes(gpu=gpu, run=args.run)
     if done and not args.resume:
         if executor is not None:
             executor.close()
@@ -240,7 +240,7 @@ def cmd_tune(args) -> int:
     if policy is not None:
         policy.warm(problems)
     if args.executor == "sandbox" and executor is None:
-        precompile_first_round(args, problems, policy, proposers)
+        precompile_first_round(args, problems, policy)
     executor = executor or make_executor(args, protocols)
     try:
         report = Tuner(spec, proposers, executor, store, hardware, save_policy=save,

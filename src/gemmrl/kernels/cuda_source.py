@@ -128,8 +128,21 @@ class ShapeRange:
         return cls(**kw)
 
 
+class DeclaredSource:
+    """What a source candidate (CUDA here, Triton in ``triton_source``) shares: the hash of its code and the check
+    of a problem against its declared dtype, accumulator and shapes. Needs ``code``, ``dtype``, ``acc``, ``shapes``."""
+
+    @property
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.code.encode()).hexdigest()[:16]
+
+    def admits(self, problem: GemmProblem) -> bool:
+        return problem.dtype == self.dtype and problem.acc == self.acc and \
+            self.shapes.admits(problem.M, problem.N, problem.K)
+
+
 @dataclass(frozen=True)
-class CudaSource:
+class CudaSource(DeclaredSource):
     """One candidate's source and declaration. ``flags`` are extra nvcc flags (e.g. ``-DTILE=128``);
     ``includes`` names extra include sets (``"cutlass"``: the nvidia-cutlass wheel's headers) or dirs."""
 
@@ -158,14 +171,6 @@ class CudaSource:
             raise CudaSourceError("a cuda_l2-ABI source serves exactly one shape: declare shapes=M_N_K")
         if not self.code.strip():
             raise CudaSourceError("empty source")
-
-    @property
-    def source_hash(self) -> str:
-        return hashlib.sha256(self.code.encode()).hexdigest()[:16]
-
-    def admits(self, problem: GemmProblem) -> bool:
-        return problem.dtype == self.dtype and problem.acc == self.acc and \
-            self.shapes.admits(problem.M, problem.N, problem.K)
 
 
 # ---------------------------------------------------------------------------------------------------------

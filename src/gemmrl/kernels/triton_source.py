@@ -23,7 +23,6 @@ Tests: ``pytest tests/test_llm.py -k triton_source`` (Triton interpreter, CPU). 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import re
@@ -37,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import cache_dir
-from ..problem import GemmProblem
-from .cuda_source import ShapeRange
+from .cuda_source import DeclaredSource, ShapeRange
 
 CANDIDATE_FILE = "<candidate>"  # what error records call the candidate's own source, as cuda_source does
 
@@ -48,7 +46,7 @@ class TritonSourceError(ValueError):
 
 
 @dataclass(frozen=True)
-class TritonSource:
+class TritonSource(DeclaredSource):
     """One Triton candidate's source and declaration. ``name`` defaults to ``triton_source:<hash>``."""
 
     code: str
@@ -68,14 +66,6 @@ class TritonSource:
             raise TritonSourceError("empty source")
         if not self.name:
             object.__setattr__(self, "name", f"triton_source:{self.source_hash}")
-
-    @property
-    def source_hash(self) -> str:
-        return hashlib.sha256(self.code.encode()).hexdigest()[:16]
-
-    def admits(self, problem: GemmProblem) -> bool:
-        return problem.dtype == self.dtype and problem.acc == self.acc and \
-            self.shapes.admits(problem.M, problem.N, problem.K)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .policy import FAIL_REWARD, RLPolicy, spec_key
+from .policy import FAIL_REWARD, RLPolicy
 from .replay import Table
 
 
@@ -156,5 +156,4 @@ def split_shapes(keys: Sequence[str], folds: int, seed: int) -> list[list[str]]:
     return [ks[i::folds] for i in range(folds)]
 
 
-__all__ = ["train_replay", "evaluate_methods", "sweep_row", "orders", "keyed_orders", "online_orders", "split_shapes", "Row",
-           "spec_key"]
+__all__ = ["train_replay", "evaluate_methods", "sweep_row", "orders", "keyed_orders", "online_orders", "split_shapes", "Row"]

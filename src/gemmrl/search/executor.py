@@ -18,7 +18,7 @@ import math
 import random
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from ..evaluate import CandidateSpec, GroupRequest
@@ -233,12 +233,6 @@ def _valid_triton(text: str, problem: GemmProblem) -> bool:
         return bool(valid(parse_config(text), problem, H100)[0])
     except ValueError:
         return False
-
-
-def with_template(executor: Any, **changes: Any) -> Any:
-    """A copy of an executor's request template with ``changes`` (protocols, baselines, timing ...)."""
-    executor.template = replace(executor.template, **changes)
-    return executor
 
 
 class PrebuildExecutor:

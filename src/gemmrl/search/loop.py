@@ -74,9 +74,7 @@ def _now() -> str:
 def payload_text(spec: CandidateSpec) -> str:
     p = spec.payload
     if is_dataclass(p):
-        d = {k: (str(v) if k == "shapes" else v) for k, v in asdict(p).items()}
-        d["shapes"] = str(p.shapes)
-        return json.dumps({"type": type(p).__name__, **d}, default=list)
+        return json.dumps({"type": type(p).__name__, **asdict(p), "shapes": str(p.shapes)}, default=list)
     return str(p)
 
 

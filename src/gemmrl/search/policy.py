@@ -35,7 +35,7 @@ import numpy as np
 
 from ..evaluate import CandidateSpec
 from ..problem import GemmProblem
-from .proposer import Context, Outcome, Proposal
+from .proposer import Context, Outcome, Proposal, spec_key
 
 FAIL_REWARD = -1.0          # reward of a proposal that failed (build, verification, crash ...): 0.37x
 VERSION = 1
@@ -143,15 +143,16 @@ def candidate_set(problem: GemmProblem, layouts: Iterable[str] = ("tn", "nn"), t
     return out
 
 
+def _shape_key(problem: GemmProblem) -> tuple:
+    """What a shape's candidate set depends on (it covers both layouts itself)."""
+    return (problem.M, problem.N, problem.K, problem.dtype, problem.acc)
+
+
 @lru_cache(maxsize=4)
 def _pool(seed: int):
     from .screen import exploration_pool
 
     return tuple(exploration_pool(seed, 24))
-
-
-def spec_key(spec: CandidateSpec) -> str:
-    return f"{spec.family}|{spec.layout}|{spec.payload}"
 
 
 # -- the policy ------------------------------------------------------------------------------------------------
@@ -204,7 +205,7 @@ class RLPolicy:
 
     # scoring
     def actions(self, problem: GemmProblem) -> tuple[list[CandidateSpec], np.ndarray]:
-        key = (problem.M, problem.N, problem.K, problem.dtype, problem.acc)
+        key = _shape_key(problem)
         if key not in self._cache:
             specs = list(self.candidates(problem))
             self._cache[key] = (specs, features(problem, specs))
@@ -217,7 +218,7 @@ class RLPolicy:
         from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import get_context
 
-        todo = [p for p in problems if (p.M, p.N, p.K, p.dtype, p.acc) not in self._cache]
+        todo = [p for p in problems if _shape_key(p) not in self._cache]
         jobs = jobs or max(1, (os.cpu_count() or 2) - 1)
         if len(todo) < 4 or jobs == 1:
             for p in todo:
@@ -225,11 +226,11 @@ class RLPolicy:
             return
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as ex:
             for p, got in zip(todo, ex.map(_actions_of, [self.candidates] * len(todo), todo)):
-                self._cache[(p.M, p.N, p.K, p.dtype, p.acc)] = got
+                self._cache[_shape_key(p)] = got
 
     def set_actions(self, problem: GemmProblem, specs: Sequence[CandidateSpec]) -> None:
         """Fix the candidate set of a shape (replay training: the configs measured there)."""
-        key = (problem.M, problem.N, problem.K, problem.dtype, problem.acc)
+        key = _shape_key(problem)
         self._cache[key] = (list(specs), features(problem, specs))
 
     def logits(self, x: np.ndarray) -> np.ndarray:
@@ -249,7 +250,7 @@ class RLPolicy:
     def propose(self, ctx: Context, k: int, rng: random.Random | None = None) -> list[Proposal]:
         specs, x = self.actions(ctx.problem)
         tried = ctx.tried()
-        free = [i for i, s in enumerate(specs) if _proposal_key(s) not in tried]
+        free = [i for i, s in enumerate(specs) if spec_key(s) not in tried]
         if not free:
             return []
         z = self.logits(x[free])
@@ -261,7 +262,7 @@ class RLPolicy:
 
     def update(self, ctx: Context, outcomes: Sequence[Outcome]) -> None:
         specs, x = self.actions(ctx.problem)
-        index = {_proposal_key(s): i for i, s in enumerate(specs)}
+        index = {spec_key(s): i for i, s in enumerate(specs)}
         picked = [(index[o.proposal.key], o.reward if o.ok else FAIL_REWARD) for o in outcomes
                   if o.proposal.key in index]
         if len(picked) < 2:
@@ -316,10 +317,6 @@ def _actions_of(candidates, problem: GemmProblem) -> tuple[list[CandidateSpec], 
     return specs, features(problem, specs)
 
 
-def _proposal_key(spec: CandidateSpec) -> str:
-    return Proposal(spec, "").key
-
-
 class CostModelProposer:
     """The cost model's ranking, best first (the baseline the policy must beat; also the policy at step 0)."""
 
@@ -330,7 +327,7 @@ class CostModelProposer:
         self._cache: dict = {}
 
     def ranked(self, problem: GemmProblem) -> list[CandidateSpec]:
-        key = (problem.M, problem.N, problem.K, problem.dtype, problem.acc)
+        key = _shape_key(problem)
         if key not in self._cache:
             specs = list(self.candidates(problem))
             pr = _prior(problem, specs).sum(axis=1)
@@ -339,7 +336,7 @@ class CostModelProposer:
 
     def propose(self, ctx: Context, k: int, rng=None) -> list[Proposal]:
         tried = ctx.tried()
-        return [Proposal(s, "costmodel") for s in self.ranked(ctx.problem) if _proposal_key(s) not in tried][:k]
+        return [Proposal(s, "costmodel") for s in self.ranked(ctx.problem) if spec_key(s) not in tried][:k]
 
     def update(self, ctx: Context, outcomes: Sequence[Outcome]) -> None:
         pass
@@ -356,11 +353,11 @@ class RandomProposer:
 
     def propose(self, ctx: Context, k: int, rng: random.Random | None = None) -> list[Proposal]:
         rng = rng or random.Random(0)
-        key = ctx.problem.mnk
+        key = _shape_key(ctx.problem)
         if key not in self._cache:
             self._cache[key] = list(self.candidates(ctx.problem))
         tried = ctx.tried()
-        free = [s for s in self._cache[key] if _proposal_key(s) not in tried]
+        free = [s for s in self._cache[key] if spec_key(s) not in tried]
         return [Proposal(s, "random") for s in rng.sample(free, min(k, len(free)))]
 
     def update(self, ctx: Context, outcomes: Sequence[Outcome]) -> None:

@@ -42,6 +42,13 @@ class Hardware:
                         f"{p.major}.{p.minor}")
 
 
+def spec_key(spec: CandidateSpec) -> str:
+    """A candidate's identity for deduplication and resume: family, layout and payload (for a source candidate,
+    the hash of its code)."""
+    p = spec.payload
+    return f"{spec.family}|{spec.layout}|{getattr(p, 'source_hash', p)}"
+
+
 @dataclass(frozen=True)
 class Proposal:
     """One candidate to evaluate, who proposed it (``source``) and anything the proposer wants back with its
@@ -53,14 +60,7 @@ class Proposal:
 
     @property
     def key(self) -> str:
-        """The candidate's identity for deduplication and resume: family, layout and payload."""
-        p = self.spec.payload
-        text = getattr(p, "code", None)
-        if text is not None:  # source candidates: identity is the hash of the code
-            import hashlib
-
-            text = hashlib.sha256(str(text).encode()).hexdigest()[:16]
-        return f"{self.spec.family}|{self.spec.layout}|{text if text is not None else p}"
+        return spec_key(self.spec)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from typing import Iterable, Sequence
 from ..evaluate import CandidateSpec
 from ..problem import GemmProblem
 from .executor import GroupResult, failed_record
-from .policy import FAIL_REWARD, spec_key
+from .policy import FAIL_REWARD
+from .proposer import spec_key
 
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
 PROTOCOLS = ("graph", "cold")
