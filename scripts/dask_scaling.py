@@ -3,7 +3,8 @@
     python scripts/dask_scaling.py --shapes benchmarks/shapes/held50_grid_seed2.txt --n 24 --out DIR
 
 Starts a Dask scheduler on loopback, then for each of 1 and 2 GPUs fresh `gemmrl worker --gpu-device-id N`
-processes (so both runs start with cold kernel caches), and runs one tuning chunk through `Tuner` with a
+processes (each run with a new shared Triton cache, so both compile every kernel they time; the workers warm their
+sandbox before joining, as a long-lived worker does once), and runs one tuning chunk through `Tuner` with a
 deterministic proposer (the cost model's top ``--group`` per shape: both runs evaluate the same candidates). Reports
 the chunk's wall time on each (from the first proposal to the last stored outcome; worker start-up excluded), the
 ratio, and per shape whether the winner is the same; where it differs, the two winners' rewards in each run (the
@@ -43,10 +44,19 @@ def port() -> int:
 
 
 def start_workers(addr: str, gpus: list[int], out: Path, tag: str, cpu: bool = False) -> list[subprocess.Popen]:
+    """Fresh workers on ``gpus``, sharing a Triton cache that is new for this run (so each run compiles every kernel
+    it times: neither finds the other's); returns once all have warmed up and joined."""
     dev = (lambda g: ["--cpu", "--name", f"cpu|{tag}|{g}"]) if cpu else (lambda g: ["--gpu-device-id", str(g)])
+    cache = out / f"triton_{tag}"
+    if cache.exists():
+        import shutil
+
+        shutil.rmtree(cache)
+    t0 = time.monotonic()
     procs = [subprocess.Popen([sys.executable, "-m", "gemmrl.cli", "worker", *dev(g), "--scheduler",
-                               addr, "--host", "127.0.0.1"], stdout=open(out / f"worker_{tag}_{g}.log", "w"),
-                              stderr=subprocess.STDOUT) for g in gpus]
+                               addr, "--host", "127.0.0.1", "--triton-cache", str(cache)],
+                              stdout=open(out / f"worker_{tag}_{g}.log", "w"), stderr=subprocess.STDOUT)
+             for g in gpus]
     from distributed import Client
 
     with Client(addr, timeout="60s") as c:
@@ -55,6 +65,9 @@ def start_workers(addr: str, gpus: list[int], out: Path, tag: str, cpu: bool = F
             if time.time() > deadline:
                 raise RuntimeError("workers did not connect; see worker_*.log")
             time.sleep(0.5)
+    warm = [(out / f"worker_{tag}_{g}.log").read_text().split("sandbox warm in ", 1)[-1].split(")")[0] + ")" for g in gpus]
+    print(f"{tag}: {len(gpus)} workers joined {time.monotonic() - t0:.1f} s after start (warm-up: {'; '.join(warm)})",
+          flush=True)
     return procs
 
 
@@ -80,7 +93,7 @@ def run(addr: str, problems, args, tag: str, out: Path, proposer) -> tuple[float
                                                           graph_check=False,
                                                           timing=TimingConfig(warmup_s=0.0, benchmark_s=0.05)))
     else:
-        ex = DaskExecutor(addr, "sandbox", RequestTemplate(baselines=BASELINES), timeout_s=300)
+        ex = DaskExecutor(addr, "sandbox", RequestTemplate(baselines=BASELINES), timeout_s=300, shared_triton=True)
     gpu = ex.gpu_model
     t0 = time.monotonic()
     rep = Tuner(TuneSpec(tuple(problems), group=args.group, rounds=1, run=tag, gpu=gpu),
@@ -125,6 +138,11 @@ def main() -> int:
         from gemmrl.kernels import cutlass_sm90 as cs
         from gemmrl.kernels.cuda_source import arch_for
 
+        from gemmrl.kernels.cuda_source import _include_version, find_nvcc, include_dirs, nvcc_version
+
+        nvcc = find_nvcc()
+        print(f"build key parts: arch {arch_for()}, nvcc {nvcc} {nvcc_version(nvcc) if nvcc else ''}, CUTLASS "
+              f"{include_dirs(['cutlass'])} {_include_version(include_dirs(['cutlass']))}", flush=True)
         t0 = time.monotonic()
         built = cs.build_family(cs.family("tn", "fp16"), arch_for(), jobs=os.cpu_count(), progress=False)
         fresh = sum(1 for b in built.values() if b.ok and not b.record().get("cached"))

@@ -246,9 +246,9 @@ fi
 
 if [ "${ISSUE9:-0}" = 1 ]; then  # issue 9: one tuning chunk through Dask on 1 GPU, then 2 (needs 2 GPUs)
   timeout "${ISSUE9_S:-480}" python3 scripts/dask_scaling.py --shapes "${ISSUE9_SHAPES:-benchmarks/shapes/held50_grid_seed2.txt}" \
-    --n "${ISSUE9_N:-24}" --out "$GEMMRL_OUT/dask" >"$GEMMRL_OUT/issue9.log" 2>&1
+    --n "${ISSUE9_N:-32}" --out "$GEMMRL_OUT/dask" >"$GEMMRL_OUT/issue9.log" 2>&1
   echo "dask scaling: exit $?"; grep -vE "^\s*$|distributed\." "$GEMMRL_OUT/issue9.log" | tail -n 9
-  ( cd "$GEMMRL_OUT" && tar czf dask.tgz dask && rm -rf dask )
+  ( cd "$GEMMRL_OUT" && rm -rf dask/triton_* && tar czf dask.tgz dask && rm -rf dask )
 fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done

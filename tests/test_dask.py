@@ -153,3 +153,73 @@ def test_worker_cli_checks_its_arguments(tmp_path):
     r = subprocess.run([sys.executable, "-m", "gemmrl.cli", "worker", "--scheduler", "localhost:8786", "--cpu"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "tcp://" in r.stderr
+
+
+def _scheduler(port: int, tmp_path, env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                             "--port", str(port), "--no-dashboard"], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"scheduler-{time.time()}.log", "w"))
+
+
+@pytest.mark.interpreter
+def test_a_scheduler_restart_loses_nothing_stored(tmp_path):
+    """The scheduler is killed mid-run and started again at the same address: the workers (warm sandboxes kept)
+    and the tuner's client rejoin it, the groups in flight are submitted again, and every candidate ends in the
+    trials store exactly once, in sandboxed workers that warmed up before joining."""
+    port = _port()
+    addr = f"tcp://127.0.0.1:{port}"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "GEMMRL_CACHE_DIR": str(tmp_path / "cache")}
+    sched = _scheduler(port, tmp_path, env)
+    workers = [subprocess.Popen([sys.executable, "-m", "gemmrl.cli", "worker", "--cpu", "--scheduler", addr,
+                                 "--host", "127.0.0.1", "--name", f"cpu|r{i}|cpu", "--reconnect-s", "120"],
+                                env=env, cwd=tmp_path, stdout=open(tmp_path / f"rworker{i}.log", "w"),
+                                stderr=subprocess.STDOUT) for i in range(2)]
+    shapes = tuple(GemmProblem(m, n, k, layout="nn") for m, n, k in
+                   [(16, 16, 16), (16, 32, 16), (32, 16, 32), (17, 33, 16), (32, 32, 32), (48, 16, 16), (16, 48, 32),
+                    (33, 17, 48), (64, 16, 16), (16, 64, 16)])
+    specs = [CandidateSpec("triton", c, layout="nn") for c in CONFIGS]
+    store = TrialsStore(tmp_path / "trials.sqlite")
+    restarted = {}
+    procs = [sched, *workers]
+    try:
+        from distributed import Client
+
+        deadline = time.time() + 180
+        with Client(addr, timeout="60s") as c:
+            while len(c.scheduler_info(n_workers=-1)["workers"]) < 2:
+                assert time.time() < deadline, (tmp_path / "rworker0.log").read_text()[-2000:]
+                time.sleep(0.5)
+        for i in range(2):
+            assert "sandbox warm in" in (tmp_path / f"rworker{i}.log").read_text()
+            assert "(ok)" in (tmp_path / f"rworker{i}.log").read_text(), (tmp_path / f"rworker{i}.log").read_text()
+        ex = DaskExecutor(addr, "sandbox", CPU, timeout_s=300, shared_triton=True, reconnect_s=120)
+
+        def on_group(mnk, outs):
+            if not restarted and len(store.outcomes()) >= 4:
+                restarted["after"] = len(store.outcomes())
+                sched.send_signal(signal.SIGKILL)
+                sched.wait()
+                procs.append(_scheduler(port, tmp_path, env))
+
+        try:
+            rep = Tuner(TuneSpec(shapes, group=2, rounds=1, run="restart", gpu="cpu"), [Fixed(specs)], ex, store,
+                        on_group=on_group, progress=False).run()
+        finally:
+            ex.close()
+        outs = store.outcomes(gpu="cpu")
+        assert restarted and all(w.poll() is None for w in workers), "the workers should have rejoined"
+        assert rep.groups == len(shapes) and len(outs) == 2 * len(shapes), rep
+        assert len({(o["mnk"], o["key"]) for o in outs}) == len(outs)
+        assert {o["verdict"] for o in outs} == {"ok"}
+        assert any("rejoining" in (tmp_path / f"rworker{i}.log").read_text() for i in range(2))
+        print(f"\ndask restart: scheduler killed after {restarted['after']} outcomes and restarted; {len(outs)} "
+              f"candidates stored once each; groups submitted again: {ex.resubmitted}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()

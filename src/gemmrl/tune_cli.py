@@ -143,7 +143,8 @@ def make_executor(args, protocols: tuple[str, ...]):
         baselines = tuple(b.strip() for b in args.baselines.split(",")) if args.baselines else None
         template = RequestTemplate(protocols=protocols, baselines=baselines, seed=args.seed)
         try:
-            ex = DaskExecutor(args.scheduler, args.worker_executor, template, args.timeout_s, args.gpu_model)
+            ex = DaskExecutor(args.scheduler, args.worker_executor, template, args.timeout_s, args.gpu_model,
+                              shared_triton=shared_triton_cache(args))
         except (OSError, TimeoutError, RuntimeError, ValueError) as e:
             from .cli import CliError
 
@@ -245,6 +246,10 @@ def cmd_tune(args) -> int:
     try:
         report = Tuner(spec, proposers, executor, store, hardware, save_policy=save,
                        progress=not args.no_progress).run()
+    except RuntimeError as e:
+        if "--resume" not in str(e):
+            raise
+        raise CliError(f"{e} (stored now: {len(store.outcomes(gpu=gpu, run=args.run))} outcomes in {store.path})") from None
     finally:
         executor.close()
         store.checkpoint()

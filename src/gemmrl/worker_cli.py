@@ -8,6 +8,11 @@ The worker is a plain process (no nanny, so nothing daemonic stands between it a
 processes; ``distributed.worker.daemon`` is off as well), with ``CUDA_VISIBLE_DEVICES`` set to its GPU before
 anything touches CUDA, one thread, and the resources ``GPU: 1`` and ``MODEL-<GPU model>: 1``. Its Dask name is
 ``<GPU model>|<host>|<device>``, which is how the tuner tells GPU models apart. Ctrl-C or SIGTERM stops it.
+
+Before joining, the worker starts its sandbox and runs one small group through it (``--no-warmup`` skips that), so
+its one-time start-up (torch, the CUDA context, the vendor libraries, Triton's compiler) is not paid inside a tuning
+job. Groups of our own configs compile into a Triton cache shared by the host's workers (``--triton-cache``). If the
+scheduler goes away the worker keeps its sandbox and rejoins when the scheduler is back (``--reconnect-s``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import asyncio
 import os
 import signal
 import socket
+import time
+from pathlib import Path
 
 
 def add_parser(sub) -> None:
@@ -26,6 +33,13 @@ def add_parser(sub) -> None:
     g.add_argument("--cpu", action="store_true", help="own no GPU (Triton interpreter or the cost model: tests, dry runs)")
     w.add_argument("--host", default=None, help="address to listen on (default: what reaches the scheduler)")
     w.add_argument("--name", default=None, help="Dask worker name (default <GPU model>|<host>|<device>)")
+    w.add_argument("--triton-cache", default=None,
+                   help="the Triton kernel cache this host's workers share for groups of our own configs "
+                        "(default: gemmrl's cache dir/triton-shared); LLM-written code never gets it")
+    w.add_argument("--no-warmup", action="store_true",
+                   help="join the scheduler at once instead of first starting the sandbox and running one small group")
+    w.add_argument("--reconnect-s", type=float, default=600.0,
+                   help="after losing the scheduler, keep trying to rejoin it this long (keeping the warm sandbox)")
     w.set_defaults(func=cmd_worker)
 
 
@@ -45,18 +59,39 @@ def cmd_worker(args) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu_device_id)
         dev = str(args.gpu_device_id)
     os.environ["GEMMRL_WORKER_GPU"] = model
+    from .paths import cache_dir
+    from .search.dask_executor import TRITON_CACHE_ENV, warm_worker
+
+    os.environ[TRITON_CACHE_ENV] = str(Path(args.triton_cache).resolve() if args.triton_cache
+                                       else cache_dir("triton-shared"))
     name = args.name or f"{model}|{socket.gethostname()}|{dev}"
+    if not args.no_warmup:
+        w = warm_worker()
+        print(f"gemmrl worker {name}: sandbox warm in {w['seconds']} s ({w['status']}{': ' + w['error'][:200] if w['error'] else ''})",
+              flush=True)
     import dask
 
     dask.config.set({"distributed.worker.daemon": False})
-    try:
-        asyncio.run(_serve(args.scheduler, name, {"GPU": 1, model_resource(model): 1}, args.host))
-    except (OSError, TimeoutError) as e:
-        raise CliError(f"cannot reach the scheduler at {args.scheduler}: {e}") from None
-    return 0
+    resources = {"GPU": 1, model_resource(model): 1}
+    deadline, joined = time.monotonic() + args.reconnect_s, False
+    while True:
+        try:
+            outcome = asyncio.run(_serve(args.scheduler, name, resources, args.host))
+            joined = True
+        except (OSError, TimeoutError) as e:
+            if not joined or time.monotonic() > deadline:
+                raise CliError(f"cannot reach the scheduler at {args.scheduler}: {e}") from None
+            time.sleep(2.0)
+            continue
+        if outcome == "stopped":
+            return 0
+        print(f"gemmrl worker {name}: lost the scheduler; rejoining for up to {args.reconnect_s:.0f} s", flush=True)
+        deadline = time.monotonic() + args.reconnect_s
 
 
-async def _serve(scheduler: str, name: str, resources: dict, host: str | None) -> None:
+async def _serve(scheduler: str, name: str, resources: dict, host: str | None) -> str:
+    """Serve until SIGINT/SIGTERM ("stopped") or until the worker closes, as Dask workers do when they lose the
+    scheduler ("lost")."""
     from distributed import Worker
 
     loop = asyncio.get_running_loop()
@@ -68,3 +103,6 @@ async def _serve(scheduler: str, name: str, resources: dict, host: str | None) -
         done = asyncio.ensure_future(w.finished())
         halt = asyncio.ensure_future(stop.wait())
         await asyncio.wait({done, halt}, return_when=asyncio.FIRST_COMPLETED)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        return "stopped" if stop.is_set() else "lost"

@@ -252,6 +252,8 @@ class PrebuildExecutor:
     def prebuild(self, specs: Sequence[CandidateSpec]) -> None:
         from ..kernels.cuda_source import arch_for
 
+        if not any(s.family in ("cutlass", "cuda") for s in specs):
+            return   # nothing to compile here (and no GPU needed to name the arch)
         arch = arch_for()
         futs = []
         for s in specs:
