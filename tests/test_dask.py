@@ -49,6 +49,24 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _stop(procs) -> None:
+    """SIGTERM each process still running, then wait for it (SIGKILL after 20 s)."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def _scheduler(port: int, tmp_path, env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                             "--port", str(port), "--no-dashboard"], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"scheduler-{time.time()}.log", "w"))
+
+
 @pytest.fixture()
 def cluster(tmp_path):
     """A Dask scheduler and three `gemmrl worker --cpu` processes on loopback; yields (address, worker procs)."""
@@ -56,9 +74,7 @@ def cluster(tmp_path):
     addr = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "TRITON_INTERPRET": "1", "GEMMRL_CACHE_DIR": str(tmp_path / "cache"),
            "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "3"}
-    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                              "--port", str(port), "--no-dashboard"], env=env, cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "scheduler.log", "w"))
+    sched = _scheduler(port, tmp_path, env)
     workers = [subprocess.Popen([sys.executable, "-m", "gemmrl.cli", "worker", "--cpu", "--scheduler", addr,
                                  "--host", "127.0.0.1", "--name", f"cpu|w{i}|cpu"], env=env, cwd=tmp_path,
                                 stdout=open(tmp_path / f"worker{i}.log", "w"), stderr=subprocess.STDOUT)
@@ -73,14 +89,7 @@ def cluster(tmp_path):
                 time.sleep(0.5)
         yield addr, workers
     finally:
-        for p in workers + [sched]:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in workers + [sched]:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(workers + [sched])
 
 
 def test_model_resource_names():
@@ -155,12 +164,6 @@ def test_worker_cli_checks_its_arguments(tmp_path):
     assert r.returncode == 2 and "tcp://" in r.stderr
 
 
-def _scheduler(port: int, tmp_path, env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                             "--port", str(port), "--no-dashboard"], env=env, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"scheduler-{time.time()}.log", "w"))
-
-
 @pytest.mark.interpreter
 def test_a_scheduler_restart_loses_nothing_stored(tmp_path):
     """The scheduler is killed mid-run and started again at the same address: the workers (warm sandboxes kept)
@@ -215,11 +218,4 @@ def test_a_scheduler_restart_loses_nothing_stored(tmp_path):
         print(f"\ndask restart: scheduler killed after {restarted['after']} outcomes and restarted; {len(outs)} "
               f"candidates stored once each; groups submitted again: {ex.resubmitted}")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
