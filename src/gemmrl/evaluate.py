@@ -10,7 +10,10 @@ the protocols (the geometric mean of the ratios). ``evaluate_job(request, ctx)``
 Failure classes, in ``failure`` (empty when the candidate earned its reward):
   ``build``     it did not compile, spilled over the limit, or did not load (``build.error`` says where)
   ``shape``     the problem is outside the candidate's declared shapes (never run)
-  ``rejected``  the battery or the serving-safety check (CUDA-graph capture on a side stream) rejected it
+  ``rejected``  the battery or the serving-safety check (CUDA-graph capture on a side stream) rejected it; for
+                a source candidate (``cuda``, ``triton_source``) also the battery at up to two more shapes of
+                its declaration (``ShapeRange.probes``): one right only at the measured shape is
+                ``declared_range``
   ``oom``       it ran out of device memory
   ``error``     anything else it raised
 The sandbox adds its own (``crash``, ``timeout``, ``cuda_fault``) when the worker did not survive the job.
@@ -131,8 +134,34 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
+_OOM = ("out of memory", "cudaerrormemoryallocation", "can't allocate memory", "cannot allocate memory",
+        "memoryerror", "outofmemoryerror")
+
+
 def _classify(text: str) -> str:
-    return "oom" if "out of memory" in text.lower() or "cudaErrorMemoryAllocation" in text else "error"
+    low = text.lower()
+    return "oom" if any(w in low for w in _OOM) else "error"
+
+
+def _declared_range(spec: CandidateSpec, req: "GroupRequest", verifier) -> str:
+    """'' when a source candidate also passes the battery at the probe shapes of its declaration, else why not."""
+    from .candidate import make_buffers
+
+    p = req.problem
+    for m, n, k in spec.payload.shapes.probes(p.M, p.N, p.K):
+        q = replace(p, M=m, N=n, K=k)
+        where = f"declared_range: at {q.mnk}, inside its declared shapes {spec.payload.shapes}"
+        try:
+            cand, build = spec.make(q)
+            if cand is None:
+                return f"{where}, it did not build: {build.get('error', {}).get('message', '')}"[:400]
+            cand.prepare(q, make_buffers(q, req.device, seed=req.seed), req.protocols[0], None)
+        except Exception as e:  # noqa: BLE001 - any failure there is the candidate's
+            return f"{where}: {type(e).__name__}: {e}"[:400]
+        ok, why = verifier(cand, q)
+        if not ok:
+            return f"{where} (verified at {p.mnk}), it fails: {why}"[:400]
+    return ""
 
 
 @dataclass(frozen=True)
@@ -183,6 +212,9 @@ def _prepared(spec: CandidateSpec, req: GroupRequest, bufs, verifier) -> tuple[A
         msg = f"prepare failed: {type(e).__name__}: {e}"[:400]
         return None, {**ev, "failure": _classify(msg), "reason": msg}
     ok, why = verifier(cand, problem)
+    if ok and spec.family in ("cuda", "triton_source"):
+        why = _declared_range(spec, req, verifier)
+        ok = not why
     if not ok:
         return None, {**ev, "failure": "oom" if _classify(why) == "oom" else "rejected", "reason": why}
     if req.graph_check and req.device == "cuda":

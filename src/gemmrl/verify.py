@@ -10,7 +10,17 @@ interpreter tier). Every call the battery makes goes through one guarded harness
   in between, and must equal C after a device synchronize (``stream``: work left on another stream);
 * the timing and reference functions (``torch.cuda.Event``/``synchronize``, ``time.perf_counter``,
   ``Tensor.__matmul__``...) must be the same objects afterwards and no thread may be left running
-  (``tamper``; the originals are put back); an exception is a failed ``crash`` check.
+  (``tamper``; the originals are put back); an exception is a failed ``crash`` check;
+* where C is unwritten or still changing after the call returned, the reason names any OS thread the call
+  started that is still alive (a C++ thread finishing the work late escapes every timer);
+* the harness's tensors keep their memory, shape and strides, and a returned tensor must not share memory
+  with an input (``alias``: the result belongs in C);
+* fd 1 and 2 (Python's and C's output) are captured around the call; text that reads as a timing claim
+  fails (``output``: gemmrl times candidates itself and never reads what they print).
+
+No reference exists while a candidate runs: each check computes its fp64 product after the call returned,
+so a candidate that looks for the expected answer in the process (the garbage collector, the caller's
+frames) finds none.
 
 On top of that the checks, in order, stop at the first failure:
 
@@ -35,7 +45,11 @@ Tests: ``pytest tests/test_verify.py`` (CPU and interpreter tiers; ``-m gpu`` on
 from __future__ import annotations
 
 import math
+import os
 import random
+import re
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -236,31 +250,145 @@ def _watched() -> list[tuple[Any, str, str, Any]]:
     return [(o, n, f"{label}.{n}", getattr(o, n)) for o, label, names in owners for n in names if hasattr(o, n)]
 
 
+def _os_threads() -> set[int]:
+    try:
+        return {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:  # no procfs: the Python-level thread count still applies
+        return set()
+
+
+def _thread_names(tids: Iterable[int]) -> str:
+    names = []
+    for t in sorted(tids):
+        try:
+            names.append(open(f"/proc/self/task/{t}/comm").read().strip())
+        except OSError:
+            names.append(str(t))
+    return ", ".join(names)
+
+
+_TIMING_CLAIM = re.compile(r"\b\d+(\.\d+)?\s*(ms|us|µs|ns|sec|seconds?)\b|tflops|gflops|speedup|elapsed|latency",
+                           re.IGNORECASE)
+
+
+class _Output:
+    """fd 1 and 2 (C's stdio too) and ``sys.stdout``/``sys.stderr`` captured around a call; what was captured is
+    written back to fd 1 afterwards, so nothing a candidate prints is lost to whoever collects the output."""
+
+    def __enter__(self) -> "_Output":
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        self.tmp = tempfile.TemporaryFile()
+        self.saved = (os.dup(1), os.dup(2))
+        os.dup2(self.tmp.fileno(), 1)
+        os.dup2(self.tmp.fileno(), 2)
+        self.streams = (sys.stdout, sys.stderr)
+        self.text_io = open(os.dup(self.tmp.fileno()), "w", buffering=1, errors="replace")
+        sys.stdout = sys.stderr = self.text_io
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.text_io.flush()
+        except (OSError, ValueError):
+            pass
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).fflush(None)  # C stdio's buffers, before fd 1 points back
+        except (OSError, AttributeError):
+            pass
+        sys.stdout, sys.stderr = self.streams
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        for fd in self.saved:
+            os.close(fd)
+        try:
+            self.text_io.close()
+        except (OSError, ValueError):
+            pass
+        self.tmp.seek(0)
+        data = self.tmp.read()
+        self.tmp.close()
+        self.text = data.decode(errors="replace")
+        if data:
+            try:
+                sys.stdout.write(self.text)
+                sys.stdout.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+
+
+def _identity(t) -> tuple:
+    return (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.untyped_storage().data_ptr())
+
+
+def _aliases(ret, g: _Guarded) -> str:
+    """The name of the input a returned tensor shares memory with, or ''."""
+    torch = _torch()
+    if not isinstance(ret, torch.Tensor) or ret.numel() == 0:
+        return ""
+    lo = ret.data_ptr()
+    hi = lo + ret.numel() * ret.element_size()
+    for name in ("a", "b", "bt"):
+        v = g.views[name]
+        vlo = v.data_ptr()
+        if lo < vlo + v.numel() * v.element_size() and vlo < hi:
+            return name
+    return ""
+
+
 def _call(cand, g: _Guarded, during: str):
     """One guarded call; returns C as read on the current stream straight after it. Raises _Fail."""
     torch = _torch()
     watched = _watched()
     threads = threading.active_count()
+    os_threads = _os_threads()
+    ids = {n: _identity(v) for n, v in g.views.items()}
     _sync(g.device)
+    out = _Output()
     try:
-        cand(*g.args())
+        with out:
+            ret = cand(*g.args())
     except Exception as e:  # a crash is a failed check, not an error of the battery
         _restore(watched)
         raise _fail("crash", f"{type(e).__name__}: {e} (during {during})") from None
     changed = _restore(watched)
     if changed:
         raise _fail("tamper", f"candidate replaced {', '.join(changed)} (during {during}); originals restored")
+    moved = [n for n, v in g.views.items() if _identity(v) != ids[n]]
+    if moved:
+        raise _fail("alias", f"the call re-pointed or reshaped the harness's tensor(s) {', '.join(moved)} "
+                             f"(set_/resize_/.data=; during {during}): write the result into C in place")
+    alias = _aliases(ret, g)
+    if alias:
+        raise _fail("alias", f"the call returned a tensor that shares memory with input {alias} (during {during}): "
+                             f"an input alias is not a result; write the product into C")
     snap = g.views["c"].clone()  # enqueued on the current stream, no synchronize before it
     _sync(g.device)
     extra = threading.active_count() - threads
     if extra > 0:
         raise _fail("tamper", f"candidate left {extra} thread(s) running (during {during})")
+    new = _os_threads() - os_threads
+    # OS threads are no verdict by themselves (OpenMP and torch start pools lazily, inside a first call), but
+    # where the work was not done when the call returned, a thread the call started is the likely culprit
+    threads_note = (f"; {len(new)} OS thread(s) that the call started still alive ({_thread_names(new)}): work "
+                    f"handed to a thread of its own?" if new else "")
+    claim = _TIMING_CLAIM.search(out.text)
+    if claim:
+        line = next((ln for ln in out.text.splitlines() if claim.group(0) in ln), claim.group(0))
+        raise _fail("output", f"the call printed a timing claim ({line.strip()[:120]!r}, during {during}): gemmrl "
+                              f"times candidates itself and never reads their output")
     c = g.views["c"]
     if not _same_bits(snap, c):
         n = int((snap.view(torch.int16) != c.view(torch.int16)).sum())
         raise _fail("stream", f"{n} elements of C changed after the call returned: work left running on another "
                               f"stream or thread (read on the current stream right after the call vs after a "
-                              f"device synchronize, during {during})", elements=n)
+                              f"device synchronize, during {during}){threads_note}", elements=n)
     for name, buf in g.bufs.items():
         lo, hi = g.canary[name]
         band = g.bands[name]
@@ -277,8 +405,9 @@ def _call(cand, g: _Guarded, during: str):
     if bool(nan.any()):
         n = int(nan.sum())
         i, j = (int(x) for x in nan.nonzero()[0])
-        raise _fail("nan_fill", f"{n} of {snap.numel()} elements of C not written (NaN from the pre-fill left), "
-                                f"first at C[{i},{j}] (during {during})", elements=n)
+        raise _fail("nan_fill", f"{n} of {snap.numel()} elements of C not written (NaN from the pre-fill left: never "
+                                f"written, or accumulated into C's prior contents), first at C[{i},{j}] "
+                                f"(during {during}){threads_note}", elements=n)
     return snap
 
 
@@ -598,7 +727,8 @@ def verify(cand: Candidate, problem: GemmProblem, device="cuda", *, seeds: Seque
             break
     passed = all(c.passed for c in checks)
     if passed:  # every call also went through these
-        checks += [CheckResult(n, True) for n in ("guard_band", "inputs_unchanged", "stream", "tamper")]
+        checks += [CheckResult(n, True) for n in ("guard_band", "inputs_unchanged", "stream", "tamper", "alias",
+                                                  "output")]
     acc = next((c.stats for c in checks if c.name == "accuracy" and c.passed), {})
     stats = {"seeds": seeds, "seconds": time.perf_counter() - t0,
              **{k: acc[k] for k in ("r", "r_limit", "elem_ratio", "tolerance") if k in acc}}

@@ -94,6 +94,25 @@ class ShapeRange:
         return all(lo <= v <= hi and v % mult == 0 for v, (lo, hi), mult in
                    ((M, self.m, self.m_mult), (N, self.n, self.n_mult), (K, self.k, self.k_mult)))
 
+    def probes(self, M: int, N: int, K: int, n: int = 2) -> list[tuple[int, int, int]]:
+        """Up to ``n`` other shapes this declaration admits, no larger than (M, N, K) but by one multiple: the
+        shapes a candidate verified at (M, N, K) is also verified at, so that one hard-coded for the measured
+        shape and wrong elsewhere in its declaration is caught. Exact declarations give their other shapes;
+        ranges give the shape one multiple smaller in every dimension (tails), then about half the size."""
+        if self.exact:
+            return [s for s in self.exact if s != (M, N, K)][:n]
+        dims = []
+        for v, (lo, hi), mult in ((M, self.m, self.m_mult), (N, self.n, self.n_mult), (K, self.k, self.k_mult)):
+            tail = v - mult if v - mult >= lo else (v + mult if v + mult <= hi else v)
+            half = max(lo, -(-(v // 2 + 1) // mult) * mult)
+            half = half if half <= hi and half % mult == 0 else v
+            dims.append((tail, half))
+        out: list[tuple[int, int, int]] = []
+        for shape in (tuple(d[0] for d in dims), tuple(d[1] for d in dims)):
+            if shape != (M, N, K) and shape not in out and self.admits(*shape):
+                out.append(shape)  # type: ignore[arg-type]
+        return out[:n]
+
     def __str__(self) -> str:
         if self.exact:
             return ",".join(f"{m}_{n}_{k}" for m, n, k in self.exact)
@@ -282,11 +301,19 @@ def include_dirs(names: Iterable[str]) -> list[str]:
 
 
 def _include_version(dirs: Sequence[str]) -> str:
-    """What of the include dirs goes into the cache key: CUTLASS's version.h, else the dir paths."""
+    """What of the include dirs goes into the cache key: CUTLASS's version.h, else the dir paths. A dir inside the
+    ``nvidia-cutlass`` wheel (its tools/util headers) counts by its path within the wheel, so that objects built
+    where the wheel sits elsewhere (a carried build cache) still hit."""
     parts = []
     for d in dirs:
         vh = Path(d) / "cutlass" / "version.h"
-        parts.append(hashlib.sha256(vh.read_bytes()).hexdigest()[:12] if vh.is_file() else d)
+        pp = Path(d).parts
+        if vh.is_file():
+            parts.append(hashlib.sha256(vh.read_bytes()).hexdigest()[:12])
+        elif "cutlass_library" in pp:
+            parts.append("/".join(pp[pp.index("cutlass_library"):]))
+        else:
+            parts.append(d)
     return ";".join(parts)
 
 

@@ -7,6 +7,8 @@ must survive. Each is a :class:`~gemmrl.kernels.cuda_source.CudaSource` made fro
   ``legacy_stream``    the correct kernel launched on the legacy default stream (breaks graphs, other streams)
   ``huge_malloc``      asks cudaMalloc for more than the device's memory in its call path (returns the error)
   ``device_sync``      the correct kernel, then cudaDeviceSynchronize in the call path
+  ``cpp_thread``       returns at once; a detached std::thread launches the correct kernel 20 ms later (the
+                       timer and the battery's read of C right after the call see no work)
   ``syntax_error``     does not compile (a structured compile error with file and line)
   ``spills``           compiles with -maxrregcount=24 so ptxas spills (rejected by the spill limit)
 
@@ -23,6 +25,10 @@ SOURCE = r"""
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cstdio>
+#ifdef PLANT_CPP_THREAD
+#include <chrono>
+#include <thread>
+#endif
 
 #ifdef GEMMRL_BF16
 typedef __nv_bfloat16 T;
@@ -80,6 +86,14 @@ extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, 
   stream = 0;
 #endif
   dim3 block(16, 16), grid((N + 15) / 16, (M + 15) / 16);
+#ifdef PLANT_CPP_THREAD
+  std::thread([=] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    planted_gemm<<<grid, block, 0, stream>>>((const T*)A, (const T*)B, (T*)C, M, N, K, lda, ldb, ldc,
+                                             GEMMRL_B_ROW, (volatile int*)workspace);
+  }).detach();
+  return 0;
+#endif
   planted_gemm<<<grid, block, 0, stream>>>((const T*)A, (const T*)B, (T*)C, M, N, K, lda, ldb, ldc,
                                            GEMMRL_B_ROW, (volatile int*)workspace);
 #ifdef PLANT_DEVICE_SYNC
@@ -96,12 +110,13 @@ _FLAGS = {
     "legacy_stream": ("-DPLANT_LEGACY",),
     "huge_malloc": ("-DPLANT_HUGE_MALLOC",),
     "device_sync": ("-DPLANT_DEVICE_SYNC",),
+    "cpp_thread": ("-DPLANT_CPP_THREAD",),
     "spills": ("-DPLANT_SPILLS", "-maxrregcount=24"),
 }
 PLANTED = tuple(_FLAGS) + ("syntax_error",)
 # what each must come to when evaluated in the sandbox (failure class, as evaluate/sandbox report it)
 EXPECTED = {"correct": "ok", "illegal_address": "cuda_fault", "hang": "timeout", "legacy_stream": "rejected",
-            "huge_malloc": "oom", "device_sync": "rejected", "syntax_error": "build", "spills": "build"}
+            "huge_malloc": "oom", "device_sync": "rejected", "cpp_thread": "rejected", "syntax_error": "build", "spills": "build"}
 
 
 def planted_source(kind: str, layout: str = "tn", dtype: str = "fp16") -> CudaSource:
