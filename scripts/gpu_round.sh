@@ -32,7 +32,13 @@
 #      (T5SEL_CSV / C5SEL_CSV / T5ROWS_CSV / T5REM_CSV: files of an earlier call to resume from)
 #   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
 #      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
-#  10. a short table last.
+#  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
+#      adversarial  tests/test_adversarial.py on the GPU (every planted cheat and fault through the sandbox;
+#                   GEMMRL_ADVERSARIAL_CSV -> <gpu>_adversarial_<date>.csv) and the battery's gpu tests
+#      falserej     scripts/false_rejections.py: every vendor path and our families, 100 seeds on 30 shapes
+#      faults       scripts/fault_survival.py: 200 candidates with 10% planted faults, then kill -9 and resume
+#      (limits ISSUE7_ADV_S, ISSUE7_FR_S, ISSUE7_FAULTS_S; FAULTS_ARGS: extra fault_survival.py arguments)
+#  11. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -249,6 +255,31 @@ if [ "${ISSUE9:-0}" = 1 ]; then  # issue 9: one tuning chunk through Dask on 1 G
     --n "${ISSUE9_N:-32}" --out "$GEMMRL_OUT/dask" >"$GEMMRL_OUT/issue9.log" 2>&1
   echo "dask scaling: exit $?"; grep -vE "^\s*$|distributed\." "$GEMMRL_OUT/issue9.log" | tail -n 9
   ( cd "$GEMMRL_OUT" && rm -rf dask/triton_* && tar czf dask.tgz dask && rm -rf dask )
+fi
+
+if [ "${ISSUE7:-0}" = 1 ]; then
+  stages=${ISSUE7_STAGES:-adversarial,falserej,faults}
+  if [[ $stages == *adversarial* ]]; then
+    GEMMRL_ADVERSARIAL_CSV="$GEMMRL_OUT/${gpu}_adversarial_${day}.csv" timeout "${ISSUE7_ADV_S:-300}" \
+      python3 -m pytest -q -p no:cacheprovider tests/test_adversarial.py ${ISSUE7_GPU_TESTS:-tests/test_verify.py} \
+      >"$GEMMRL_OUT/issue7_adversarial.log" 2>&1
+    echo "adversarial suite + battery gpu tests: exit $? ; $(tail -n 1 "$GEMMRL_OUT/issue7_adversarial.log")"
+    grep -E "^(FAILED|ERROR)" "$GEMMRL_OUT/issue7_adversarial.log" | head -10
+    [ -f "$GEMMRL_OUT/${gpu}_adversarial_${day}.csv" ] && python3 scripts/adversarial_table.py \
+      "${gpu}=$GEMMRL_OUT/${gpu}_adversarial_${day}.csv" | tail -n 3
+  fi
+  if [[ $stages == *falserej* ]]; then
+    timeout "${ISSUE7_FR_S:-200}" python3 scripts/false_rejections.py --out "$GEMMRL_OUT" --seeds 100 \
+      --shapes benchmarks/shapes/false_rejection30.txt --max-seconds "${ISSUE7_FR_BUDGET:-150}" \
+      >"$GEMMRL_OUT/issue7_false_rejections.log" 2>&1
+    echo "false rejections: exit $?"; tail -n 8 "$GEMMRL_OUT/issue7_false_rejections.log"
+  fi
+  if [[ $stages == *faults* ]]; then
+    # shellcheck disable=SC2086
+    timeout "${ISSUE7_FAULTS_S:-300}" python3 scripts/fault_survival.py --device cuda --out "$GEMMRL_OUT" \
+      ${FAULTS_ARGS:-} >"$GEMMRL_OUT/issue7_fault_survival.log" 2>&1
+    echo "fault survival: exit $?"; tail -n 12 "$GEMMRL_OUT/issue7_fault_survival.log"
+  fi
 fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done

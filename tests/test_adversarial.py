@@ -68,9 +68,8 @@ def catalogue(tmp_path_factory):
 
         build_library()
         build_many([adv.spec(a).payload for a in adv.attacks(DEVICE) if a.cuda])
-    env = {"GEMMRL_CACHE_DIR": str(root / "cache")}
-    try:
-        with SandboxPool(n_workers=1, scratch_root=root / "scratch", env=env) as pool:
+    try:  # the workers read the parent's build cache (vendor library, planted CUDA); they cannot write it
+        with SandboxPool(n_workers=1, scratch_root=root / "scratch") as pool:
             rows = adv.run_catalogue(DEVICE, pool, {"target": str(target), "port": listener.port})
     finally:
         listener.close()

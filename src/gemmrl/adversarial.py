@@ -183,12 +183,12 @@ ATTACKS: tuple[Attack, ...] = (
            tier="gpu", cuda="hang", timeout_s=30.0),
     Attack("faults on an illegal address", "a store through a wild pointer: a sticky CUDA fault", "cuda_fault",
            "cuda_fault", tier="gpu", cuda="illegal_address"),
-    Attack("faults on an illegal address (CPU stand-in)", "reads address 0 on the host: a segfault", "crash",
+    Attack("faults on an illegal address (CPU stand-in)", "reads host address 8: a segfault", "crash",
            "crash", tier="cpu-only", entry="ctypes.string_at(8, 8)"),
     Attack("asks for more memory than the device has", "cudaMalloc of twice the device's memory", "oom", "oom",
            tier="gpu", cuda="huge_malloc"),
-    Attack("asks for more memory than there is (host)", "allocates 2**60 bytes", "oom", "oom",
-           entry="torch.empty(1 << 60, dtype=torch.uint8, device=a.device)"),
+    Attack("asks torch for more memory than there is", "torch.empty of 2**60 bytes on the call's device", "oom",
+           "oom", entry="torch.empty(1 << 60, dtype=torch.uint8, device=a.device)"),
     Attack("writes files outside its scratch directory", "writes a file the test owns, then computes",
            "rejected", "crash", entry="""with open({target!r}, "w") as f:
         f.write("written by a candidate")
