@@ -1,0 +1,358 @@
+"""Issue 7's false-rejection sweep on a GPU: every vendor path and configs of our families (Triton, CUTLASS) through
+the correctness battery over many seeds on 30 shapes (benchmarks/shapes/false_rejection30.txt). Every candidate
+is correct, so every failure is a false rejection; the target is 0. See gemmrl.verify_sweep for what one seed
+checks (full battery for the first seed, then per seed an accuracy and an exact-integer call through the
+guarded harness, references shared by all candidates).
+
+    python scripts/false_rejections.py --out DIR [--seeds 100] [--shapes FILE] [--max-seconds 150] [--no-cutlass]
+    python scripts/false_rejections.py --out DIR --device cpu --seeds 2 --shapes FILE   # smoke run, no GPU
+
+Candidates per shape: the 7 vendor paths (vendor_candidates); the Triton family, one config per variant (tiled,
+persistent, splitk, and smallm where M <= 63), the first of a short preference list that the family's predicate
+accepts there (few distinct configs, so few compiles; they are compiled first, in parallel); CUTLASS (layout tn,
+the shape's dtype, where K and N are multiples of 8): three configs of ``family`` with the last of their
+``knobs_for`` settings, only those in the build cache unless --cutlass-build (a CUTLASS build takes ~90 s), and
+none with --no-cutlass or where they cannot be built (a warning says why). The shapes file's labels start with
+the dtype (fp16 or bf16; read_shapes itself has no dtype column).
+
+Prints the estimated time first (cost model below: FLOPs of the fp64 references and the candidates' GEMMs, the
+host-bound guarded calls, battery runs, compiles), then a line per shape (measured vs modelled seconds); stops
+adding shapes when --max-seconds is near (it says how many were done); writes
+``<gpu>_false-rejections-<n>shapes-<m>seeds_<date>.csv`` (one row per shape and candidate, rewritten after every
+shape) and ``..._summary_<date>.csv`` (per family) under --out, and prints the per-family table last. Exit status
+0 when there are no false rejections, 1 when there are (or a shape broke), 2 without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+T_START = time.perf_counter()
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from gemmrl import verify_sweep as S  # noqa: E402
+from gemmrl.kernels import cutlass_sm90 as CS  # noqa: E402
+from gemmrl.kernels.triton_gemm import (H100, PersistentConfig, SmallMConfig, SplitKConfig, TiledConfig,  # noqa: E402
+                                        TritonGemm, valid)
+from gemmrl.kernels.triton_gemm.configs import next_pow2  # noqa: E402
+from gemmrl.problem import GemmProblem, read_shape_labels, read_shapes  # noqa: E402
+
+SHAPES = ROOT / "benchmarks" / "shapes" / "false_rejection30.txt"
+
+# ---------------------------------------------------------------------------------------------------------
+# Cost model (H100): what one shape costs, for the estimate printed at the start and for --max-seconds.
+# Host-bound: one guarded call (verify._call) makes 12 synchronizing bitwise compares (C, 8 guard bands, 3 inputs),
+# a NaN scan, output capture and thread checks; the judge (verify._measure) 4 more syncs and ~20 fp64 passes.
+# Counted on the CPU (TorchDispatchMode): ~220 aten ops, ~30 of them synchronizing, per candidate and seed; the
+# same work costs 2.1 ms of CPU time there (no GPU: no launch or sync latency, a slower host).
+# ---------------------------------------------------------------------------------------------------------
+FP64_FLOPS = 50e12       # cuBLAS DGEMM on an H100, roughly
+GEMM_FLOPS = 300e12      # a candidate's fp16/bf16 GEMM, averaged over vendor and our (untuned) configs
+BYTES_PER_S = 2.0e12     # fp64 element-wise passes of the judge and the reference (memory bound)
+PAIR_S = 1.5e-3          # fixed cost of one seed for one candidate: 2 guarded calls, judge, integer compare
+SEED_S = 1.5e-3          # fixed cost of one seed's inputs and references (shared by all candidates)
+BATTERY_S = 0.045        # one full battery run (stream_order's 20 ms device sleep + 2 ms probe, 5 harnesses, 7 calls)
+PREPARE_S = 0.3          # per shape: prepare every candidate (cuBLASLt autotuning, 2 layouts; Triton cache loads)
+COMPILE_S = 3.0          # one Triton specialization compiled in a worker process (they run in parallel)
+COMPILE_START_S = 6.0    # the compile workers' start (spawned processes import torch and triton)
+STARTUP_S = 10.0         # python, torch, CUDA context, vendor library, CUTLASS cache lookup
+
+
+def shape_seconds(p: GemmProblem, n_cands: int, seeds: int, full: int = 1) -> float:
+    """Estimated seconds for one shape: per seed 4 fp64 GEMMs (reference and sigma, the integer inputs' bound and
+    product) and ~30 fp64 passes over C; per candidate and seed two fp16/bf16 GEMMs, ``PAIR_S``, ~25 fp64 passes
+    over C (the judge) and the input compares; ``full`` battery runs per candidate (with their own fp64
+    references); prepare."""
+    mnk, mn = p.M * p.N * p.K, p.M * p.N
+    per_seed = SEED_S + 4 * 2 * mnk / FP64_FLOPS + 30 * 8 * mn / BYTES_PER_S
+    inputs = p.M * p.K + p.K * p.N
+    per_pair = PAIR_S + 2 * 2 * mnk / GEMM_FLOPS + 25 * 8 * mn / BYTES_PER_S + 6 * 2 * inputs / BYTES_PER_S
+    battery = BATTERY_S + 10 * 2 * mnk / FP64_FLOPS  # its checks' own references: 10 fp64 GEMMs
+    return PREPARE_S + seeds * (per_seed + n_cands * per_pair) + n_cands * full * battery
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shapes and candidates
+# ---------------------------------------------------------------------------------------------------------
+def load_shapes(path: str | Path) -> list[GemmProblem]:
+    """read_shapes (fp16, layout tn), with the dtype from the label's first word where it is 'bf16'."""
+    labels = read_shape_labels(str(path))
+    out = []
+    for p in read_shapes(str(path)):
+        words = labels.get(p.mnk, "").split()
+        out.append(p.with_(dtype="bf16") if words and words[0] == "bf16" else p)
+    return out
+
+
+def triton_configs(p: GemmProblem) -> list[tuple[object, str]]:
+    """(config, layout): per variant the first of a short preference list its predicate accepts at ``p`` (H100)."""
+    bm = next_pow2(max(p.M, 16))
+    prefs = {
+        "tiled": ("tn", [TiledConfig(BM=128, BN=128, BK=64, warps=8, stages=3, group_m=8),
+                         TiledConfig(BM=64, BN=64, BK=32, warps=4, stages=3, group_m=8)]),
+        "persistent": ("tn", [PersistentConfig(BM=128, BN=128, BK=64, warps=8, stages=3, tma=True),
+                              PersistentConfig(BM=64, BN=64, BK=32, warps=4, stages=3, tma=False)]),
+        "splitk": ("nn", [SplitKConfig(BM=64, BN=64, BK=64, warps=4, stages=4, split=4, reduction="fused", tma=True),
+                          SplitKConfig(BM=64, BN=64, BK=32, warps=4, stages=3, split=2, reduction="two_pass"),
+                          SplitKConfig(BM=32, BN=32, BK=16, warps=4, stages=2, split=2, reduction="two_pass")]),
+        "smallm": ("tn", [SmallMConfig(BM=bm, BN=128, BK=128, warps=4, stages=4),
+                          SmallMConfig(BM=bm, BN=64, BK=64, warps=4, stages=3, split=2, reduction="two_pass"),
+                          SmallMConfig(BM=bm, BN=32, BK=32, warps=4, stages=2)]),
+    }
+    out = []
+    for variant, (layout, cfgs) in prefs.items():
+        if variant == "smallm" and p.M > 63:
+            continue
+        q = p.with_(layout=layout)
+        cfg = next((c for c in cfgs if valid(c, q, H100)[0]), None)
+        if cfg is not None:
+            out.append((cfg, layout))
+    return out
+
+
+CUTLASS_SPECS = (("coop", 128, 128, 64, "persistent"), ("pingpong", 64, 128, 64, "persistent"),
+                 ("coop", 128, 128, 64, "streamk"))
+
+
+def cutlass_configs(dtype: str) -> list:
+    want = {(s, bm, bn, bk, sched) for s, bm, bn, bk, sched in CUTLASS_SPECS}
+    return [c for c in CS.family("tn", dtype) if (c.schedule, c.bm, c.bn, c.bk, c.scheduler) in want
+            and (c.cm, c.cn) == (1, 1)]
+
+
+def cutlass_entries(p: GemmProblem, builds: dict) -> list[tuple[object, object]]:
+    """(config, knobs) for ``p``: the configs built for its dtype that ``valid`` accepts, each with the last of its
+    ``knobs_for`` settings (swizzle 8 on large grids; split-K or stream-K decomposition for stream-K configs)."""
+    out = []
+    for cfg in cutlass_configs(p.dtype):
+        if cfg not in builds or (p.layout, p.dtype) != (cfg.layout, cfg.dtype):
+            continue
+        knobs = CS.knobs_for(cfg, p)
+        if knobs:
+            out.append((cfg, knobs[-1]))
+    return out
+
+
+def cutlass_cached(cfg, arch: str) -> bool:
+    """Whether ``cfg``'s shared object is in the build cache (nothing is compiled)."""
+    from gemmrl.kernels import cuda_source as CU
+    from gemmrl.paths import cache_dir
+
+    src = cfg.source()
+    nvcc = CU.find_nvcc()
+    if not nvcc:
+        return False
+    key = CU.build_key(src, arch, nvcc, CU.include_dirs(src.includes))
+    d = cache_dir("build", "cuda", key)
+    return (d / "build.json").is_file() and (d / "candidate.so").is_file()
+
+
+def cutlass_builds(problems: list[GemmProblem], allow_build: bool) -> dict:
+    """{config: Build} for the CUTLASS configs the shapes need that are (or, with ``allow_build``, can be) built;
+    prints a warning for what is left out and why. Never raises."""
+    need = list(dict.fromkeys(c for d in dict.fromkeys(p.dtype for p in problems) for c in cutlass_configs(d)))
+    try:
+        from gemmrl.kernels import cuda_source as CU
+
+        arch = CU.arch_for()
+        if not arch.startswith("90"):
+            print(f"WARNING: CUTLASS family skipped: it needs sm_90a, this GPU is sm_{arch}")
+            return {}
+        if not CU.find_nvcc():
+            print("WARNING: CUTLASS family skipped: nvcc not found (set CUDA_HOME or GEMMRL_NVCC)")
+            return {}
+        cached = [c for c in need if cutlass_cached(c, arch)]
+        missing = [c for c in need if c not in cached]
+        if missing and not allow_build:
+            print(f"WARNING: {len(missing)} CUTLASS config(s) not in the build cache, skipped (--cutlass-build builds "
+                  f"them, ~90 s each): {', '.join(map(str, missing))}")
+        todo = need if allow_build else cached
+        built = CS.build_family(todo, arch) if todo else {}
+    except Exception as e:  # noqa: BLE001 - headers missing, toolchain broken: the family is skipped, not the run
+        print(f"WARNING: CUTLASS family skipped: {type(e).__name__}: {e}")
+        return {}
+    bad = {c: b for c, b in built.items() if not b.ok}
+    for c, b in bad.items():
+        print(f"WARNING: CUTLASS {c} skipped: did not build: {b.error}")
+    return {c: b for c, b in built.items() if b.ok}
+
+
+def make_factory(builds: dict, vendor: bool = True):
+    from gemmrl.kernels.vendor import vendor_candidates
+
+    def factory(p: GemmProblem) -> list:
+        cands = list(vendor_candidates(p)) if vendor else []
+        cands += [TritonGemm(cfg, layout, p.acc) for cfg, layout in triton_configs(p)]
+        cands += [CS.CutlassCandidate(cfg, knobs, builds[cfg]) for cfg, knobs in cutlass_entries(p, builds)]
+        return cands
+
+    return factory
+
+
+def count_candidates(p: GemmProblem, builds: dict, vendor: bool = True) -> int:
+    return 7 * vendor + len(triton_configs(p)) + len(cutlass_entries(p, builds))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------------------------------------
+def write_csv(path: Path, rows: list[dict], meta: dict) -> None:
+    if not rows:
+        return
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]) + list(meta))
+        w.writeheader()
+        w.writerows({**r, **meta} for r in rows)
+
+
+def table(summ: list[dict]) -> str:
+    lines = [f"{'family':10} {'candidates':>10} {'not run':>8} {'shapes':>6} {'calls':>8} {'false rejections':>17} "
+             f"{'max R/limit':>11} {'max elem':>8}"]
+    for g in summ:
+        lines.append(f"{g['family']:10} {g['candidates']:10d} {g['not_run']:8d} {g['shapes']:6d} {g['calls']:8d} "
+                     f"{g['false_rejections']:17d} {g['r_over_limit_max']:11.3f} {g['elem_ratio_max']:8.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="directory for the rows and summary CSVs")
+    ap.add_argument("--seeds", type=int, default=100, help="seeds per shape (default 100)")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed (seeds are base..base+n-1)")
+    ap.add_argument("--shapes", default=str(SHAPES), help="shapes file (M_N_K per line; label's first word = dtype)")
+    ap.add_argument("--max-seconds", type=float, default=150.0,
+                    help="stop adding shapes when the next one would end past this many seconds since start")
+    ap.add_argument("--full-battery-seeds", type=int, default=1, help="full battery runs per candidate and shape")
+    ap.add_argument("--no-cutlass", action="store_true", help="leave the CUTLASS family out")
+    ap.add_argument("--cutlass-build", action="store_true", help="build CUTLASS configs missing from the cache")
+    ap.add_argument("--workers", type=int, default=None, help="Triton compile processes (default CPUs - 1)")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
+                    help="cpu: a smoke run of this script under the Triton interpreter (Triton family only)")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    cpu = args.device == "cpu"
+    if cpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        gpu = "cpu"
+    elif not torch.cuda.is_available():
+        print("needs a CUDA GPU (--device cpu for a smoke run; the CPU tier is tests/test_verify_sweep.py)")
+        return 2
+    else:
+        name = torch.cuda.get_device_name().lower()
+        gpu = next((k for k in ("h200", "h100", "a100") if k in name), "gpu")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    problems = load_shapes(args.shapes)
+    seeds = list(range(args.seed_base, args.seed_base + args.seeds))
+
+    if cpu:
+        print("WARNING: --device cpu: vendor paths and CUTLASS need a GPU; Triton family only, under the interpreter")
+    builds = {} if args.no_cutlass or cpu else cutlass_builds(problems, args.cutlass_build)
+    pairs = [(cfg, p.with_(layout=layout)) for p in problems for cfg, layout in triton_configs(p)]
+    from gemmrl.kernels.triton_gemm import precompile as PC
+    from gemmrl.kernels.triton_gemm.configs import Arch
+
+    arch = H100 if cpu else Arch.from_device(0)
+    reps, _ = PC.groups(pairs, arch)
+    workers = max(1, min(args.workers or (os.cpu_count() or 2) - 1, len(reps) or 1))
+    n_cands = [count_candidates(p, builds, vendor=not cpu) for p in problems]
+    est_shapes = [shape_seconds(p, n, len(seeds), args.full_battery_seeds) for p, n in zip(problems, n_cands)]
+    est_compile = 0.0 if cpu else COMPILE_S * math.ceil(len(reps) / workers) + COMPILE_START_S
+    est = STARTUP_S + est_compile + sum(est_shapes)
+    pairs_n = sum(n_cands) * len(seeds)
+    est_fixed = pairs_n * PAIR_S + sum(n_cands) * args.full_battery_seeds * BATTERY_S
+    print(f"{len(problems)} shapes x {len(seeds)} seeds, {sum(n_cands)} candidates ({min(n_cands)}-{max(n_cands)} per "
+          f"shape; CUTLASS configs: {len(builds)}), {len(reps)} Triton specializations to compile on {workers} "
+          f"workers")
+    gemm_flops = sum(2 * 2 * p.M * p.N * p.K * n for p, n in zip(problems, n_cands)) * len(seeds)
+    fp64_flops = sum(4 * 2 * p.M * p.N * p.K for p in problems) * len(seeds)
+    print(f"FLOPs: candidates' GEMMs {gemm_flops / 1e12:.1f} TFLOP (2 calls per candidate and seed), fp64 references "
+          f"{fp64_flops / 1e12:.1f} TFLOP (4 GEMMs per shape and seed: {fp64_flops / FP64_FLOPS:.1f} s at "
+          f"{FP64_FLOPS / 1e12:.0f} TFLOP/s)")
+    print(f"estimated time on an H100: {est:.0f} s = startup {STARTUP_S:.0f} + compile {est_compile:.0f} + shapes "
+          f"{sum(est_shapes):.0f} (of which {pairs_n} candidate-seeds x {PAIR_S * 1e3:.1f} ms and {sum(n_cands)} "
+          f"battery runs x {BATTERY_S * 1e3:.0f} ms: {est_fixed:.0f} s; largest shape {max(est_shapes):.1f} s); "
+          f"--max-seconds {args.max_seconds:g}", flush=True)
+
+    if not cpu:
+        t0 = time.perf_counter()
+        failed = PC.precompile(pairs, arch, workers=workers, progress=False)
+        print(f"compiled {len(reps)} Triton specializations in {time.perf_counter() - t0:.1f} s"
+              + (f"; {len(failed)} failed (they will fail prepare): {list(failed.items())[:3]}" if failed else ""),
+              flush=True)
+
+    bar = None
+    try:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(problems) * len(seeds), desc="shape x seed", unit="seed", dynamic_ncols=True,
+                   mininterval=2.0)
+    except ImportError:
+        pass
+    factory = make_factory(builds, vendor=not cpu)
+    from gemmrl.results import collect_meta, git_sha, now
+
+    meta = {**({"gpu": "cpu", "git_sha": git_sha()} if cpu else collect_meta().row()), "timestamp": now(),
+            "seed_base": args.seed_base, "full_battery_seeds": args.full_battery_seeds}
+    day = date.today().isoformat()
+    stem = f"{gpu}_false-rejections-{len(problems)}shapes-{len(seeds)}seeds"
+    rows_csv, summary_csv = out / f"{stem}_{day}.csv", out / f"{stem}_summary_{day}.csv"
+    say = bar.write if bar is not None else print
+    rows: list[dict] = []
+    errors: list[str] = []
+    done, scale = 0, 1.0
+    spent_model = spent_real = 0.0
+    for i, p in enumerate(problems):
+        elapsed = time.perf_counter() - T_START
+        if elapsed + est_shapes[i] * scale > args.max_seconds:
+            say(f"stopping at the time budget: {elapsed:.0f} s spent, shape {p.mnk} would take ~"
+                f"{est_shapes[i] * scale:.0f} s more than --max-seconds {args.max_seconds:g} allows")
+            break
+        t1 = time.perf_counter()
+        try:
+            new = S.false_rejection_rows([p], factory, seeds, args.device, args.full_battery_seeds, progress=bar)
+        except Exception as e:  # noqa: BLE001 - one broken shape (its inputs, a factory) must not lose the others
+            errors.append(f"{p.mnk} {p.dtype}: {type(e).__name__}: {e}")
+            say(f"ERROR: shape {errors[-1]}")
+            new = []
+        rows += new
+        dt = time.perf_counter() - t1
+        spent_real += dt
+        spent_model += est_shapes[i]
+        scale = max(1.0, spent_real / spent_model)  # the model's error so far; it only ever raises the estimate
+        done += 1
+        say(f"[{done}/{len(problems)} {time.perf_counter() - T_START:5.0f} s] {p.mnk} {p.dtype}: {len(new)} "
+            f"candidates, {dt:.1f} s (model {est_shapes[i]:.1f} s), {sum(r['failures'] for r in new)} false rejections")
+        write_csv(rows_csv, rows, meta)  # partial results survive a kill
+    if bar is not None:
+        bar.close()
+
+    summ = S.summary(rows)
+    write_csv(rows_csv, rows, meta)
+    write_csv(summary_csv, summ, {**meta, "shapes_done": done, "shapes_planned": len(problems),
+                                  "shape_errors": len(errors)})
+    total = time.perf_counter() - T_START
+    pairs_done = sum(r["seeds"] for r in rows)
+    print(f"\n{done} of {len(problems)} shapes done in {total:.0f} s (estimated {est:.0f} s; shapes {spent_real:.0f} s "
+          f"measured vs {spent_model:.0f} s modelled, {pairs_done} candidate-seeds); rows in {rows_csv}")
+    for e in errors:
+        print(f"  ERROR {e}")
+    for r in rows:
+        if r["status"] != "passed":
+            print(f"  {r['status']:8} {r['mnk']} {r['dtype']} {r['candidate']}: {r['reason'][:200]}")
+    print(table(summ))
+    return 0 if not errors and all(g["false_rejections"] == 0 for g in summ) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

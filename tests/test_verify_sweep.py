@@ -1,0 +1,203 @@
+"""The false-rejection sweep (gemmrl.verify_sweep) and its GPU script's choices (scripts/false_rejections.py).
+
+Interpreter tier (CPU tensors, TRITON_INTERPRET=1 from conftest): a correct planted Triton kernel and small
+configs of the Triton family pass every call over 10 seeds on odd shapes (zero false rejections, every call
+counted); wrong kernels (fp16 accumulation at K >= 64, a partial write) fail with the battery's reason, so the
+sweep can report a rejection; a candidate whose ``prepare`` fails is reported as not run, not as a rejection.
+CPU tier: the summary's counts; the 30-shape file and the script's per-shape Triton and CUTLASS choices are
+accepted by the families' validity predicates at every shape (so nothing fails ``prepare`` on the GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from gemmrl import verify_sweep as S
+from gemmrl.kernels.planted import planted_candidates
+from gemmrl.kernels.triton_gemm import H100, SmallMConfig, SplitKConfig, TiledConfig, TritonGemm, valid
+from gemmrl.kernels.triton_gemm.configs import next_pow2
+from gemmrl.problem import GemmProblem
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = "cpu"
+SEEDS = range(10)
+BLOCK = (64, 128, 64)  # one program for the small shapes: the interpreter runs programs one after another
+
+
+def _planted(mode: str, layout: str = "nn", block=BLOCK):
+    return next(c for c in planted_candidates(layout, block=block) if c.mode == mode)
+
+
+def _correct_candidates(p: GemmProblem) -> list:
+    """The correct planted kernel and small Triton configs (tiled, split-K, smallm where M <= 63) that the family's
+    predicate accepts at ``p`` (split-K has no two slices of K = 13)."""
+    triton = [TritonGemm(TiledConfig(BM=64, BN=128, BK=64, warps=8, stages=2, group_m=1), "tn"),
+              TritonGemm(SplitKConfig(BM=64, BN=128, BK=32, warps=8, stages=2, split=2), "nn"),
+              TritonGemm(SmallMConfig(BM=next_pow2(max(p.M, 16)), BN=128, BK=64, warps=8, stages=2), "tn")]
+    triton = [c for c in triton if valid(c.cfg, p.with_(layout=c.layout), H100)[0]]
+    assert len(triton) >= 2
+    return [_planted("correct", "nn")] + triton
+
+
+BATTERY_CALLS_CPU = 6  # nan_fill 1, stream_order 0 on CPU tensors, exact_int 2, accuracy 1 (one seed), second_call 2
+
+
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("shape,dtype", [((1, 7, 13), "fp16"), ((33, 65, 129), "fp16"), ((17, 33, 72), "bf16")])
+def test_correct_kernels_zero_false_rejections(shape, dtype):
+    p = GemmProblem(*shape, dtype=dtype)
+    cands = _correct_candidates(p)
+    rows = S.false_rejection_rows([p], cands, SEEDS, CPU, full_battery_seeds=1)
+    assert len(rows) == len(cands)
+    for r in rows:
+        assert r["status"] == "passed" and r["failures"] == 0 and r["reason"] == "", r
+        assert r["seeds"] == len(SEEDS) and r["battery_runs"] == 1
+        assert r["trials"] == BATTERY_CALLS_CPU + 2 * len(SEEDS)  # every seed: one accuracy, one exact-int call
+        assert 0.99 <= r["r_max"] <= 1.1 and r["r_over_limit_max"] < 1.0 and r["elem_ratio_max"] < 1.0, r
+        assert r["mnk"] == p.mnk and r["dtype"] == dtype and r["seconds"] > 0
+    assert {r["family"] for r in rows} == {"planted", "triton"}
+    summ = {g["family"]: g for g in S.summary(rows)}
+    assert summ["all"]["false_rejections"] == 0 and summ["all"]["candidates"] == len(cands)
+    assert summ["all"]["calls"] == sum(r["trials"] for r in rows)
+
+
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_wrong_kernels_are_reported_with_their_reason():
+    p = GemmProblem(33, 65, 129)  # fp16 accumulation in k16 steps at K = 129: R ~ 2.6 > 1.25 on every seed
+    seeds = range(4)
+    rows = {r["candidate"]: r for r in S.false_rejection_rows(
+        [p], [_planted("fp16_acc", block=(64, 128, 16)), _planted("partial_write"), _planted("correct")], seeds, CPU)}
+    acc, part, ok = rows["planted_fp16_acc_nn"], rows["planted_partial_write_nn"], rows["planted_correct_nn"]
+    assert ok["status"] == "passed" and ok["failures"] == 0
+    # fp16 accumulation: the battery's accuracy check first, then every seed's accuracy call (exact-int passes:
+    # small integers are exact in an fp16 accumulator)
+    assert acc["status"] == "rejected" and acc["failures"] == 1 + len(seeds), acc
+    assert acc["first_fail_check"] == "battery/accuracy" and acc["reason"].startswith("accuracy:")
+    assert "fp16 accumulation" in acc["reason"] and acc["r_over_limit_max"] > 1.5
+    # partial write: the battery stops at nan_fill; every later call (accuracy and exact-int) fails nan_fill too
+    assert part["status"] == "rejected" and part["failures"] == 1 + 2 * len(seeds), part
+    assert part["first_fail_check"] == "battery/nan_fill" and part["reason"].startswith("nan_fill:")
+    assert part["trials"] == 1 + 2 * len(seeds) and math.isnan(part["r_max"])
+    summ = {g["family"]: g for g in S.summary(rows.values())}
+    assert summ["planted"]["false_rejections"] == acc["failures"] + part["failures"]
+    assert summ["planted"]["rejected_candidates"] == 2
+
+
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_per_seed_calls_catch_what_the_first_seed_misses():
+    """A kernel right on the battery's seed but wrong on later ones is counted on each of those seeds."""
+    p = GemmProblem(1, 7, 13)
+    inner = _planted("correct")
+
+    class LateBug:
+        name, layout, acc = "late_bug", "nn", "fp32"
+        n = 0
+
+        def prepare(self, *a):
+            return None
+
+        def __call__(self, a, b, bt, c):
+            inner(a, b, bt, c)
+            self.n += 1
+            if self.n > BATTERY_CALLS_CPU + 2 * 3:  # after the battery (6 calls) and 3 seeds (2 calls each)
+                c[0, 0] = c[0, 0] + 1.0
+
+    r = S.false_rejection_rows([p], [LateBug()], range(5), CPU)[0]
+    assert r["status"] == "rejected" and r["first_fail_seed"] == 3 and r["failures"] == 4, r  # seeds 3, 4 x 2 calls
+    assert r["first_fail_check"] == "accuracy" and r["family"] == "test_verify_sweep"
+
+
+def test_prepare_failure_is_not_run_not_a_rejection():
+    p = GemmProblem(33, 65, 129)
+    bad = TritonGemm(SmallMConfig(BM=16), "tn")  # M=33 needs BM=64: the predicate refuses it in prepare
+    rows = S.false_rejection_rows([p], [bad], range(3), CPU)
+    (r,) = rows
+    assert r["status"] == "not_run" and r["reason"].startswith("prepare: ConfigError") and "BM=64" in r["reason"]
+    assert r["failures"] == 0 and r["trials"] == 0 and r["seeds"] == 0
+    (fam, total) = S.summary(rows)
+    assert fam["family"] == "triton" and fam["not_run"] == 1 and fam["candidates"] == 0
+    assert total["false_rejections"] == 0 and total["calls"] == 0
+
+
+def test_summary_counts():
+    base = {"mnk": "1_2_3", "dtype": "fp16", "acc": "fp32", "seconds": 1.0, "battery_runs": 1}
+    rows = [{**base, "family": "vendor", "status": "passed", "trials": 206, "failures": 0,
+             "r_over_limit_max": 0.8, "elem_ratio_max": 0.3},
+            {**base, "family": "vendor", "status": "rejected", "trials": 206, "failures": 2,
+             "r_over_limit_max": 1.3, "elem_ratio_max": 2.0},
+            {**base, "mnk": "4_5_6", "family": "cutlass", "status": "passed", "trials": 206, "failures": 0,
+             "r_over_limit_max": 0.7, "elem_ratio_max": 0.2},
+            {**base, "family": "cutlass", "status": "not_run", "trials": 0, "failures": 0,
+             "r_over_limit_max": math.nan, "elem_ratio_max": math.nan}]
+    summ = {g["family"]: g for g in S.summary(rows)}
+    assert list(summ) == ["cutlass", "vendor", "all"]
+    assert summ["vendor"]["calls"] == 412 and summ["vendor"]["false_rejections"] == 2
+    assert summ["vendor"]["rejected_candidates"] == 1 and summ["vendor"]["r_over_limit_max"] == 1.3
+    assert summ["cutlass"]["candidates"] == 1 and summ["cutlass"]["not_run"] == 1 and summ["cutlass"]["shapes"] == 1
+    assert summ["all"]["calls"] == 618 and summ["all"]["false_rejections"] == 2 and summ["all"]["shapes"] == 2
+
+
+# ----------------------------------------------------------------------------------------------------
+# The GPU script's choices (CPU: predicates only, nothing launched)
+# ----------------------------------------------------------------------------------------------------
+def _script():
+    spec = importlib.util.spec_from_file_location("false_rejections", ROOT / "scripts" / "false_rejections.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_script_shapes_and_candidates_are_valid():
+    F = _script()
+    probs = F.load_shapes(F.SHAPES)
+    assert len(probs) == 30 and len({(p.mnk, p.dtype) for p in probs}) == 30
+    assert {p.dtype for p in probs} == {"fp16", "bf16"}
+    assert max(p.M * p.N * p.K for p in probs) <= 4096 ** 3
+    assert sum(1 <= p.M <= 63 for p in probs) >= 6
+    assert any(p.M % 16 and p.N % 16 and p.K % 16 for p in probs)  # every dim a tail
+    builds = {c: None for d in ("fp16", "bf16") for c in F.cutlass_configs(d)}
+    assert len(builds) == 6
+    from gemmrl.kernels import cutlass_sm90 as CS
+
+    for p in probs:
+        tri = F.triton_configs(p)
+        variants = [c.variant for c, _ in tri]
+        assert variants == ["tiled", "persistent", "splitk"] + (["smallm"] if p.M <= 63 else []), (p, variants)
+        for cfg, layout in tri:
+            assert valid(cfg, p.with_(layout=layout), H100)[0], (p, cfg)
+        cut = F.cutlass_entries(p, builds)
+        assert len(cut) == (3 if p.K % 8 == 0 and p.N % 8 == 0 else 0), (p, cut)
+        for cfg, knobs in cut:
+            assert CS.valid(cfg, knobs, p)[0] and cfg.dtype == p.dtype
+        n = F.count_candidates(p, builds)
+        assert 10 <= n <= 14 and F.shape_seconds(p, n, 100) > 0
+    assert F.cutlass_entries(probs[0], {}) == []  # nothing built: no CUTLASS candidates
+
+
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_script_smoke_run_on_cpu(tmp_path, capsys):
+    """The whole script, --device cpu (Triton family under the interpreter): CSVs written, table printed last."""
+    F = _script()
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("1_7_13  # bf16 tiny tail\n")
+    rc = F.main(["--device", "cpu", "--out", str(tmp_path / "out"), "--seeds", "2", "--shapes", str(shapes)])
+    assert rc == 0
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert len(files) == 2 and files[0].startswith("cpu_false-rejections-1shapes-2seeds_")
+    assert "_summary_" in files[1]
+    import csv
+
+    with open(tmp_path / "out" / files[0]) as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["family"] for r in rows} == {"triton"} and {r["dtype"] for r in rows} == {"bf16"}
+    assert all(r["status"] == "passed" and r["failures"] == "0" for r in rows)
+    last = capsys.readouterr().out.strip().splitlines()
+    assert last[-1].startswith("all ") and last[-3].startswith("family")
