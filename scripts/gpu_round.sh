@@ -279,9 +279,12 @@ if [ "${ISSUE7:-0}" = 1 ]; then
   fi
   if [[ $stages == *faults* ]]; then
     # shellcheck disable=SC2086
-    timeout "${ISSUE7_FAULTS_S:-300}" python3 scripts/fault_survival.py --device cuda --out "$GEMMRL_OUT" \
+    timeout "${ISSUE7_FAULTS_S:-300}" python3 scripts/fault_survival.py --device cuda --out "$GEMMRL_OUT/faults" \
       ${FAULTS_ARGS:-} >"$GEMMRL_OUT/issue7_fault_survival.log" 2>&1
-    echo "fault survival: exit $?"; tail -n 12 "$GEMMRL_OUT/issue7_fault_survival.log"
+    echo "fault survival: exit $?"; grep -v "^\s*$" "$GEMMRL_OUT/issue7_fault_survival.log" | tail -n 16
+    python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
+      "$GEMMRL_OUT/faults/trials.sqlite" 2>/dev/null; rm -f "$GEMMRL_OUT"/faults/trials.sqlite-*
+    ( cd "$GEMMRL_OUT" && tar czf faults.tgz faults && rm -rf faults )
   fi
 fi
 

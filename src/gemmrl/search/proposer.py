@@ -8,6 +8,7 @@ a learning proposer takes its policy-gradient step. Nothing here imports torch.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -44,9 +45,12 @@ class Hardware:
 
 def spec_key(spec: CandidateSpec) -> str:
     """A candidate's identity for deduplication and resume: family, layout and payload (for a source candidate,
-    the hash of its code)."""
+    the hash of its code, and of its nvcc flags where it has any: one code built with different ``-D`` flags is
+    a different kernel, e.g. the planted CUDA faults)."""
     p = spec.payload
-    return f"{spec.family}|{spec.layout}|{getattr(p, 'source_hash', p)}"
+    flags = getattr(p, "flags", ())
+    tail = f"|{hashlib.sha256(' '.join(flags).encode()).hexdigest()[:8]}" if flags else ""
+    return f"{spec.family}|{spec.layout}|{getattr(p, 'source_hash', p)}{tail}"
 
 
 @dataclass(frozen=True)
