@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import functools
 import re
 import sys
@@ -10,7 +11,9 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
+from .library import LibraryError
 from .problem import ProblemError, parse_mnk, read_shapes, sample_grid, grid
+from .results import COLUMNS, ResultsError
 from .timing import PROTOCOLS, TimingConfig
 
 EXIT_USAGE = 2
@@ -29,11 +32,16 @@ def _protocols(text: str) -> tuple[str, ...]:
 
 
 def _problems(args) -> tuple[list, str]:
-    """(problems, short name of what is measured) from --mnk / --grid / --shapes."""
+    """(problems, short name of what is measured) from --mnk / --grid / --shapes (and the checks of the other
+    flags every shape-taking subcommand shares)."""
     kw = {"dtype": args.dtype, "acc": args.acc}
     chosen = [x for x in (args.mnk, args.grid, args.shapes) if x]
     if len(chosen) != 1:
         raise CliError("give exactly one of --mnk M_N_K, --grid cuda-l2 or --shapes FILE")
+    if args.sample is not None and not args.grid:
+        raise CliError("--sample N draws N shapes of --grid cuda-l2; with --mnk or --shapes leave it out")
+    if args.gpu_device_id is not None and args.gpu_device_id < 0:
+        raise CliError(f"--gpu-device-id takes a GPU index >= 0 (as nvidia-smi lists them), got {args.gpu_device_id}")
     if args.mnk:
         ps = [parse_mnk(s, **kw) for s in args.mnk.split(",")]
         return ps, ps[0].mnk if len(ps) == 1 else f"{len(ps)}shapes"
@@ -46,6 +54,26 @@ def _problems(args) -> tuple[list, str]:
     if not Path(args.shapes).is_file():
         raise CliError(f"--shapes {args.shapes}: no such file (one M_N_K per line)")
     return read_shapes(args.shapes, **kw), Path(args.shapes).stem
+
+
+def _check_out(out: Path, flag: str = "--out") -> None:
+    """--out is a directory (file name derived) or a .csv that an earlier run of this version wrote (resumed): refuse
+    anything else before any work, so a wrong path never costs a run nor touches a file that is not ours."""
+    if out.suffix != ".csv":
+        if out.exists() and not out.is_dir():
+            raise CliError(f"{flag} {out}: an existing file that is not a .csv; give a directory or a .csv path")
+        return
+    if out.is_dir():
+        raise CliError(f"{flag} {out}: a directory; give a .csv path (or the directory without the .csv name)")
+    if out.is_file() and out.stat().st_size:
+        try:
+            with open(out, newline="") as fh:
+                header = next(csv.reader([fh.readline()]), [])
+        except (OSError, UnicodeDecodeError) as e:
+            raise CliError(f"{flag} {out}: cannot read it ({e}); give a new {flag}") from None
+        if tuple(header) != COLUMNS:
+            raise CliError(f"{flag} {out}: not a results CSV this gemmrl writes (other columns), so it cannot be "
+                           f"resumed; give a new {flag} (the file is left as it is)")
 
 
 def _gpu_slug() -> str:
@@ -149,16 +177,30 @@ def cmd_bench(args) -> int:
                        "in a separate bench run")
     extra += _selection_from("triton", args.triton_from, problems)
     extra += _selection_from("cutlass", args.cutlass_from, problems)
+    for flag, v, ok, want in (("--repeat", args.repeat, args.repeat >= 1, ">= 1"),
+                              ("--target-qps", args.target_qps, args.target_qps > 0, "> 0"),
+                              ("--warmup-seconds", args.warmup_seconds, (args.warmup_seconds or 0) >= 0, ">= 0"),
+                              ("--benchmark-seconds", args.benchmark_seconds,
+                               args.benchmark_seconds is None or args.benchmark_seconds > 0, "> 0"),
+                              ("--sandbox-timeout", args.sandbox_timeout, args.sandbox_timeout > 0, "> 0")):
+        if not ok:
+            raise CliError(f"{flag} must be {want}, got {v}")
+    if args.kernel_dir and not Path(args.kernel_dir).is_dir():
+        raise CliError(f"--kernel-dir {args.kernel_dir}: not a directory of M_N_K.cu files")
+    _check_out(Path(args.out))
+    if args.library:
+        from .library import Library, load_default
+
+        try:  # read and checked here, before any GPU work; served from below
+            Library.load(args.library) if args.library != "default" else load_default()
+        except LibraryError as e:
+            raise CliError(f"--library: {e}") from None
     require_cuda(args.gpu_device_id)
     if args.library:
         from . import dispatch
         from .dispatch_candidate import gemmrl_candidates
-        from .library import LibraryError
 
-        try:
-            dispatch.use_library(None if args.library == "default" else args.library)
-        except LibraryError as e:
-            raise CliError(f"--library: {e}") from None
+        dispatch.use_library(None if args.library == "default" else args.library)
         extra += (gemmrl_candidates,)
     labels = ()
     if args.shapes:
@@ -184,8 +226,6 @@ def cmd_bench(args) -> int:
     spec = BenchSpec(problems=tuple(problems), protocols=protocols, out=out, cfg=cfg, kernel_dir=args.kernel_dir,
                      kernel_acc=args.kernel_acc, device=args.gpu_device_id, repeat=args.repeat,
                      extra=extra, labels=labels)
-    if args.kernel_dir and not Path(args.kernel_dir).is_dir():
-        raise CliError(f"--kernel-dir {args.kernel_dir}: not a directory of M_N_K.cu files")
     path = run_bench(spec, progress=not args.no_progress)
     md = write_summary(path)
     print(f"\nrows: {path}\nsummary: {md}\n")
@@ -201,25 +241,28 @@ def cmd_select(args) -> int:
     for name in ("top", "explore", "chunk"):
         if getattr(args, name) < 0:
             raise CliError(f"--{name} must be >= 0, got {getattr(args, name)}")
-    require_cuda(args.gpu_device_id)
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers must be >= 1 (leave it out for CPU count - 1), got {args.workers}")
     protocols = _protocols(args.protocol)
     if set(protocols) - {"graph", "cold"}:
         raise CliError("gemmrl select screens in the device protocols graph and cold; re-measure the selection "
                        "with gemmrl bench --triton-from for the host protocols")
     out = Path(args.out)
-    if out.suffix != ".csv":
-        import torch
-
-        torch.cuda.set_device(args.gpu_device_id)
-        tag = f"triton-select-top{args.top}-explore{args.explore}" if args.family == "triton" else "cutlass-select"
-        out = out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv"
-    try:
+    _check_out(out)
+    try:  # every flag checked before the GPU is asked for; the derived file name needs it
         spec = ScreenSpec(problems=tuple(problems), out=out, top=args.top, explore=args.explore, chunk=args.chunk or 16,
                           layouts=tuple(x.strip() for x in args.layouts.split(",") if x.strip()),
                           protocols=protocols, seed=args.seed, device=args.gpu_device_id, workers=args.workers,
                           family=args.family)
     except ValueError as e:
         raise CliError(str(e)) from None
+    require_cuda(args.gpu_device_id)
+    if out.suffix != ".csv":
+        import torch
+
+        torch.cuda.set_device(args.gpu_device_id)
+        tag = f"triton-select-top{args.top}-explore{args.explore}" if args.family == "triton" else "cutlass-select"
+        spec = replace(spec, out=out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv")
     path = run_screen(spec, progress=not args.no_progress)
     from .results import read_rows
 
@@ -236,6 +279,12 @@ def cmd_verify(args) -> int:
     from .verify_cli import run_verify
 
     problems, _ = _problems(args)
+    if args.seeds < 1:
+        raise CliError(f"--seeds must be >= 1 (random trials per candidate), got {args.seeds}")
+    if args.kernel_dir and not Path(args.kernel_dir).is_dir():
+        raise CliError(f"--kernel-dir {args.kernel_dir}: not a directory of M_N_K.cu files")
+    if Path(args.out).is_dir():
+        raise CliError(f"--out {args.out}: a directory; give a .csv path")
     out = run_verify(problems, out=Path(args.out), planted=args.planted, vendor=not args.no_vendor,
                      kernel_dir=args.kernel_dir, kernel_acc=args.kernel_acc, seeds=args.seeds,
                      calibrate=args.calibrate, device=args.gpu_device_id)
@@ -249,6 +298,10 @@ def cmd_report(args) -> int:
 
     if not args.results and not args.compare:
         raise CliError("give RESULTS.csv files (and/or --compare A.csv B.csv)")
+    missing = [str(p) for p in [*(args.results or []), *(args.compare or [])] if not Path(p).is_file()]
+    if missing:
+        raise CliError(f"no such file(s): {', '.join(missing)} (give result CSVs of gemmrl bench, select or "
+                       "tune --rows-out)")
     try:
         rep = make_report(args.results or [], Path(args.out), candidate=args.candidate, claims=args.claims,
                           compare_files=args.compare)
@@ -281,6 +334,9 @@ def cmd_warmup(args) -> int:
     from .lib_cli import cmd_warmup as warm
 
     problems, _ = _problems(args)
+    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+    if not layouts or set(layouts) - {"tn", "nn"}:
+        raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
     return warm(args, problems)
 
 
@@ -294,6 +350,8 @@ def cmd_serve_reward(args) -> int:
         raise CliError(str(e)) from None
     if args.max_request_kb <= 0 or args.time_limit_s <= 0:
         raise CliError("--max-request-kb and --time-limit-s must be positive")
+    if not 0 <= args.port <= 65535:
+        raise CliError(f"--port takes 0..65535 (0 picks a free one), got {args.port}")
     from .search.executor import InlineExecutor, RequestTemplate, SandboxExecutor
 
     cpu = args.device == "cpu"
@@ -308,8 +366,12 @@ def cmd_serve_reward(args) -> int:
     else:
         executor = SandboxExecutor(template=template, timeout_s=args.time_limit_s)
     try:
-        srv = serve_reward(args.host, args.port, executor, args.max_request_kb * 1024, args.time_limit_s,
-                           args.allow_remote)
+        try:
+            srv = serve_reward(args.host, args.port, executor, args.max_request_kb * 1024, args.time_limit_s,
+                               args.allow_remote)
+        except OSError as e:
+            raise CliError(f"cannot listen on {args.host}:{args.port} ({e}); pick another --port (0 picks a free "
+                           "one)") from None
         print(f"gemmrl serve-reward: POST {srv.url}/score, GET {srv.url}/health ({args.device}, "
               f"{'sandboxed' if args.sandbox else 'in-process, unisolated'}); Ctrl-C stops", flush=True)
         try:
@@ -443,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CliError, ProblemError) as e:
+    except (CliError, ProblemError, ResultsError, LibraryError) as e:  # bad flags or input files
         print(f"gemmrl {args.cmd}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as e:

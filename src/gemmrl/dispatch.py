@@ -31,6 +31,7 @@ at once.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import warnings
 from dataclasses import dataclass
@@ -87,11 +88,15 @@ _FAST = _S.fast
 _CFAST = _S.cfast
 
 
-def use_library(lib: Library | str | None) -> Library:
+def use_library(lib: Library | str | os.PathLike | None) -> Library:
     """Serve from ``lib`` (a Library or a JSON path); None reloads the default (package + user library).
-    Clears everything built so far."""
+    Clears everything built so far. A file that is not a usable library raises LibraryError (and the library
+    served so far stays)."""
+    if lib is not None and not isinstance(lib, (Library, str, os.PathLike)):
+        raise TypeError(f"use_library takes a Library, a library JSON path or None; got {type(lib).__name__}")
     with _S.lock:
-        _S.library = Library.load(lib) if isinstance(lib, str) else (lib if lib is not None else load_default())
+        _S.library = Library.load(lib) if isinstance(lib, (str, os.PathLike)) else (
+            lib if lib is not None else load_default())
         _S.warned.clear()
         reset()
         return _S.library
@@ -130,14 +135,23 @@ def _not_tensors(a, b) -> DispatchError:
 
 def mm(a, b, out=None):
     """``a @ b`` through the library (see the module docstring); ``out`` (contiguous, right shape and dtype)
-    receives the result when given, and is returned. ``out`` must not overlap ``a`` or ``b`` (as with
-    torch.matmul on CUDA, this is not checked)."""
+    receives the result when given, and is returned. ``out`` must not overlap ``a`` or ``b``: ``out=a`` or
+    ``out=b`` raises DispatchError; an overlapping view is not checked (as with torch.matmul on CUDA)."""
+    if out is not None and (out is a or out is b or not isinstance(out, _Tensor)):
+        _bad_out_arg(a, b, out)
     if _is_compiling():
         return _op(a, b, out)
     return _hot(a, b, out)
 
 
 _is_compiling = torch.compiler.is_compiling
+
+
+def _bad_out_arg(a, b, out):
+    if not isinstance(out, _Tensor):
+        raise DispatchError(f"gemmrl.mm: out must be a torch.Tensor (or None), got {type(out).__name__}")
+    raise DispatchError(f"gemmrl.mm: out is {'a' if out is a else 'b'} itself; the product cannot be written over its "
+                        "own input: pass a separate out (or none)")
 
 
 def _hot_py(a, b, out):
@@ -255,6 +269,8 @@ def _mm(a, b, out):
 def linear(x, weight, bias=None):
     """``x @ weight.T (+ bias)``, ``weight`` [N, K] as nn.Linear holds it (served in layout ``tn``). The bias is
     added by a separate elementwise kernel (our GEMMs have no bias epilogue)."""
+    if not isinstance(weight, _Tensor):
+        raise DispatchError(f"gemmrl.linear takes a torch.Tensor weight [N, K], got {type(weight).__name__}")
     y = mm(x, weight.t())
     if bias is None:
         return y

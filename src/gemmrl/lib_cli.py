@@ -20,6 +20,20 @@ def _load(path: str | None) -> Library:
         raise LibCliError(str(e)) from None
 
 
+def _writable(path: str | Path) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        raise LibCliError(f"{path} is a directory; give a file name for the library JSON, e.g. {path / 'library.json'}")
+    return path
+
+
+def _save(lib: Library, path: Path) -> None:
+    try:
+        lib.save(_writable(path))
+    except OSError as e:
+        raise LibCliError(f"cannot write {path}: {e}") from None
+
+
 def cmd_list(args) -> int:
     lib = _load(args.library)
     print(f"sources: {', '.join(lib.sources) or '(none: no packaged or user library)'}")
@@ -56,31 +70,33 @@ def cmd_build(args) -> int:
 
     import sqlite3
 
+    out = _writable(args.out) if args.out else user_library_path()
     try:
         store = TrialsStore(args.trials) if args.trials else TrialsStore()
     except (sqlite3.Error, OSError) as e:
         raise LibCliError(f"cannot open the trials store {args.trials or 'in the cache directory'}: {e} "
                           "(give another file with --trials)") from None
     rows = []
-    for path in args.results:
-        try:
-            rs = read_rows([path])
-        except (ResultsError, OSError) as e:
-            raise LibCliError(f"{path}: {e}") from None
-        new = store.ingest(rs, Path(path).name)
-        print(f"{path}: {len(rs)} rows ({new} new in the trials store {store.path})")
-        rows += [dict(r, source=Path(path).name) for r in rs]
-    store.close()
+    try:
+        for path in args.results:
+            try:
+                rs = read_rows([path])
+            except (ResultsError, OSError) as e:
+                raise LibCliError(str(e) if str(path) in str(e) else f"{path}: {e}") from None
+            new = store.ingest(rs, Path(path).name)
+            print(f"{path}: {len(rs)} rows ({new} new in the trials store {store.path})")
+            rows += [dict(r, source=Path(path).name) for r in rs]
+    finally:
+        store.close()
     entries = build_entries(rows, buckets=not args.no_buckets)
     if not entries:
         raise LibCliError("no winners: the files hold no verified, timed rows of both a kernel and a vendor path")
     built = Library(entries)
-    out = Path(args.out) if args.out else user_library_path()
     base = Library()
     if out.is_file() and not args.replace:
         base = _load(str(out))
     lib = base.merge(built)
-    lib.save(out)
+    _save(lib, out)
     fam = Counter(e.family for e in entries)
     print(f"{len(entries)} entries ({fam.get('triton', 0)} generated, {fam.get('vendor', 0)} vendor) -> {out} "
           f"({len(lib.entries)} entries in all)")
@@ -91,7 +107,7 @@ def cmd_export(args) -> int:
     lib = _load(args.library)
     if args.gpu:
         lib = Library(lib.for_gpu(args.gpu))
-    Library(lib.entries).save(args.out)
+    _save(Library(lib.entries), Path(args.out))
     print(f"{len(lib.entries)} entries -> {args.out}")
     return 0
 
@@ -101,7 +117,7 @@ def cmd_import(args) -> int:
     up = user_library_path()
     base = _load(str(up)) if up.is_file() else Library()
     lib = base.merge(new)
-    lib.save(up)
+    _save(lib, up)
     print(f"{len(new.entries)} entries from {args.file} merged into {up} ({len(lib.entries)} in all)")
     return 0
 

@@ -134,12 +134,16 @@ def sample_grid(n: int, seed: int = 0, **kw) -> list[GemmProblem]:
 def read_shapes(path: str, **kw) -> list[GemmProblem]:
     """One M_N_K per line (``#`` comments and blank lines ignored; a CSV with an ``mnk`` column works too)."""
     out: list[GemmProblem] = []
-    with open(path) as fh:
-        lines = fh.read().splitlines()
+    try:
+        with open(path) as fh:
+            lines = fh.read().splitlines()
+    except UnicodeDecodeError:
+        raise ProblemError(f"{path} is not a text file; write one M_N_K per line") from None
+    first = 1
     if lines and "mnk" in lines[0].split(","):
-        col = lines[0].split(",").index("mnk")
-        lines = [ln.split(",")[col] for ln in lines[1:]]
-    for i, line in enumerate(lines, 1):
+        col, first = lines[0].split(",").index("mnk"), 2
+        lines = [ln.split(",")[col] if len(ln.split(",")) > col else ln for ln in lines[1:]]  # short row: its text
+    for i, line in enumerate(lines, first):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue

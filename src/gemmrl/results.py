@@ -138,22 +138,30 @@ class ResultsWriter:
                 csv.writer(fh).writerow(COLUMNS)
 
     def _recover(self) -> None:
-        text = self.path.read_text()
-        lines = text.splitlines(keepends=True)
+        try:
+            text = self.path.read_text()
+        except UnicodeDecodeError:
+            raise ResultsError(f"{self.path} is not a results CSV (not text); write to a new --out") from None
+        parts = text.split("\n")  # records end in "\n"; a quoted field may hold "\n" (or "\r") inside
+        lines = [ln + "\n" for ln in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
         header = next(csv.reader([lines[0]]))
         if tuple(header) != COLUMNS:
             raise ResultsError(f"{self.path} has other columns than this version writes; write to a new --out "
                                f"(first differing header: {[h for h in header if h not in COLUMNS][:3] or header[:3]})")
-        good = [lines[0]]
-        # A trailing line without newline, or one that does not parse to the full width, is a torn write.
-        for ln in lines[1:]:
-            if not ln.endswith("\n"):
+        good, rec, start = [lines[0]], "", 2
+        for i, ln in enumerate(lines[1:], 2):
+            rec += ln
+            if rec.count('"') % 2:
+                continue  # inside a quoted field: the record goes on on the next line
+            if not rec.endswith("\n") or len(next(csv.reader([rec]))) != len(COLUMNS):
+                if i < len(lines):  # not the last record: not a torn write but a damaged file; keep every row
+                    raise ResultsError(f"{self.path}:{start}: a row that does not parse to the {len(COLUMNS)} "
+                                       "columns; repair or remove it, or write to a new --out (nothing was changed)")
                 break
-            row = next(csv.reader([ln]))
-            if len(row) != len(COLUMNS):
-                break
-            good.append(ln)
-        if len(good) != len(lines):
+            good.append(rec)
+            rec, start = "", i + 1
+        # what is left (a record without its newline, an unclosed quote, a short row at the end) is a torn write
+        if sum(map(len, good)) != len(text):
             with open(self.path, "w", newline="") as fh:
                 fh.write("".join(good))
         rows = list(csv.DictReader(io.StringIO("".join(good))))
@@ -190,13 +198,16 @@ def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict[str, str]]:
     """Read result CSVs; a file missing a required column is refused with the column named."""
     out: list[dict[str, str]] = []
     for p in paths:
-        with open(p, newline="") as fh:
-            rd = csv.DictReader(fh)
-            miss = [c for c in REQUIRED if c not in (rd.fieldnames or [])]
-            if miss:
-                raise ResultsError(f"{p}: not a gemmrl results file, missing columns {miss}")
-            for i, r in enumerate(rd, 2):
-                if None in r or any(v is None for v in r.values()):
-                    raise ResultsError(f"{p}:{i}: row has a different number of fields than the header")
-                out.append(r)
+        try:
+            with open(p, newline="") as fh:
+                rd = csv.DictReader(fh)
+                miss = [c for c in REQUIRED if c not in (rd.fieldnames or [])]
+                if miss:
+                    raise ResultsError(f"{p}: not a gemmrl results file, missing columns {miss}")
+                for i, r in enumerate(rd, 2):
+                    if None in r or any(v is None for v in r.values()):
+                        raise ResultsError(f"{p}:{i}: row has a different number of fields than the header")
+                    out.append(r)
+        except UnicodeDecodeError:
+            raise ResultsError(f"{p}: not a gemmrl results file (not text)") from None
     return out

@@ -113,8 +113,10 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
         if path.is_file():
             try:
                 policy = RLPolicy.load(path, candidates=cands)
-            except ValueError as e:
-                raise TuneError(str(e)) from None
+            except (ValueError, AttributeError, KeyError, TypeError) as e:  # also JSON that is not a policy
+                raise TuneError(str(e) if str(path) in str(e) else
+                                f"policy file {path} is not a gemmrl policy ({type(e).__name__}: {e}); give another "
+                                "--policy, or delete it to start from the shipped one (it is left as it is)") from None
         else:
             policy = RLPolicy(candidates=cands)
         out.append(policy)
@@ -203,9 +205,50 @@ def precompile_first_round(args, problems, policy) -> None:
         print(f"tune: precompiled {len(items) - len(failed)} of {len(items)} first-round Triton kernels", flush=True)
 
 
+def check_flags(args) -> None:
+    """The numeric flags, --baselines and the output paths, checked before the trials store is opened or anything
+    runs (a path that cannot be written would otherwise fail only after the whole run)."""
+    from .cli import CliError
+    from .summary import BASELINES
+
+    for flag, v, want in (("--group", args.group, 1), ("--rounds", args.rounds, 1)):
+        if v < want:
+            raise CliError(f"{flag} must be >= {want}, got {v}")
+    for flag, v in (("--budget-gpu-minutes", args.budget_gpu_minutes),
+                    ("--budget-wall-minutes", args.budget_wall_minutes), ("--timeout-s", args.timeout_s)):
+        if not v > 0:
+            raise CliError(f"{flag} must be > 0, got {v} (leave it out for the default)")
+    if args.baselines is not None:
+        names = [b.strip() for b in args.baselines.split(",") if b.strip()]
+        bad = [b for b in names if b not in BASELINES]
+        if bad or not names:
+            raise CliError(f"--baselines takes a comma list of {', '.join(BASELINES)}; got {args.baselines!r}")
+    if args.gpu_model and not args.scheduler:
+        raise CliError("--gpu-model picks the GPU model among a scheduler's workers; give --scheduler too, or leave "
+                       "it out")
+    for flag in ("policy", "library_out", "summary_out", "rows_out", "trials", "llm_log"):
+        v = getattr(args, flag)
+        if v and Path(v).is_dir():
+            raise CliError(f"--{flag.replace('_', '-')} {v}: a directory; give a file path")
+
+
+def open_store(path: str | None):
+    """The trials store at ``path`` (default: the user cache's), or a CliError saying why it cannot be used."""
+    import sqlite3
+
+    from .cli import CliError
+    from .library import TrialsStore
+
+    try:
+        return TrialsStore(path)
+    except (sqlite3.Error, OSError) as e:
+        raise CliError(f"--trials {path or 'default'}: cannot use it as the trials store ({e}); give a new file or "
+                       "one an earlier gemmrl tune wrote (the file is left as it is)") from None
+
+
 def cmd_tune(args) -> int:
     from .cli import CliError, _protocols
-    from .library import Library, TrialsStore
+    from .library import Library
     from .search.loop import Tuner, TuneSpec, summary_rows, winners, write_summary
     from .search.proposer import Hardware
 
@@ -214,7 +257,11 @@ def cmd_tune(args) -> int:
     layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
     if not layouts or any(x not in ("tn", "nn") for x in layouts):
         raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
-    store = TrialsStore(args.trials)
+    check_flags(args)
+    try:
+        proposers, policy = make_proposers(args, layouts)
+    except TuneError as e:
+        raise CliError(str(e)) from None
     executor = None
     if args.scheduler:
         executor = make_executor(args, protocols)
@@ -223,16 +270,19 @@ def cmd_tune(args) -> int:
     else:
         hardware = Hardware() if args.executor == "model" else _hardware(args.gpu_device_id)
         gpu = "model:" + hardware.name if args.executor == "model" else hardware.name
+    try:
+        store = open_store(args.trials)
+    except CliError:
+        if executor is not None:
+            executor.close()
+        raise
     done = store.outcomes(gpu=gpu, run=args.run)
     if done and not args.resume:
         if executor is not None:
             executor.close()
+        store.close()
         raise CliError(f"run {args.run!r} already has {len(done)} outcomes in {store.path}: pass --resume to continue "
                        "it, or --run NEW for a new run")
-    try:
-        proposers, policy = make_proposers(args, layouts)
-    except TuneError as e:
-        raise CliError(str(e)) from None
     spec = TuneSpec(tuple(problems), group=args.group, rounds=args.rounds,
                     budget_gpu_s=args.budget_gpu_minutes * 60.0, budget_wall_s=args.budget_wall_minutes * 60.0,
                     run=args.run, gpu=gpu, seed=args.seed)

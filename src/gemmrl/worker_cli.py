@@ -49,6 +49,10 @@ def cmd_worker(args) -> int:
 
     if not str(args.scheduler).startswith(("tcp://", "tls://", "inproc://")):
         raise CliError(f"--scheduler {args.scheduler!r}: give the scheduler's address, e.g. tcp://10.0.0.5:8786")
+    if not args.reconnect_s >= 0:
+        raise CliError(f"--reconnect-s must be >= 0 seconds (0: do not rejoin), got {args.reconnect_s}")
+    if not args.cpu and args.gpu_device_id < 0:
+        raise CliError(f"--gpu-device-id takes a GPU index >= 0 (as nvidia-smi lists them), got {args.gpu_device_id}")
     if args.cpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         model, dev = "cpu", "cpu"
