@@ -321,10 +321,15 @@ def read_csv(path: str | Path) -> list[dict]:
     return rows
 
 
+def _as_expected(r: dict) -> bool:
+    """The row's ``as_expected``, a bool as run_catalogue made it or its text as read back from a CSV."""
+    return str(r.get("as_expected")) in ("True", "true", "1")
+
+
 def _cell(r: dict | None) -> str:
     if r is None:
         return "-"
-    mark = "" if str(r.get("as_expected")) in ("True", "true", "1") else " **(unexpected)**"
+    mark = "" if _as_expected(r) else " **(unexpected)**"
     v = r["verdict"] if r["verdict"] != "rejected" else f"rejected: `{r['check']}`"
     return v + mark
 
@@ -349,9 +354,8 @@ def markdown_table(files: dict[str, list[dict]]) -> str:
 
 
 def summary(rows: Sequence[dict]) -> dict[str, Any]:
-    ok = sum(1 for r in rows if str(r.get("as_expected")) in ("True", "true", "1"))
-    return {"attacks": len(rows), "as_expected": ok, "unexpected": [r["attack"] for r in rows
-                                                                     if str(r.get("as_expected")) not in ("True", "true", "1")],
+    return {"attacks": len(rows), "as_expected": sum(map(_as_expected, rows)),
+            "unexpected": [r["attack"] for r in rows if not _as_expected(r)],
             "isolation": sorted({r.get("isolation", "") for r in rows})}
 
 

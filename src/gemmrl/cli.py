@@ -188,19 +188,20 @@ def cmd_bench(args) -> int:
     if args.kernel_dir and not Path(args.kernel_dir).is_dir():
         raise CliError(f"--kernel-dir {args.kernel_dir}: not a directory of M_N_K.cu files")
     _check_out(Path(args.out))
+    library = None
     if args.library:
         from .library import Library, load_default
 
         try:  # read and checked here, before any GPU work; served from below
-            Library.load(args.library) if args.library != "default" else load_default()
+            library = Library.load(args.library) if args.library != "default" else load_default()
         except LibraryError as e:
             raise CliError(f"--library: {e}") from None
     require_cuda(args.gpu_device_id)
-    if args.library:
+    if library is not None:
         from . import dispatch
         from .dispatch_candidate import gemmrl_candidates
 
-        dispatch.use_library(None if args.library == "default" else args.library)
+        dispatch.use_library(library)
         extra += (gemmrl_candidates,)
     labels = ()
     if args.shapes:

@@ -44,6 +44,7 @@ Tests: ``pytest tests/test_verify.py`` (CPU and interpreter tiers; ``-m gpu`` on
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -271,6 +272,20 @@ _TIMING_CLAIM = re.compile(r"\b\d+(\.\d+)?\s*(ms|us|µs|ns|sec|seconds?)\b|tflop
                            re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=1)
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None)
+
+
+def _flush_c_stdio() -> None:
+    try:
+        _libc().fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
 class _Output:
     """fd 1 and 2 (C's stdio too) and ``sys.stdout``/``sys.stderr`` captured around a call; what was captured is
     written back to fd 1 afterwards, so nothing a candidate prints is lost to whoever collects the output."""
@@ -296,12 +311,7 @@ class _Output:
             self.text_io.flush()
         except (OSError, ValueError):
             pass
-        try:
-            import ctypes
-
-            ctypes.CDLL(None).fflush(None)  # C stdio's buffers, before fd 1 points back
-        except (OSError, AttributeError):
-            pass
+        _flush_c_stdio()  # C stdio's buffers, before fd 1 points back
         sys.stdout, sys.stderr = self.streams
         os.dup2(self.saved[0], 1)
         os.dup2(self.saved[1], 2)
@@ -636,6 +646,20 @@ def check_stream_order(cand: Candidate, problem: GemmProblem, device="cuda", see
     return _run_check("stream_order", body)
 
 
+def _exact_mismatch(c, ref, problem: GemmProblem, seed: int) -> None:
+    """Raise the exact_int failure unless C equals the exact integer product ``ref`` (fp64) element for element."""
+    c = c.double()
+    bad = c != ref
+    if bool(bad.any()):
+        idx = bad.nonzero()
+        i, j = (int(x) for x in idx[0])
+        rows, cols = idx[:, 0], idx[:, 1]
+        raise _fail("exact_int", f"{int(bad.sum())} of {bad.numel()} elements wrong on integer inputs at "
+                                 f"{problem.mnk} seed {seed}, first C[{i},{j}] = {float(c[i, j]):g}, expected "
+                                 f"{float(ref[i, j]):g}; wrong rows {int(rows.min())}..{int(rows.max())}, cols "
+                                 f"{int(cols.min())}..{int(cols.max())}", elements=int(bad.sum()))
+
+
 def check_exact_int(cand: Candidate, problem: GemmProblem, device="cuda", seeds: Sequence[int] = (0, 1)) -> CheckResult:
     """Small-integer inputs whose product is exact in the output dtype: C must match it exactly."""
     dev = _device(device)
@@ -645,17 +669,8 @@ def check_exact_int(cand: Candidate, problem: GemmProblem, device="cuda", seeds:
         for seed in seeds:
             a, b = _int_inputs(problem, dev, seed)
             g.load(a, b)
-            c = _call(cand, g, f"exact_int seed {seed}").double()
-            ref = a.double() @ b.double()
-            bad = c != ref
-            if bool(bad.any()):
-                idx = bad.nonzero()
-                i, j = (int(x) for x in idx[0])
-                rows, cols = idx[:, 0], idx[:, 1]
-                raise _fail("exact_int", f"{int(bad.sum())} of {bad.numel()} elements wrong on integer inputs at "
-                                         f"{problem.mnk} seed {seed}, first C[{i},{j}] = {float(c[i, j]):g}, expected "
-                                         f"{float(ref[i, j]):g}; wrong rows {int(rows.min())}..{int(rows.max())}, cols "
-                                         f"{int(cols.min())}..{int(cols.max())}", elements=int(bad.sum()))
+            c = _call(cand, g, f"exact_int seed {seed}")
+            _exact_mismatch(c, a.double() @ b.double(), problem, seed)
         return {"seeds": list(seeds)}
 
     return _run_check("exact_int", body)

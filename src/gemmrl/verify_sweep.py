@@ -107,14 +107,11 @@ class _Track:
 
 def _exact_int_failure(c, ref, problem: GemmProblem, seed: int) -> str:
     """'' if C equals the exact integer product bit for bit (as values), else check_exact_int's reason."""
-    bad = c.double() != ref
-    if not bool(bad.any()):
-        return ""
-    idx = bad.nonzero()
-    i, j = (int(x) for x in idx[0])
-    return (f"exact_int: {int(bad.sum())} of {bad.numel()} elements wrong on integer inputs at {problem.mnk} seed "
-            f"{seed}, first C[{i},{j}] = {float(c[i, j]):g}, expected {float(ref[i, j]):g}; wrong rows "
-            f"{int(idx[:, 0].min())}..{int(idx[:, 0].max())}, cols {int(idx[:, 1].min())}..{int(idx[:, 1].max())}")
+    try:
+        V._exact_mismatch(c, ref, problem, seed)
+    except V._Fail as f:
+        return f.result.reason
+    return ""
 
 
 def _accuracy_failure(c, ref, problem: GemmProblem, tol: V.Tolerance, seed: int, track: "_Track") -> str:
