@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.library import TrialsStore  # noqa: E402
 from gemmrl.problem import read_shapes  # noqa: E402
+from gemmrl.results import git_sha, now  # noqa: E402
 from gemmrl.search.dask_executor import DaskExecutor  # noqa: E402
 from gemmrl.search.executor import RequestTemplate  # noqa: E402
 from gemmrl.search.loop import Tuner, TuneSpec, stored_outcome, summary_rows, write_summary  # noqa: E402
@@ -38,6 +39,12 @@ from gemmrl.search.proposer import Hardware  # noqa: E402
 
 REMEASURES = 3   # DESIGN.md's noise rule: 3 further interleaved re-measurements, median
 BASELINES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn", "torch")
+
+
+def torch_version() -> str:
+    from importlib.metadata import version
+
+    return version("torch")
 
 
 def port() -> int:
@@ -239,8 +246,10 @@ def main() -> int:
         w.writerows(rows)
     with open(out / "dask_scaling_summary.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["gpu", "shapes", "group", "wall_1gpu_s", "wall_2gpu_s", "ratio", "same_winner", "within_noise"])
-        w.writerow([gpu, len(problems), args.group, round(w1, 2), round(w2, 2), round(w2 / w1, 3), same, within])
+        w.writerow(["gpu", "shapes", "group", "wall_1gpu_s", "wall_2gpu_s", "ratio", "same_winner", "within_noise",
+                    "torch", "git_sha", "timestamp"])  # the workers' clocks and versions are in the outcomes' rows
+        w.writerow([gpu, len(problems), args.group, round(w1, 2), round(w2, 2), round(w2 / w1, 3), same, within,
+                    torch_version(), git_sha(), now()])
     print(f"| GPUs | wall (s) |\n|---|---:|\n| 1 | {w1:.1f} |\n| 2 | {w2:.1f} |\n"
           f"ratio 2/1 = {w2 / w1:.3f} (bar <= 0.6); winners: {same}/{len(rows)} the same, {within}/{len(rows)} "
           f"the same or within the noise rule")

@@ -233,6 +233,16 @@ def kill_then_resume(plan: list, args, argv: list[str], out: Path) -> dict:
             "resume_wall_s": round(time.monotonic() - t1, 1)}
 
 
+def run_meta(device: str) -> dict:
+    """The run's GPU, clocks-free software versions, git sha and time (results.collect_meta; no GPU: the CPU's)."""
+    from gemmrl.results import Meta, collect_meta, git_sha, now
+
+    import torch
+
+    meta = collect_meta(0) if device == "cuda" else Meta("cpu", "", "", "", torch.__version__, "", git_sha())
+    return {**meta.row(), "timestamp": now()}
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["index"])
@@ -275,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"device": args.device, "n": args.n, "fault_frac": args.fault_frac, "seed": args.seed,
                "group": args.group, "timeout_s": args.timeout_s, **summary, **extra, "setup_s": round(setup_s, 1),
                "wall_s": round(wall, 1), "expected_s": round(est), "passed": not failed}
-    write_csv(out / "fault_survival_summary.csv", [summary])
+    write_csv(out / "fault_survival_summary.csv", [{**summary, **run_meta(args.device)}])
     write_csv(out / "fault_survival_candidates.csv", per)
     shutil.rmtree(out / "scratch", ignore_errors=True)
     width = max(len(k) for k in summary)
