@@ -4,7 +4,8 @@ Per shape and kind of served kernel (a Triton entry, a cuBLASLt entry, no entry 
 per-call host time, batches of N calls issued back to back behind a device sleep that outlasts them (so no call
 waits for the GPU: host time alone), a sync between batches, interleaved over R rounds, of:
   launcher   the served kernel's own call (what the dispatcher calls after its lookup)
-  mm_out     gemmrl.mm(a, b, out=c)            (the C hot path, fastpath.c, where it builds)
+  mm_out     gemmrl.mm(a, b, out=c)            (through the hot path of the row: ``torch``, built against torch's
+                                                headers, fastpath_torch.cpp; ``c``, CPython API only, fastpath.c)
   mm_out_py  gemmrl.mm's Python hot path       (for comparison)
   mm         gemmrl.mm(a, b)            (allocates C)
   linear     gemmrl.linear(x, w)        (w [N, K]; the w.t() view is made per call)
@@ -61,30 +62,32 @@ def main() -> None:
     meta = {**collect_meta().row(), "timestamp": now()}
     gpu = meta["gpu"]
     rows = []
-    for M, N, K in SHAPES:
-        for kind, impl in (("triton", TRITON if M < 64 else TILED), ("vendor", "cublaslt_heuristic_tn"), ("none", "")):
-            lib = Library([] if kind == "none" else [entry(gpu, M, N, K, kind, impl)])
-            dispatch.use_library(lib)
-            a = torch.randn(M, K, device="cuda").half()
-            w = torch.randn(N, K, device="cuda").half()
-            b = w.t()
-            c = torch.empty(M, N, device="cuda", dtype=torch.half)
-            served = dispatch._mm_served(a, b)
-            with torch.no_grad():
-                t = per_call_us({"launcher": lambda: served.eager(a, b, c),
-                                 "mm_out": lambda: dispatch.mm(a, b, out=c),
-                                 "mm_out_py": lambda: dispatch._hot_py(a, b, c),
-                                 "mm": lambda: dispatch.mm(a, b),
-                                 "linear": lambda: dispatch.linear(a, w),
-                                 "torch_out": lambda: torch.matmul(a, b, out=c)})
-            row = {"mnk": f"{M}_{N}_{K}", "layout": "tn", "served": served.eager_desc, "kind": kind,
-                   "hot_path": dispatch.hot_path(),
-                   **{f"{k}_us": round(v, 3) for k, v in t.items()},
-                   "lookup_us": round(t["mm_out"] - t["launcher"], 3), **meta}
-            rows.append(row)
-            print(f"{row['mnk']:>16} {kind:6} launcher {t['launcher']:6.2f}  mm(out) {t['mm_out']:6.2f}  mm {t['mm']:6.2f}"
-                  f"  linear {t['linear']:6.2f}  torch(out) {t['torch_out']:6.2f}  lookup {row['lookup_us']:5.2f} us",
-                  flush=True)
+    for hot, M, N, K, kind, impl in [(hot, M, N, K, kind, impl) for hot in ("torch", "c") for M, N, K in SHAPES
+                                     for kind, impl in (("triton", TRITON if M < 64 else TILED),
+                                                        ("vendor", "cublaslt_heuristic_tn"), ("none", ""))]:
+        dispatch.use_hot_path(hot)
+        lib = Library([] if kind == "none" else [entry(gpu, M, N, K, kind, impl)])
+        dispatch.use_library(lib)
+        a = torch.randn(M, K, device="cuda").half()
+        w = torch.randn(N, K, device="cuda").half()
+        b = w.t()
+        c = torch.empty(M, N, device="cuda", dtype=torch.half)
+        served = dispatch._mm_served(a, b)
+        with torch.no_grad():
+            t = per_call_us({"launcher": lambda: served.eager(a, b, c),
+                             "mm_out": lambda: dispatch.mm(a, b, out=c),
+                             "mm_out_py": lambda: dispatch._hot_py(a, b, c),
+                             "mm": lambda: dispatch.mm(a, b),
+                             "linear": lambda: dispatch.linear(a, w),
+                             "torch_out": lambda: torch.matmul(a, b, out=c)})
+        row = {"mnk": f"{M}_{N}_{K}", "layout": "tn", "served": served.eager_desc, "kind": kind,
+               "hot_path": dispatch.hot_path(),
+               **{f"{k}_us": round(v, 3) for k, v in t.items()},
+               "lookup_us": round(t["mm_out"] - t["launcher"], 3), **meta}
+        rows.append(row)
+        print(f"{hot:5} {row['mnk']:>16} {kind:6} launcher {t['launcher']:6.2f}  mm(out) {t['mm_out']:6.2f}  mm {t['mm']:6.2f}"
+              f"  linear {t['linear']:6.2f}  torch(out) {t['torch_out']:6.2f}  lookup {row['lookup_us']:5.2f} us",
+              flush=True)
     out = os.path.join(os.environ.get("GEMMRL_OUT", "."), "dispatch_host_cost.csv")
     with open(out, "w", newline="") as fh:
         wr = csv.DictWriter(fh, fieldnames=list(rows[0]))

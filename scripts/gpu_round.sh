@@ -15,7 +15,8 @@
 #               selection run; then gemmrl lib build -> $GEMMRL_OUT/library.json
 #      measure  gemmrl bench --library library.json in graph,offline: gemmrl.mm against the vendor paths, the run
 #               that counts (noise rule: gemmrl re-measured 3x where > 2% slower than vendor_best)
-#      example  examples/transformer_block.py at SERVE_TOKENS (default "16 32") and scripts/dispatch_host_cost.py
+#      hostcost scripts/dispatch_host_cost.py: gemmrl.mm's host time per call through each compiled hot path
+#      example  examples/transformer_block.py at SERVE_TOKENS (default "16 32")
 #      (SERVE_SEL_CSV / SERVE_BUILD_CSV / SERVE_LIB / SERVE_MEASURE_CSV: files of an earlier call to resume from)
 #   7. only with ISSUE4=1 (issue 4, the CUTLASS family), the stages in ISSUE4_STAGES (default all, in order):
 #      compile    scripts/compile_throughput.py: the family built from scratch with 16 parallel nvcc (configs/min)
@@ -69,6 +70,9 @@ if ls .whl/dask/*.whl >/dev/null 2>&1; then  # Dask distributed (issue 9), pure-
   python3 -m pip install -q --no-index --find-links .whl/dask distributed >/dev/null 2>&1 || echo "(dask install failed)"
 fi
 echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs, $(nvidia-smi -L | wc -l) GPUs"
+# gemmrl.mm's hot path built against this torch (fastpath_torch.cpp, ~20 s once), so no timed run pays for it
+python3 -c "import time; from gemmrl import fastpath as f; t = time.time(); m = f.load_kind('torch'); \
+print(f'hot path torch: {\"built\" if m else f.why(\"torch\")[:300]} in {time.time() - t:.0f} s')"
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # shellcheck disable=SC2086
@@ -140,7 +144,7 @@ fi
 
 if [ -n "${SERVE_SHAPES:-}" ]; then
   tag=$(basename "${SERVE_SHAPES%.*}")
-  stages=${SERVE_STAGES:-select,build,measure,example}
+  stages=${SERVE_STAGES:-select,build,hostcost,measure,example}
   ssel="$GEMMRL_OUT/${gpu}_${tag}_triton-select-top${TRITON_TOP:-8}-explore${TRITON_EXPLORE:-4}-graph_${day}.csv"
   sbuild="$GEMMRL_OUT/${gpu}_${tag}_library-selection_graph-offline_${day}.csv"
   smeas="$GEMMRL_OUT/${gpu}_${tag}_gemmrl-mm_graph-offline_${day}.csv"
@@ -164,6 +168,10 @@ if [ -n "${SERVE_SHAPES:-}" ]; then
     tail -n 2 "$GEMMRL_OUT/serve_build.log"
     python3 -m gemmrl.cli lib build "$sbuild" --out "$slib" --replace --trials "$GEMMRL_OUT/trials.sqlite"
   fi
+  if [[ $stages == *hostcost* ]]; then
+    timeout 150 python3 scripts/dispatch_host_cost.py >"$GEMMRL_OUT/dispatch_host_cost.log" 2>&1
+    echo "dispatch host cost: exit $?"; grep -E "^(torch|c) " "$GEMMRL_OUT/dispatch_host_cost.log" | cut -c1-150
+  fi
   if [[ $stages == *measure* ]]; then
     timeout "${SERVE_MEASURE_S:-400}" python3 -m gemmrl.cli bench --shapes "$SERVE_SHAPES" --library "$slib" \
       --protocol graph,offline --no-progress --out "$smeas" >"$GEMMRL_OUT/serve_measure.log" 2>&1
@@ -177,7 +185,6 @@ if [ -n "${SERVE_SHAPES:-}" ]; then
       timeout "${SERVE_EXAMPLE_S:-150}" python3 examples/transformer_block.py --tokens "$m" --library "$slib" \
         --out "$GEMMRL_OUT" 2>&1 | tail -n 7
     done
-    timeout 120 python3 scripts/dispatch_host_cost.py 2>&1 | tail -n 9
   fi
 fi
 

@@ -30,3 +30,29 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# -- gemmrl.mm's hot paths ----------------------------------------------------------------------------------
+HOT_PATHS = ["torch", "c", "python"]
+_NO_TOOLCHAIN = ("RuntimeError: no Python.h", "RuntimeError: no C compiler", "RuntimeError: no C++ compiler",
+                 "RuntimeError: no torch headers")
+
+
+@pytest.fixture(params=HOT_PATHS)
+def hot_path(request):
+    """Serve through each hot path of gemmrl.mm in turn: built against torch's headers, CPython-only C, Python.
+    Skips a compiled one only where its toolchain is missing (a toolchain that fails to build it is a bug)."""
+    from gemmrl import dispatch, fastpath
+
+    kind = request.param
+    try:
+        dispatch.use_hot_path(kind)
+    except RuntimeError:
+        if fastpath.why(kind).startswith(_NO_TOOLCHAIN):
+            pytest.skip(f"the {kind} hot path cannot be built here: {fastpath.why(kind)}")
+        raise
+    yield kind
+    with dispatch._S.lock:  # back to the process default (GEMMRL_FASTPATH), chosen again at the next new shape
+        dispatch.reset()
+        dispatch._install(None)
+        dispatch._S.fastpath_tried = False

@@ -479,18 +479,11 @@ def test_another_gpus_library_is_imported_but_never_served_here(data, capsys):
 
 
 # -- gemmrl.mm / linear / warmup arguments ----------------------------------------------------------------------
-@pytest.fixture(params=["c", "python"])
-def hot(request, monkeypatch):
-    """An empty library (torch.matmul serves), through the C hot path or the Python one."""
-    from gemmrl import fastpath
-
-    if request.param == "python":
-        monkeypatch.setattr(dispatch, "_hot", dispatch._hot_py)
-        monkeypatch.setattr(dispatch._S, "fastpath_tried", True)
-    elif fastpath.load() is None:
-        pytest.skip(f"the C hot path cannot be built here: {fastpath.why()}")
+@pytest.fixture
+def hot(hot_path):
+    """An empty library (torch.matmul serves), through each hot path in turn (conftest.hot_path)."""
     dispatch.use_library(Library())
-    yield request.param
+    yield hot_path
     dispatch.use_library(Library())
 
 

@@ -29,16 +29,9 @@ def entry(M, N, K, *, gpu="cpu", layout="tn", protocol="offline", family="triton
                  members=tuple(members or (f"{M}_{N}_{K}",)), verified=True, torch=torch_v)
 
 
-@pytest.fixture(params=["c", "python"])
-def lib(request, monkeypatch):
-    """Serve from a library of the given entries, through the C hot path (fastpath.c) or the Python one."""
-    from gemmrl import fastpath
-
-    if request.param == "python":
-        monkeypatch.setattr(dispatch, "_hot", dispatch._hot_py)
-        monkeypatch.setattr(dispatch._S, "fastpath_tried", True)
-    elif fastpath.load() is None:
-        pytest.skip(f"the C hot path cannot be built here: {fastpath.why()}")
+@pytest.fixture
+def lib(hot_path):
+    """Serve from a library of the given entries, through each hot path in turn (conftest.hot_path)."""
 
     def use(*entries):
         lb = Library(entries)
@@ -49,19 +42,45 @@ def lib(request, monkeypatch):
     dispatch.use_library(Library())
 
 
-def test_fastpath_builds_and_serves():
-    """Where a C compiler and Python.h exist (CI, the GPU machine), the C hot path is built and used."""
+@pytest.mark.parametrize("kind", ["torch", "c"])
+def test_fastpath_builds_and_serves(kind, monkeypatch):
+    """Where a compiler and the headers exist (CI, the GPU machine), each compiled hot path is built, and the
+    default (GEMMRL_FASTPATH unset: auto) is the one built against torch's headers."""
     from gemmrl import fastpath
 
-    mod = fastpath.load()
-    if mod is None and fastpath.why().startswith(("RuntimeError: no Python.h", "RuntimeError: no C compiler")):
-        pytest.skip(f"no toolchain for the C hot path here: {fastpath.why()}")
-    assert mod is not None, fastpath.why()  # a toolchain that fails to build it is a bug
-    dispatch.use_library(Library())
-    a, b = rnd(5, 16), rnd(16, 24, seed=1)
-    out = gemmrl.mm(a, b)
-    assert dispatch.hot_path() == "c"
-    assert dispatch._CFAST and torch.equal(gemmrl.mm(a, b), out)
+    mod = fastpath.load_kind(kind)
+    if mod is None and fastpath.why(kind).startswith(("RuntimeError: no Python.h", "RuntimeError: no C compiler",
+                                                      "RuntimeError: no C++ compiler", "RuntimeError: no torch headers")):
+        pytest.skip(f"no toolchain for the {kind} hot path here: {fastpath.why(kind)}")
+    assert mod is not None, fastpath.why(kind)  # a toolchain that fails to build it is a bug
+    assert fastpath.kind_of(mod) == kind
+    try:
+        dispatch.use_hot_path(kind)
+        a, b = rnd(5, 16), rnd(16, 24, seed=1)
+        out = gemmrl.mm(a, b)
+        assert dispatch.hot_path().startswith(kind)
+        assert torch.equal(gemmrl.mm(a, b), out)
+        stored = mod.size() if kind == "torch" else len(dispatch._CFAST)
+        assert stored == 1
+        dispatch.reset()
+        assert (mod.size() if kind == "torch" else len(dispatch._CFAST)) == 0
+    finally:
+        dispatch.use_hot_path("python")
+        dispatch._S.fastpath_tried = False
+    if kind == "torch":
+        monkeypatch.delenv("GEMMRL_FASTPATH", raising=False)
+        monkeypatch.setattr(fastpath, "_state", {k: v for k, v in fastpath._state.items() if k in ("torch", "c")})
+        assert fastpath.load() is mod
+
+
+def test_fastpath_choice_is_checked(monkeypatch):
+    from gemmrl import fastpath
+
+    monkeypatch.setenv("GEMMRL_FASTPATH", "cuda")
+    with pytest.raises(ValueError, match="GEMMRL_FASTPATH='cuda': use one of auto, torch, c, 0"):
+        fastpath.choice()
+    monkeypatch.setenv("GEMMRL_FASTPATH", "1")
+    assert fastpath.choice() == "auto"
 
 
 def ref(a, b):

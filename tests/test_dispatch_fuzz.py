@@ -36,12 +36,9 @@ def _tol(K, dt):
     return 4 * eps * math.sqrt(K) + 1e-3
 
 
-@pytest.fixture(params=["c", "python"])
-def hot(request, monkeypatch):
-    if request.param == "python":
-        monkeypatch.setattr(dispatch, "_hot", dispatch._hot_py)
-        monkeypatch.setattr(dispatch._S, "fastpath_tried", True)
-    yield request.param
+@pytest.fixture
+def hot(hot_path):
+    yield hot_path
     dispatch.use_library(Library())
 
 

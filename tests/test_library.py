@@ -221,7 +221,8 @@ def test_build_entries_winners():
 @pytest.mark.parametrize("bad", [
     _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, verified="false"),
     _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, floor_ok="false"),
-    _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, recheck="1"),
+    _row(S, "triton:tiled(BM=16,BN=16,BK=16,warps=1,stages=1,group_m=1)", 0.1,
+         algo="tiled(BM=16,BN=16,BK=16,warps=1,stages=1,group_m=1)", recheck="1"),  # a re-measure without a first run
     _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, rep="1"),
     _row(S, f"triton:{CFG2}", 0.1, algo=CFG2, members="a;b"),
     _row(S, "cublas_nn", 0.1, members="cublas_tn;cublas_nn"),
@@ -231,6 +232,24 @@ def test_build_entries_winners():
 ])
 def test_build_entries_ignores(bad):
     assert _by(build_entries(BASE + [bad])) == _by(build_entries(BASE))
+
+
+def test_build_entries_judges_by_median_over_runs():
+    """Two runs: cublas_nn is faster in both but drew one slow measurement; cublaslt_heuristic_nn drew one lucky
+    one. By minimum the lucky path would win; by median (first runs and re-measurements alike) cublas_nn does."""
+    rows = [_row(S, "cublas_nn", 1.0, source="a"), _row(S, "cublas_nn", 1.0, recheck="1", source="a"),
+            _row(S, "cublas_nn", 1.5, source="b"),
+            _row(S, "cublaslt_heuristic_nn", 0.9, source="a"), _row(S, "cublaslt_heuristic_nn", 1.2, source="b"),
+            _row(S, "cublaslt_heuristic_nn", 1.2, recheck="2", source="b")]
+    got = _by(build_entries(rows, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (got.impl, got.time_ms, got.vendor_best, got.vendor_best_ms) == ("cublas_nn", 1.0, "cublas_nn", 1.0)
+    only_min = _by(build_entries([r for r in rows if r.get("source") == "a" and not r.get("recheck")],
+                                 buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert only_min.impl == "cublaslt_heuristic_nn"
+    # two algorithms of one vendor path are two candidates
+    algos = [_row(S, "cublaslt_autotuned_nn", t, algo=a) for a, t in (("x", 1.0), ("y", 0.8), ("y", 0.9), ("x", 1.1))]
+    e = _by(build_entries(algos, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.algo, e.time_ms) == ("y", pytest.approx(0.85))
 
 
 def test_bucketize():

@@ -75,6 +75,8 @@ class _State:
         self.table: dict[tuple, Served] = {}      # call signature -> served
         self.fast: dict[tuple, Served] = {}       # (a.shape, b.shape, b.stride(), dtype, device) -> served, a row-major
         self.cfast: dict[tuple, tuple] = {}       # the same keys -> the C hot path's entries (fastpath.c)
+        self.cput: Callable | None = None         # the torch-built hot path's put(a, b, entry) (fastpath_torch.cpp)
+        self.cclear: Callable | None = None       # ... and its clear()
         self.built: dict[tuple, Served] = {}      # (M, N, K, dtype, layout, dev) -> served, shared by signatures
         self.gpu: dict[int, tuple[str, dict]] = {}
         self.lock = threading.RLock()
@@ -116,6 +118,8 @@ def reset() -> None:
         _S.table.clear()
         _S.fast.clear()
         _S.cfast.clear()
+        if _S.cclear is not None:
+            _S.cclear()
         _S.built.clear()
 
 
@@ -208,25 +212,61 @@ def _slow(a, b, out):
 
 
 def _use_fastpath() -> None:
-    """Switch the hot path to C (once per process; keeps the Python one where it cannot be built)."""
-    global _hot
+    """Switch to a compiled hot path (once per process; keeps the Python one where none can be built): the one
+    built against torch's headers, else the CPython-only one (fastpath.py says which and why)."""
     if _S.fastpath_tried:
         return
     _S.fastpath_tried = True
     from . import fastpath
 
     mod = fastpath.load()
+    if mod is not None:
+        _install(mod)
+
+
+def _install(mod) -> None:
+    global _hot
+    from . import fastpath
+
+    _S.cput = _S.cclear = None
     if mod is None:
-        return
-    mod.init(_Tensor, _CFAST, _slow, _capturing, torch.is_grad_enabled, torch.empty)
-    _hot = mod.mm
+        _hot = _hot_py
+    elif fastpath.kind_of(mod) == "torch":
+        mod.init(_Tensor, _slow, _capturing)
+        _S.cput, _S.cclear = mod.put, mod.clear
+        _hot = mod.mm
+    else:
+        mod.init(_Tensor, _CFAST, _slow, _capturing, torch.is_grad_enabled, torch.empty)
+        _hot = mod.mm
+
+
+def use_hot_path(kind: str) -> None:
+    """Serve through hot path ``kind`` ('torch', 'c' or 'python') from now on, forgetting what was built (for
+    tests and probes that compare them; ``GEMMRL_FASTPATH`` picks for a process). Raises RuntimeError where that
+    one cannot be built."""
+    from . import fastpath
+
+    if kind not in ("torch", "c", "python"):
+        raise ValueError(f"hot path {kind!r}: 'torch', 'c' or 'python'")
+    mod = None if kind == "python" else fastpath.load_kind(kind)
+    if kind != "python" and mod is None:
+        raise RuntimeError(f"the {kind} hot path cannot be built here: {fastpath.why(kind)}")
+    with _S.lock:
+        reset()
+        _S.fastpath_tried = True
+        _install(mod)
 
 
 def hot_path() -> str:
-    """'c' or 'python' (with the reason the C one is not used)."""
+    """'torch' (built against torch's headers), 'c' (CPython API only) or 'python', with the reason a faster one
+    is not used."""
     from . import fastpath
 
-    return "c" if _hot is not _hot_py else f"python ({fastpath.why() or 'not built yet'})"
+    if _hot is _hot_py:
+        return f"python ({fastpath.why() or 'not built yet'})"
+    if _S.cput is not None:
+        return "torch"
+    return f"c (torch: {fastpath.why('torch') or 'not asked for'})"
 
 
 def _op(a, b, out):
@@ -335,8 +375,11 @@ def _miss(key: tuple, a, b) -> Served:
         if _hot is not _hot_py:
             eager = s.eager_spec or (0, s.eager)
             graph = eager if s.graph is s.eager else (s.graph_spec or (0, s.graph))
-            _CFAST[fkey] = (out_shape, a.dtype, dev, {"dtype": a.dtype, "device": a.device}, eager, graph,
-                            _raw_stream())
+            centry = (out_shape, a.dtype, dev, {"dtype": a.dtype, "device": a.device}, eager, graph, _raw_stream())
+            if _S.cput is not None:
+                _S.cput(a, b, centry)
+            else:
+                _CFAST[fkey] = centry
         return s
 
 

@@ -51,7 +51,10 @@ class GemmrlCandidate:
         self._mm(a, self._b if src is self._src else (src if self.layout == "nn" else src.t()), c)
 
     def info(self) -> dict[str, Any]:
-        return {"algo": f"eager={self._served.get('eager', '')}; graph={self._served.get('graph', '')}"}
+        from . import dispatch
+
+        return {"algo": f"eager={self._served.get('eager', '')}; graph={self._served.get('graph', '')}; "
+                        f"hot={dispatch.hot_path().split(' ')[0]}"}
 
 
 def gemmrl_candidates(problem: GemmProblem) -> list[GemmrlCandidate]:

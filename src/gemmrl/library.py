@@ -355,39 +355,58 @@ def _kind(candidate: str) -> str | None:
     return None
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
 def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> list[Entry]:
-    """Winners per (GPU, dtype, acc, shape, layout, protocol) over usable rows (verified, timed, above the
-    floor, first run): the fastest Triton config or vendor path that read that layout. ``vendor_best`` is the
-    fastest vendor path in any layout. With ``buckets``, Triton winners of one config at neighbouring measured
-    M of one (N, K) are merged into a bucket entry that serves the M between them."""
-    groups: dict[tuple, dict] = {}
-    vbest: dict[tuple, Mapping[str, str]] = {}
+    """Winners per (GPU, dtype, acc, shape, layout, protocol) over the rows' measurements (verified, timed, above
+    the floor, from any number of runs; a noise-rule re-measurement counts for a candidate that has a first-run
+    row): each candidate (a Triton config, or a vendor path with its algorithm) is judged by the median of its
+    measurements, and the fastest Triton
+    config or vendor path that read that layout wins. ``vendor_best`` is the fastest vendor path in any layout,
+    also by median. Medians, not minima: with several runs a minimum picks whichever candidate drew the luckiest
+    measurement, and the library then serves a path that loses in the next run. With ``buckets``, Triton winners
+    of one config at neighbouring measured M of one (N, K) are merged into a bucket entry that serves the M
+    between them."""
+    times: dict[tuple, list[float]] = {}
+    first: dict[tuple, Mapping[str, str]] = {}
     for r in rows:
         kind = _kind(r.get("candidate", ""))
-        if kind is None or not usable(r) or r.get("members"):
+        if kind is None or r.get("members"):
+            continue
+        recheck = bool(r.get("recheck"))
+        if not usable(dict(r, recheck="") if recheck else r):
             continue
         shape = (r["gpu"], r["dtype"], r["acc"], r["mnk"], r["protocol"])
-        t = float(r["time_ms"])
-        if kind == "vendor" and (shape not in vbest or t < float(vbest[shape]["time_ms"])):
-            vbest[shape] = r
-        layout = r.get("layout") or "nn"
-        g = groups.setdefault(shape + (layout,), {})
-        if "best" not in g or t < float(g["best"]["time_ms"]):
-            g["best"] = r
+        key = shape + (r.get("layout") or "nn", kind, r["candidate"], r.get("algo", ""))
+        times.setdefault(key, []).append(float(r["time_ms"]))
+        if not recheck:
+            first.setdefault(key, r)
+    best: dict[tuple, tuple[float, tuple]] = {}   # (shape, layout) -> (median, key)
+    vbest: dict[tuple, tuple[float, tuple]] = {}  # shape -> (median, key), any layout
+    for key in sorted(k for k in times if k in first):
+        t, shape, layout, kind = _median(times[key]), key[:5], key[5], key[6]
+        if kind == "vendor" and (shape not in vbest or t < vbest[shape][0]):
+            vbest[shape] = (t, key)
+        if (shape + (layout,)) not in best or t < best[shape + (layout,)][0]:
+            best[shape + (layout,)] = (t, key)
     out: list[Entry] = []
-    for (gpu, dtype, acc, mnk, proto, layout), g in groups.items():
-        r, vb = g["best"], vbest.get((gpu, dtype, acc, mnk, proto))
-        if vb is None:
+    for (gpu, dtype, acc, mnk, proto, layout), (t, key) in best.items():
+        if (gpu, dtype, acc, mnk, proto) not in vbest:
             continue  # no vendor reference measured: nothing to claim against
+        vt, vkey = vbest[(gpu, dtype, acc, mnk, proto)]
+        r = first[key]
         M, N, K = (int(x) for x in mnk.split("_"))
-        fam = _kind(r["candidate"])
+        fam = key[6]
         impl = (r.get("algo") or r["candidate"].split(":", 1)[1]) if fam == "triton" else r["candidate"]
         out.append(Entry(gpu=gpu, cc=r.get("cc", ""), dtype=dtype, acc=acc, layout=layout, protocol=proto, M=M, N=N,
-                         K=K, family=fam, impl=impl, algo=r.get("algo", ""), time_ms=float(r["time_ms"]),
-                         vendor_best_ms=float(vb["time_ms"]), vendor_best=vb["candidate"], m_lo=M, m_hi=M,
-                         members=(mnk,), verified=True, torch=r.get("torch", ""), triton=r.get("triton", ""),
-                         cuda=r.get("cuda", ""), driver=r.get("driver", ""), git_sha=r.get("git_sha", ""),
-                         timestamp=r.get("timestamp", ""), source=r.get("source", "")))
+                         K=K, family=fam, impl=impl, algo=r.get("algo", ""), time_ms=t, vendor_best_ms=vt,
+                         vendor_best=vkey[7], m_lo=M, m_hi=M, members=(mnk,), verified=True, torch=r.get("torch", ""),
+                         triton=r.get("triton", ""), cuda=r.get("cuda", ""), driver=r.get("driver", ""),
+                         git_sha=r.get("git_sha", ""), timestamp=r.get("timestamp", ""), source=r.get("source", "")))
     return bucketize(out) if buckets else out
 
 
