@@ -91,7 +91,7 @@ def build(force: bool = False) -> Path:
     if cc is None:
         raise RuntimeError("no C compiler (set CC, or install gcc/clang)")
     srcs = [SOURCE.read_bytes(), SPEC_HEADER.read_bytes(), cc]
-    return _compile("c", lambda o: [cc, "-O2", "-shared", "-fPIC", "-std=c11", "-Wall", f"-I{include}", str(SOURCE),
+    return _compile("c", lambda o: [cc, "-O2", "-shared", "-fPIC", "-fstack-protector-strong", "-std=c11", "-Wall", f"-I{include}", str(SOURCE),
                                     "-o", o], srcs, force)
 
 
@@ -113,7 +113,7 @@ def build_torch(force: bool = False) -> Path:
              str(getattr(torch.version, "git_version", "")), str(abi)]
 
     def cmd(o: str) -> list[str]:
-        return [cxx, "-O2", "-shared", "-fPIC", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w",
+        return [cxx, "-O2", "-shared", "-fPIC", "-fstack-protector-strong", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w",
                 f"-I{include}", f"-I{tinc}", f"-I{tinc / 'torch' / 'csrc' / 'api' / 'include'}", str(TORCH_SOURCE),
                 "-o", o, f"-L{tlib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{tlib}"]
 

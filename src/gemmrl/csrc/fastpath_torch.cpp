@@ -34,7 +34,7 @@ PyObject *g_tensor, *g_slow, *g_capturing;
 constexpr int kMaxDims = 8;
 
 struct Key {
-    int64_t v[kMaxDims + 7];  // ndim(a), a's sizes, b's sizes and strides, dtype, device type and index
+    int64_t v[1 + kMaxDims + 7];  // ndim(a), a's sizes (padded), b's sizes and strides, dtype, device type, index
     bool operator==(const Key &o) const { return std::memcmp(v, o.v, sizeof v) == 0; }
 };
 
@@ -57,7 +57,8 @@ bool make_key(const at::Tensor &a, const at::Tensor &b, Key &k) {
     k.v[0] = n;
     auto as = a.sizes();
     for (int64_t i = 0; i < n; i++) k.v[1 + i] = as[i];
-    int64_t *t = k.v + 1 + kMaxDims;
+    int64_t *t = k.v + 1 + kMaxDims;  // 7 slots left: t[0..6]
+    static_assert(sizeof(k.v) / sizeof(k.v[0]) == 1 + kMaxDims + 7, "key layout");
     t[0] = b.size(0);
     t[1] = b.size(1);
     t[2] = b.stride(0);
