@@ -303,7 +303,13 @@ def _gpu_name():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["tn", "nn"])
-def test_capture_seen_and_unseen_shapes_gpu(lib, layout):
+def test_capture_seen_and_unseen_shapes_gpu(lib, layout, hot_path, tmp_path):
+    """Inside capture the graph entry serves (the captured graph holds the Triton kernel, not cuBLASLt's), a shape
+    never seen is served by torch.matmul; eagerly the offline entry serves."""
+    from gemmrl import fastpath
+
+    if hot_path == "torch":  # the capture question goes to the driver, not through Python
+        assert fastpath.load_kind("torch").driver_capture_query()
     gpu = _gpu_name()
     cfg = "tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)"
     lib(entry(64, 256, 512, gpu=gpu, layout=layout, protocol="graph", impl=cfg),
@@ -322,6 +328,12 @@ def test_capture_seen_and_unseen_shapes_gpu(lib, layout):
     with torch.cuda.stream(s):
         gemmrl.mm(a, b, out=out)  # warm on the capture stream
     torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    g.enable_debug_mode()
+    with torch.cuda.graph(g):
+        gemmrl.mm(a, b, out=out)
+    g.debug_dump(str(tmp_path / "g.dot"))
+    assert "tiled_kernel" in (tmp_path / "g.dot").read_text()  # the graph entry's kernel, not the eager entry's
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         gemmrl.mm(a, b, out=out)

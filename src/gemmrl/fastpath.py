@@ -115,7 +115,7 @@ def build_torch(force: bool = False) -> Path:
     def cmd(o: str) -> list[str]:
         return [cxx, "-O2", "-shared", "-fPIC", "-fstack-protector-strong", "-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w",
                 f"-I{include}", f"-I{tinc}", f"-I{tinc / 'torch' / 'csrc' / 'api' / 'include'}", str(TORCH_SOURCE),
-                "-o", o, f"-L{tlib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{tlib}"]
+                "-o", o, f"-L{tlib}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl", f"-Wl,-rpath,{tlib}"]
 
     return _compile("torch", cmd, parts, force)
 

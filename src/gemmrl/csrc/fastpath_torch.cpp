@@ -10,8 +10,11 @@
  * put(a, b, entry): serve calls whose a (row-major) and b have a's shape, b's shape and strides, a's dtype and
  *   device with entry = (out_shape, dtype, dev, empty_kwargs, eager, graph, getstream), fastpath.c's entry.
  * clear(): forget every entry.
- * With eager is not graph, torch._C._cuda_isCurrentStreamCapturing() picks the graph spec inside capture (asked
- * only when torch's current stream is not the legacy default stream, which cannot be captured).
+ * With eager is not graph, the graph spec serves inside CUDA-graph capture. Whether torch's current stream is
+ * capturing is asked of the driver (cuStreamIsCapturing, resolved from the already loaded libcuda.so.1), else of
+ * torch._C._cuda_isCurrentStreamCapturing(); only when that stream is not the legacy default stream (handle 0),
+ * which cannot be captured. (Through Python the question cost 1-2 us per call in the offline protocol: more than
+ * everything else this path does.)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,6 +23,8 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
+
+#include <dlfcn.h>
 
 #include <cstring>
 #include <exception>
@@ -30,6 +35,22 @@
 namespace {
 
 PyObject *g_tensor, *g_slow, *g_capturing;
+
+typedef int (*stream_is_capturing_fn)(void *stream, int *status);  // CUresult cuStreamIsCapturing(CUstream, ...)
+stream_is_capturing_fn g_is_capturing = nullptr;
+
+/* Is `stream` (not the legacy default stream) capturing? 1 yes, 0 no, -1 error (exception set). */
+int capturing(void *stream) {
+    if (g_is_capturing) {
+        int status = 0;
+        if (g_is_capturing(stream, &status) == 0) return status != 0;  // active or invalidated: in a capture
+    }
+    PyObject *c = PyObject_CallNoArgs(g_capturing);
+    if (!c) return -1;
+    int v = c == Py_True;
+    Py_DECREF(c);
+    return v;
+}
 
 constexpr int kMaxDims = 8;
 
@@ -120,10 +141,9 @@ PyObject *mm_impl(PyObject *const *args) {
         Py_DECREF(st);
         if (PyErr_Occurred()) goto done;
         if (h) {
-            PyObject *c = PyObject_CallNoArgs(g_capturing);
-            if (!c) goto done;
-            if (c == Py_True) spec = graph;
-            Py_DECREF(c);
+            int c = capturing(h);
+            if (c < 0) goto done;
+            if (c) spec = graph;
         }
     }
     p[0] = (unsigned long long)(uintptr_t)ta.const_data_ptr();
@@ -194,6 +214,8 @@ PyObject *clear(PyObject *, PyObject *) {
 
 PyObject *size(PyObject *, PyObject *) { return PyLong_FromSize_t(g_entries.size()); }
 
+PyObject *driver_capture_query(PyObject *, PyObject *) { return PyBool_FromLong(g_is_capturing != nullptr); }
+
 PyObject *init(PyObject *, PyObject *args) {
     PyObject *tensor, *slow_fn, *capturing;
     if (!PyArg_ParseTuple(args, "OOO", &tensor, &slow_fn, &capturing)) return NULL;
@@ -203,6 +225,9 @@ PyObject *init(PyObject *, PyObject *args) {
         Py_INCREF(objs[i]);
         Py_XSETREF(*dst[i], objs[i]);
     }
+    /* the driver torch loaded (never loaded here: RTLD_NOLOAD); without it, torch is asked */
+    void *cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    g_is_capturing = cuda ? (stream_is_capturing_fn)dlsym(cuda, "cuStreamIsCapturing") : nullptr;
     Py_RETURN_NONE;
 }
 
@@ -211,6 +236,7 @@ PyMethodDef methods[] = {
     {"put", put, METH_VARARGS, "put(a, b, entry): serve this signature with entry"},
     {"clear", clear, METH_NOARGS, "forget every entry"},
     {"size", size, METH_NOARGS, "number of entries"},
+    {"driver_capture_query", driver_capture_query, METH_NOARGS, "whether capture is asked of the driver"},
     {"init", init, METH_VARARGS, "init(Tensor, slow, capturing)"},
     {NULL, NULL, 0, NULL},
 };
