@@ -148,7 +148,10 @@ def mm(a, b, out=None):
     return _hot(a, b, out)
 
 
-_is_compiling = torch.compiler.is_compiling
+# Under dynamo the call becomes the custom op (is_dynamo_compiling reads True there; one Python frame where
+# is_compiling takes two). Other tracers (make_fx, non-strict export) pass fake or functional tensors, which the
+# hot path hands to _slow, which sends them to the op too.
+_is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 def _bad_out_arg(a, b, out):

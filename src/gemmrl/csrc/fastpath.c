@@ -56,7 +56,7 @@ static int run_spec(PyObject *spec, PyObject *a, PyObject *b, PyObject *out) {
             if (p[i] == (unsigned long long)-1 && PyErr_Occurred()) goto done;
         }
     }
-    rc = gemmrl_run_spec(spec, a, b, out, p, ptr);
+    rc = gemmrl_run_spec(spec, a, b, out, p, ptr, NULL);
 done:
     for (int i = 0; i < 3; i++) Py_XDECREF(ptr[i]);
     return rc;

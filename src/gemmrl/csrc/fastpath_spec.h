@@ -52,9 +52,10 @@ static int gemmrl_run_launches(PyObject *launches, PyObject *stream, PyObject *p
 }
 
 /* Launch `spec` on operands a, b, out whose data pointers are p[0..2]. ptr[i] is p[i] as a Python int, or NULL
- * (made here where a Triton launch needs it; the caller releases ptr[] either way). 0 launched, -1 error. */
+ * (made here where a Triton launch needs it; the caller releases ptr[] either way). `stream`: the spec's device's
+ * current raw stream where the caller has asked already (borrowed), else NULL. 0 launched, -1 error. */
 static int gemmrl_run_spec(PyObject *spec, PyObject *a, PyObject *b, PyObject *out, const unsigned long long p[3],
-                           PyObject *ptr[3]) {
+                           PyObject *ptr[3], PyObject *stream) {
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
     if (kind == 0) {
         PyObject *argv[3] = {a, b, out};
@@ -77,8 +78,11 @@ static int gemmrl_run_spec(PyObject *spec, PyObject *a, PyObject *b, PyObject *o
         return 0;
     }
     PyObject *dev = PyTuple_GET_ITEM(spec, 2);
-    PyObject *stream = PyObject_Vectorcall(PyTuple_GET_ITEM(spec, 1), &dev, 1, NULL);
-    if (!stream) return -1;
+    if (stream) {
+        Py_INCREF(stream);
+    } else if (!(stream = PyObject_Vectorcall(PyTuple_GET_ITEM(spec, 1), &dev, 1, NULL))) {
+        return -1;
+    }
     int rc = -1;
     if (kind == 1) {
         for (int i = 0; i < 3; i++) {

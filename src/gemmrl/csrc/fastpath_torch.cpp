@@ -110,6 +110,7 @@ PyObject *mm_impl(PyObject *const *args) {
     PyObject *res = NULL, *o = NULL;
     PyObject *spec = PyTuple_GET_ITEM(entry, 4), *graph = PyTuple_GET_ITEM(entry, 5);
     PyObject *ptr[3] = {NULL, NULL, NULL};
+    PyObject *st = NULL; /* the current raw stream, where asked for the capture question (same device as the spec) */
     unsigned long long p[3];
     at::Tensor tout;
     if (out == Py_None) {
@@ -135,10 +136,9 @@ PyObject *mm_impl(PyObject *const *args) {
     if (graph != spec && ta.is_cuda()) {
         /* the legacy default stream (raw handle 0) cannot be captured: ask the runtime only on other streams */
         PyObject *devo = PyTuple_GET_ITEM(entry, 2);
-        PyObject *st = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 6), &devo, 1, NULL);
+        st = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 6), &devo, 1, NULL);
         if (!st) goto done;
         void *h = PyLong_AsVoidPtr(st);
-        Py_DECREF(st);
         if (PyErr_Occurred()) goto done;
         if (h) {
             int c = capturing(h);
@@ -149,12 +149,13 @@ PyObject *mm_impl(PyObject *const *args) {
     p[0] = (unsigned long long)(uintptr_t)ta.const_data_ptr();
     p[1] = (unsigned long long)(uintptr_t)tb.const_data_ptr();
     p[2] = (unsigned long long)(uintptr_t)tout.mutable_data_ptr();
-    if (gemmrl_run_spec(spec, a, b, o, p, ptr) == 0) {
+    if (gemmrl_run_spec(spec, a, b, o, p, ptr, st) == 0) {
         res = o;
         o = NULL;
     }
 done:
     for (int i = 0; i < 3; i++) Py_XDECREF(ptr[i]);
+    Py_XDECREF(st);
     Py_XDECREF(o);
     Py_DECREF(entry);
     return res;
