@@ -7,7 +7,7 @@ per-call time of:
   sync_only     synchronize alone (the floor of the loop)
   vendor        the bench's vendor candidate for the served entry (same plan), called as the bench calls it
   served        the dispatcher's served launcher (after the lookup)
-  mm_out        gemmrl.mm(a, b, out=c)            (the C hot path where it builds)
+  mm_out        gemmrl.mm(a, b, out=c)            (the compiled hot path where one builds: GEMMRL_FASTPATH)
   mm_out_py     the Python hot path of gemmrl.mm
   candidate     the bench's ``gemmrl`` candidate (GemmrlCandidate.__call__)
 and, without synchronize (batches of 2000 back-to-back calls), the host cost of the lookup's pieces.

@@ -398,11 +398,11 @@ def test_torch_compile_gpu(lib):
 
 
 @pytest.mark.gpu
-def test_lookup_host_cost_gpu(lib, record_property):
+def test_lookup_host_cost_gpu(lib, hot_path, record_property):
     """gemmrl.mm's host time once the shape is seen, against the served launcher's own and against the full path
-    (what every call would cost without the hot path). The hot path must be cheaper than the full path and add
-    less than 5 us over the launcher (the target is < 0.5 us; the measured figures are in
-    dispatch_host_cost.csv: with the torch-built path, gemmrl.mm is below the launcher's own cost)."""
+    (what every call would cost without the hot path). The hot path must be cheaper than the full path, and
+    gemmrl.mm may add at most the hot path's bound over the launcher (figures: dispatch_host_cost.csv; with the
+    torch-built path gemmrl.mm costs less than the launcher's own Python call)."""
     lib(entry(16, 1024, 512, gpu=_gpu_name(), protocol="offline",
               impl="smallm(BM=16,BN=64,BK=128,warps=4,stages=4,split=1,reduction=none,tma=False)"))
     a = torch.randn(16, 512, device="cuda").half()
@@ -431,7 +431,10 @@ def test_lookup_host_cost_gpu(lib, record_property):
     med = {k: sorted(v)[len(v) // 2] for k, v in got.items()}
     record_property("lookup_us", med["through"] - med["direct"])
     assert med["hot"] < med["full"], (dispatch.hot_path(), med)
-    assert med["through"] - med["direct"] < 5.0, (dispatch.hot_path(), med)
+    # issue 6's target (< 0.5 us added by the lookup) holds for the torch-built path, the one served wherever it
+    # builds; the CPython-only and Python fallbacks cost more (H100: about +1 us and +6 us)
+    bound = {"torch": 0.5, "c": 2.5, "python": 8.0}[hot_path]
+    assert med["through"] - med["direct"] < bound, (dispatch.hot_path(), med)
 
 
 @pytest.mark.interpreter
