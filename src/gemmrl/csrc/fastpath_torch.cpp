@@ -94,6 +94,17 @@ PyObject *slow(PyObject *const *args) { return PyObject_Vectorcall(g_slow, args,
 
 bool plain(PyObject *o) { return (PyObject *)Py_TYPE(o) == g_tensor; }
 
+/* References mm_impl owns, released on every way out (torch may throw after they are taken). */
+struct Owned {
+    PyObject *entry = nullptr, *o = nullptr, *st = nullptr, *ptr[3] = {nullptr, nullptr, nullptr};
+    ~Owned() {
+        for (PyObject *x : ptr) Py_XDECREF(x);
+        Py_XDECREF(st);
+        Py_XDECREF(o);
+        Py_XDECREF(entry);
+    }
+};
+
 PyObject *mm_impl(PyObject *const *args) {
     PyObject *a = args[0], *b = args[1], *out = args[2];
     if (!plain(a) || !plain(b) || (out != Py_None && !plain(out))) return slow(args);
@@ -105,59 +116,44 @@ PyObject *mm_impl(PyObject *const *args) {
     auto it = g_entries.find(k);
     if (it == g_entries.end()) return slow(args);
     if (tb.scalar_type() != ta.scalar_type() || tb.device() != ta.device() || !ta.is_contiguous()) return slow(args);
-    PyObject *entry = it->second;
-    Py_INCREF(entry); /* the table may change under a Python callback below */
-    PyObject *res = NULL, *o = NULL;
-    PyObject *spec = PyTuple_GET_ITEM(entry, 4), *graph = PyTuple_GET_ITEM(entry, 5);
-    PyObject *ptr[3] = {NULL, NULL, NULL};
-    PyObject *st = NULL; /* the current raw stream, where asked for the capture question (same device as the spec) */
-    unsigned long long p[3];
+    Owned r;
+    r.entry = it->second;
+    Py_INCREF(r.entry); /* the table may change under a Python callback below */
+    PyObject *spec = PyTuple_GET_ITEM(r.entry, 4), *graph = PyTuple_GET_ITEM(r.entry, 5);
     at::Tensor tout;
     if (out == Py_None) {
         std::vector<int64_t> shape(ta.sizes().begin(), ta.sizes().end());
         shape.back() = tb.size(1);
         tout = at::empty(shape, ta.options());
-        o = THPVariable_Wrap(tout);
-        if (!o) goto done;
+        if (!(r.o = THPVariable_Wrap(tout))) return NULL;
     } else {
         tout = THPVariable_Unpack(out);
         auto os = tout.sizes(), as = ta.sizes();
         bool ok = tout.layout() == c10::kStrided && !tout.is_nested() && (int64_t)os.size() == (int64_t)as.size() &&
                   tout.scalar_type() == ta.scalar_type() && tout.device() == ta.device();
         for (size_t i = 0; ok && i + 1 < as.size(); i++) ok = os[i] == as[i];
-        ok = ok && os.back() == tb.size(1) && tout.is_contiguous();
-        if (!ok) {
-            res = slow(args);
-            goto done;
-        }
+        if (!(ok && os.back() == tb.size(1) && tout.is_contiguous())) return slow(args);
         Py_INCREF(out);
-        o = out;
+        r.o = out;
     }
     if (graph != spec && ta.is_cuda()) {
-        /* the legacy default stream (raw handle 0) cannot be captured: ask the runtime only on other streams */
-        PyObject *devo = PyTuple_GET_ITEM(entry, 2);
-        st = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 6), &devo, 1, NULL);
-        if (!st) goto done;
-        void *h = PyLong_AsVoidPtr(st);
-        if (PyErr_Occurred()) goto done;
+        /* the legacy default stream (raw handle 0) cannot be captured: ask only on other streams */
+        PyObject *devo = PyTuple_GET_ITEM(r.entry, 2);
+        if (!(r.st = PyObject_Vectorcall(PyTuple_GET_ITEM(r.entry, 6), &devo, 1, NULL))) return NULL;
+        void *h = PyLong_AsVoidPtr(r.st);
+        if (PyErr_Occurred()) return NULL;
         if (h) {
             int c = capturing(h);
-            if (c < 0) goto done;
+            if (c < 0) return NULL;
             if (c) spec = graph;
         }
     }
-    p[0] = (unsigned long long)(uintptr_t)ta.const_data_ptr();
-    p[1] = (unsigned long long)(uintptr_t)tb.const_data_ptr();
-    p[2] = (unsigned long long)(uintptr_t)tout.mutable_data_ptr();
-    if (gemmrl_run_spec(spec, a, b, o, p, ptr, st) == 0) {
-        res = o;
-        o = NULL;
-    }
-done:
-    for (int i = 0; i < 3; i++) Py_XDECREF(ptr[i]);
-    Py_XDECREF(st);
-    Py_XDECREF(o);
-    Py_DECREF(entry);
+    unsigned long long p[3] = {(unsigned long long)(uintptr_t)ta.const_data_ptr(),
+                               (unsigned long long)(uintptr_t)tb.const_data_ptr(),
+                               (unsigned long long)(uintptr_t)tout.mutable_data_ptr()};
+    if (gemmrl_run_spec(spec, a, b, r.o, p, r.ptr, r.st) != 0) return NULL;
+    PyObject *res = r.o;
+    r.o = nullptr;  /* handed to the caller */
     return res;
 }
 
