@@ -484,3 +484,21 @@ def test_public_names_resolve_once():
     for name in ("mm", "linear", "warmup"):
         assert getattr(gemmrl, name) is getattr(dispatch, name)
         assert vars(gemmrl)[name] is getattr(dispatch, name)
+
+
+def test_no_entry_spec_is_torch_matmul_kind(hot_path):
+    """Where torch.matmul serves, the compiled paths get spec kind 3 (the torch-built one calls ATen's matmul_out
+    without Python; the C one calls the launcher): same result as torch.matmul on every hot path."""
+    dispatch.use_library(Library())
+    try:
+        for shape in ((3, 16), (2, 5, 16)):  # leading batch dims too
+            a, w = rnd(*shape, seed=3), rnd(24, 16, seed=4)
+            out = torch.full((*shape[:-1], 24), float("nan"), dtype=torch.float16)
+            assert gemmrl.mm(a, w.t(), out=out) is out
+            assert gemmrl.mm(a, w.t(), out=out) is out  # the second call is the hot path's
+            assert torch.equal(out, torch.matmul(a, w.t()))
+            assert torch.equal(gemmrl.mm(a, w.t()), out)
+        if hot_path == "c":
+            assert {e[4][0] for e in dispatch._CFAST.values()} == {3}
+    finally:
+        dispatch.use_library(Library())

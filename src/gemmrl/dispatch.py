@@ -69,6 +69,14 @@ def _torch_mm(a, b, out):
     torch.matmul(a, b, out=out)
 
 
+_TORCH_MM = _torch_mm  # the hot paths' spec kind 3: a compiled path may call ATen's matmul_out itself
+
+
+def _spec(fn: Callable, spec: tuple) -> tuple:
+    """The compiled hot path's spec for a served launcher: its own, torch.matmul's (kind 3), or a Python call."""
+    return spec or ((3, fn) if fn is _TORCH_MM else (0, fn))
+
+
 class _State:
     def __init__(self) -> None:
         self.library: Library | None = None
@@ -376,8 +384,8 @@ def _miss(key: tuple, a, b) -> Served:
         _FAST[fkey] = s
         _use_fastpath()
         if _hot is not _hot_py:
-            eager = s.eager_spec or (0, s.eager)
-            graph = eager if s.graph is s.eager else (s.graph_spec or (0, s.graph))
+            eager = _spec(s.eager, s.eager_spec)
+            graph = eager if s.graph is s.eager else _spec(s.graph, s.graph_spec)
             centry = (out_shape, a.dtype, dev, {"dtype": a.dtype, "device": a.device}, eager, graph, _raw_stream())
             if _S.cput is not None:
                 _S.cput(a, b, centry)

@@ -3,6 +3,8 @@
  *
  * A spec (see fastpath.c):
  *   (0, fn)                                         fn(a, b, out)
+ *   (3, fn)                                         torch.matmul(a, b, out=out), which fn does: a hot path that can
+ *                                                   call ATen itself does (fastpath_torch.cpp), others call fn
  *   (1, getstream, dev, mask, fallback, launches)   Triton: each launch (fn, head[13], args, slots) is called as
  *       fn(head[0..2], stream, head[4..12], *args) with args[pos] = pointer of operand `which` for each
  *       (pos, which) in slots (0/1/2 = a/b/out)
@@ -57,14 +59,14 @@ static int gemmrl_run_launches(PyObject *launches, PyObject *stream, PyObject *p
 static int gemmrl_run_spec(PyObject *spec, PyObject *a, PyObject *b, PyObject *out, const unsigned long long p[3],
                            PyObject *ptr[3], PyObject *stream) {
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
-    if (kind == 0) {
+    if (kind == 0 || kind == 3) {
         PyObject *argv[3] = {a, b, out};
         PyObject *r = PyObject_Vectorcall(PyTuple_GET_ITEM(spec, 1), argv, 3, NULL);
         if (!r) return -1;
         Py_DECREF(r);
         return 0;
     }
-    if (kind != 1 && kind != 2) {
+    if (kind != 1 && kind != 2) {  /* 0 and 3 returned above */
         if (!PyErr_Occurred()) PyErr_Format(PyExc_RuntimeError, "gemmrl fastpath: unknown spec kind %ld", kind);
         return -1;
     }

@@ -21,6 +21,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -147,6 +148,12 @@ PyObject *mm_impl(PyObject *const *args) {
             if (c < 0) return NULL;
             if (c) spec = graph;
         }
+    }
+    if (PyLong_AsLong(PyTuple_GET_ITEM(spec, 0)) == 3) {  /* torch.matmul(a, b, out=out), without Python */
+        at::matmul_out(tout, ta, tb);
+        PyObject *res = r.o;
+        r.o = nullptr;
+        return res;
     }
     unsigned long long p[3] = {(unsigned long long)(uintptr_t)ta.const_data_ptr(),
                                (unsigned long long)(uintptr_t)tb.const_data_ptr(),
