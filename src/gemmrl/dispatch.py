@@ -170,7 +170,8 @@ def _bad_out_arg(a, b, out):
 
 
 def _hot_py(a, b, out):
-    """The hot path in Python (where the C one, fastpath.c, could not be built): same lookups and checks."""
+    """The hot path in Python (where neither compiled one, fastpath_torch.cpp or fastpath.c, could be built): same
+    lookups and checks."""
     try:
         if type(a) is not _Tensor or type(b) is not _Tensor or ((a.requires_grad or b.requires_grad)
                                                                  and torch.is_grad_enabled()):
@@ -434,7 +435,7 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
 
 
 def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, str, tuple]:
-    """A launcher for entry ``e`` at ``problem``, checked, with its spec for the C hot path (() = call the
+    """A launcher for entry ``e`` at ``problem``, checked, with its spec for the compiled hot paths (() = call the
     launcher); torch.matmul (with a warning) when it cannot serve."""
     from .candidate import make_buffers
 
