@@ -72,28 +72,27 @@ def data(tmp_path, monkeypatch):
     f["lib"] = str(good.save(d / "lib.json"))
     L.user_library_path().write_text(good.to_json())
     f["user_lib"] = str(L.user_library_path())
+
+    def put(key: str, name: str, content: str | bytes) -> None:
+        path = d / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        f[key] = str(path)
+
     doc = json.loads(good.to_json())
-    (d / "lib_truncated.json").write_text(good.to_json()[: len(good.to_json()) // 2])
-    f["lib_truncated"] = str(d / "lib_truncated.json")
+    put("lib_truncated", "lib_truncated.json", good.to_json()[: len(good.to_json()) // 2])
     edited = dict(doc, entries=[dict(doc["entries"][0], time_ms=0.001)] + doc["entries"][1:])
-    (d / "lib_checksum.json").write_text(json.dumps(edited))
-    f["lib_checksum"] = str(d / "lib_checksum.json")
-    (d / "lib_schema2.json").write_text(json.dumps(dict(doc, schema=2)))
-    f["lib_schema2"] = str(d / "lib_schema2.json")
-    (d / "shapes_bad.txt").write_text("64_64_64\n# a comment\n\n12_x_3\n")
-    f["shapes_bad"] = str(d / "shapes_bad.txt")
-    (d / "shapes_bad.csv").write_text("mnk,label\n64_64_64,a\n0_64_64,b\n")
-    f["shapes_bad_csv"] = str(d / "shapes_bad.csv")
-    (d / "shapes_empty.txt").write_text("# nothing here\n\n")
-    f["shapes_empty"] = str(d / "shapes_empty.txt")
-    (d / "binary.bin").write_bytes(b"\xff\xfe\x00\x81garbage")
-    f["binary"] = str(d / "binary.bin")
-    (d / "foreign.csv").write_text("name,value\nx,1\n")
-    f["foreign_csv"] = str(d / "foreign.csv")
-    (d / "notes.txt").write_text("not a results file\n")
-    f["text"] = str(d / "notes.txt")
-    (d / "list.json").write_text("[1, 2, 3]")
-    f["list_json"] = str(d / "list.json")
+    put("lib_checksum", "lib_checksum.json", json.dumps(edited))
+    put("lib_schema2", "lib_schema2.json", json.dumps(dict(doc, schema=2)))
+    put("shapes_bad", "shapes_bad.txt", "64_64_64\n# a comment\n\n12_x_3\n")
+    put("shapes_bad_csv", "shapes_bad.csv", "mnk,label\n64_64_64,a\n0_64_64,b\n")
+    put("shapes_empty", "shapes_empty.txt", "# nothing here\n\n")
+    put("binary", "binary.bin", b"\xff\xfe\x00\x81garbage")
+    put("foreign_csv", "foreign.csv", "name,value\nx,1\n")
+    put("text", "notes.txt", "not a results file\n")
+    put("list_json", "list.json", "[1, 2, 3]")
     return f
 
 

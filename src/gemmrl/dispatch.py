@@ -69,7 +69,8 @@ def _torch_mm(a, b, out):
     torch.matmul(a, b, out=out)
 
 
-_TORCH_MM = _torch_mm  # the hot paths' spec kind 3: a compiled path may call ATen's matmul_out itself
+_TORCH_MM = _torch_mm  # spec kind 3 (a compiled path may call ATen's matmul_out itself), by identity: a replaced
+#                        _torch_mm, e.g. a test's counting spy, stays a Python call
 
 
 def _spec(fn: Callable, spec: tuple) -> tuple:
@@ -83,8 +84,7 @@ class _State:
         self.table: dict[tuple, Served] = {}      # call signature -> served
         self.fast: dict[tuple, Served] = {}       # (a.shape, b.shape, b.stride(), dtype, device) -> served, a row-major
         self.cfast: dict[tuple, tuple] = {}       # the same keys -> the C hot path's entries (fastpath.c)
-        self.cput: Callable | None = None         # the torch-built hot path's put(a, b, entry) (fastpath_torch.cpp)
-        self.cclear: Callable | None = None       # ... and its clear()
+        self.ctorch: Any = None                   # the torch-built hot path's module (fastpath_torch.cpp), if serving
         self.built: dict[tuple, Served] = {}      # (M, N, K, dtype, layout, dev) -> served, shared by signatures
         self.gpu: dict[int, tuple[str, dict]] = {}
         self.lock = threading.RLock()
@@ -126,8 +126,8 @@ def reset() -> None:
         _S.table.clear()
         _S.fast.clear()
         _S.cfast.clear()
-        if _S.cclear is not None:
-            _S.cclear()
+        if _S.ctorch is not None:
+            _S.ctorch.clear()
         _S.built.clear()
 
 
@@ -240,16 +240,12 @@ def _install(mod) -> None:
     global _hot
     from . import fastpath
 
-    _S.cput = _S.cclear = None
-    if mod is None:
-        _hot = _hot_py
-    elif fastpath.kind_of(mod) == "torch":
+    _S.ctorch = mod if fastpath.kind_of(mod) == "torch" else None
+    if _S.ctorch is not None:
         mod.init(_Tensor, _slow, _capturing)
-        _S.cput, _S.cclear = mod.put, mod.clear
-        _hot = mod.mm
-    else:
+    elif mod is not None:
         mod.init(_Tensor, _CFAST, _slow, _capturing, torch.is_grad_enabled, torch.empty)
-        _hot = mod.mm
+    _hot = _hot_py if mod is None else mod.mm
 
 
 def use_hot_path(kind: str) -> None:
@@ -276,7 +272,7 @@ def hot_path() -> str:
 
     if _hot is _hot_py:
         return f"python ({fastpath.why() or 'not built yet'})"
-    if _S.cput is not None:
+    if _S.ctorch is not None:
         return "torch"
     return f"c (torch: {fastpath.why('torch') or 'not asked for'})"
 
@@ -388,8 +384,8 @@ def _miss(key: tuple, a, b) -> Served:
             eager = _spec(s.eager, s.eager_spec)
             graph = eager if s.graph is s.eager else _spec(s.graph, s.graph_spec)
             centry = (out_shape, a.dtype, dev, {"dtype": a.dtype, "device": a.device}, eager, graph, _raw_stream())
-            if _S.cput is not None:
-                _S.cput(a, b, centry)
+            if _S.ctorch is not None:
+                _S.ctorch.put(a, b, centry)
             else:
                 _CFAST[fkey] = centry
         return s

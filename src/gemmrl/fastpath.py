@@ -91,8 +91,8 @@ def build(force: bool = False) -> Path:
     if cc is None:
         raise RuntimeError("no C compiler (set CC, or install gcc/clang)")
     srcs = [SOURCE.read_bytes(), SPEC_HEADER.read_bytes(), cc]
-    return _compile("c", lambda o: [cc, "-O2", "-shared", "-fPIC", "-fstack-protector-strong", "-std=c11", "-Wall", f"-I{include}", str(SOURCE),
-                                    "-o", o], srcs, force)
+    return _compile("c", lambda o: [cc, "-O2", "-shared", "-fPIC", "-fstack-protector-strong", "-std=c11", "-Wall",
+                                    f"-I{include}", str(SOURCE), "-o", o], srcs, force)
 
 
 def build_torch(force: bool = False) -> Path:

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import statistics
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -355,19 +356,12 @@ def _kind(candidate: str) -> str | None:
     return None
 
 
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
-
 def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> list[Entry]:
     """Winners per (GPU, dtype, acc, shape, layout, protocol) over the rows' measurements (verified, timed, above
     the floor, from any number of runs; a noise-rule re-measurement counts for a candidate that has a first-run
     row): each candidate (a Triton config, or a vendor path with its algorithm) is judged by the median of its
-    measurements, and the fastest Triton
-    config or vendor path that read that layout wins. ``vendor_best`` is the fastest vendor path in any layout,
-    also by median. Medians, not minima: with several runs a minimum picks whichever candidate drew the luckiest
+    measurements, and the fastest Triton config or vendor path that read that layout wins. ``vendor_best`` is the
+    fastest vendor path in any layout, also by median. Medians, not minima: with several runs a minimum picks whichever candidate drew the luckiest
     measurement, and the library then serves a path that loses in the next run. With ``buckets``, Triton winners
     of one config at neighbouring measured M of one (N, K) are merged into a bucket entry that serves the M
     between them."""
@@ -388,7 +382,7 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
     best: dict[tuple, tuple[float, tuple]] = {}   # (shape, layout) -> (median, key)
     vbest: dict[tuple, tuple[float, tuple]] = {}  # shape -> (median, key), any layout
     for key in sorted(k for k in times if k in first):
-        t, shape, layout, kind = _median(times[key]), key[:5], key[5], key[6]
+        t, shape, layout, kind = statistics.median(times[key]), key[:5], key[5], key[6]
         if kind == "vendor" and (shape not in vbest or t < vbest[shape][0]):
             vbest[shape] = (t, key)
         if (shape + (layout,)) not in best or t < best[shape + (layout,)][0]:
