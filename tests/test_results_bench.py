@@ -189,6 +189,26 @@ def test_noise_rule():
     assert noise_rule_below(agg_same + agg_diff, "cublaslt_autotuned", "cublaslt_heuristic") == [("6_6_6", "graph")]
 
 
+def test_noise_rule_compares_within_one_batch():
+    """Two recheck pairs both write recheck numbers 1..3 for one shape: the gemmrl/vendor_best batches must not take
+    the vendor side from the cublaslt pair's batches (the best of two batches would favour vendor_best)."""
+    base = {"dtype": "fp16", "acc": "fp32", "protocol": "offline", "verified": "true", "rep": "0", "mnk": "8_8_8",
+            "members": ""}
+    rows = [{**base, "candidate": "gemmrl", "layout": "nn", "algo": "g", "tflops": "0.9", "recheck": ""},
+            {**base, "candidate": "vendor_best", "layout": "nn", "algo": "v", "tflops": "1.0", "recheck": "",
+             "members": "cublaslt_autotuned_nn"}]
+    lt = ("cublaslt_autotuned_nn", "cublaslt_heuristic_nn")
+    for k in (1, 2, 3):  # the cublaslt pair's batches: fast that time
+        rows += [{**base, "candidate": c, "tflops": "1.10", "recheck": str(k)} for c in lt]
+    for k in (1, 2, 3):  # the gemmrl pair's batches: gemmrl within 1% of the vendor members timed beside it
+        rows += [{**base, "candidate": "gemmrl", "tflops": "0.995", "recheck": str(k)}]
+        rows += [{**base, "candidate": c, "tflops": "1.0", "recheck": str(k)} for c in lt]
+    assert noise_rule_below(rows, "gemmrl", "vendor_best", margin=0.02) == []
+    # the same batches with gemmrl 5% slower than its batch: below
+    slow = [dict(r, tflops="0.95") if r["candidate"] == "gemmrl" and r["recheck"] else r for r in rows]
+    assert noise_rule_below(slow, "gemmrl", "vendor_best", margin=0.02) == [("8_8_8", "offline")]
+
+
 def test_spec_errors(tmp_path):
     with pytest.raises(BenchError, match="unknown protocol"):
         BenchSpec(problems=(GemmProblem(1, 1, 1),), protocols=("warm",), out=tmp_path / "x.csv")

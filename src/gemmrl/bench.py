@@ -244,15 +244,25 @@ def noise_rule_below(rows: Iterable[dict], cand: str, ref: str, margin: float = 
     members = {cand: AGGREGATES.get(cand, (cand,)), ref: AGGREGATES.get(ref, (ref,))}
     first: dict[tuple, dict[str, dict]] = {}
     kernels: dict[tuple, dict[str, set]] = {}
-    again: dict[tuple, dict[int, dict[str, float]]] = {}
+    again: dict[tuple, list[dict[str, float]]] = {}  # one dict per re-measurement batch
+    batch: dict[tuple, tuple[str, set]] = {}  # key -> (recheck number, candidates seen) of the batch being read
     for r in rows:
         if r.get("verified") not in ("true", True) or str(r.get("rep", "0") or "0") != "0":
             continue
         key = (r["mnk"], r["dtype"], r["acc"], r["protocol"])
         if r.get("recheck") not in ("", None):
+            # Each recheck pair writes its own batches, and several pairs write recheck numbers 1..RECHECKS: a batch
+            # is a run of rows with one recheck number in which no candidate repeats. Only members timed in the same
+            # batch are compared (taking the best of two batches would favour the side with more members in both).
+            k, seen = batch.get(key, (None, set()))
+            if k != str(r["recheck"]) or r["candidate"] in seen:
+                k, seen = str(r["recheck"]), set()
+                again.setdefault(key, []).append({})
+            seen.add(r["candidate"])
+            batch[key] = (k, seen)
+            d = again[key][-1]
             for who, ms in members.items():
                 if r["candidate"] in ms:
-                    d = again.setdefault(key, {}).setdefault(int(r["recheck"]), {})
                     d[who] = max(d.get(who, 0.0), float(r["tflops"]))
         else:
             if r["candidate"] in (cand, ref) and (r["candidate"] not in AGGREGATES or r.get("members")):
@@ -270,7 +280,7 @@ def noise_rule_below(rows: Iterable[dict], cand: str, ref: str, margin: float = 
         ks = kernels.get(key, {})
         if ks.get(cand) and ks.get(cand) == ks.get(ref) and all(a for _, a in ks[cand]):
             continue
-        rc = [d for d in again.get(key, {}).values() if cand in d and ref in d]
+        rc = [d for d in again.get(key, []) if cand in d and ref in d]
         if not rc or statistics.median(d[cand] for d in rc) < statistics.median(d[ref] for d in rc) * (1 - margin):
             bad.append((key[0], key[3]))
     return bad
