@@ -12,7 +12,8 @@ Importing gemmrl does no CUDA work and compiles nothing (torch is imported on fi
 __version__ = "0.1.0"
 
 _LAZY = {"mm": "dispatch", "linear": "dispatch", "warmup": "dispatch", "served_by": "dispatch",
-         "use_library": "dispatch", "DispatchError": "dispatch", "patch": "patching", "unpatch": "patching", "PatchReport": "patching"}
+         "use_library": "dispatch", "DispatchError": "dispatch", "pick_layout": "layout_choice",
+         "patch": "patching", "unpatch": "patching", "PatchReport": "patching"}
 
 
 def __getattr__(name):

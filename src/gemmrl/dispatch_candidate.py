@@ -1,9 +1,10 @@
 """``gemmrl`` as a bench candidate: each call is ``gemmrl.mm(a, b, out=c)``, the public entry point a user calls.
 
-``gemmrl bench --library FILE`` (or ``--library default``) adds it beside the vendor paths. Per protocol it reads
-the layout whose library entry was measured fastest (graph entries for ``graph``, host-timed ones otherwise;
-either layout when neither has one), and ``prepare`` builds what serves the shape (``dispatch.warmup``) so that no
-timed call and no graph capture builds anything. Under capture the dispatcher serves the graph entry, eagerly
+``gemmrl bench --library FILE`` (or ``--library default``) adds it beside the vendor paths. Per protocol it keeps
+the layout ``layout_choice.choose`` gives: where the library has entries for both layouts, both timed through
+``gemmrl.mm`` with the bench's timer in the protocol measured (as cuBLASLt autotuning picks its algorithm), else the
+layout of the library's entry; ``prepare`` builds what serves the shape so that no timed call and no graph capture
+builds anything. Under capture the dispatcher serves the graph entry, eagerly
 the offline one: what a user's CUDA-graph server and eager loop would get.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .library import PROTOCOL_ORDER
 from .problem import GemmProblem
 
 NAME = "gemmrl"
@@ -23,27 +23,19 @@ class GemmrlCandidate:
         self._b = self._src = None
         self._mm = None
         self._served: dict[str, str] = {}
-
-    def _pick_layout(self, problem: GemmProblem, protocol: str, device) -> str:
-        from . import dispatch
-
-        gpu, _ = dispatch._identity(device)
-        order = PROTOCOL_ORDER["graph" if protocol == "graph" else "eager"]
-        lib = dispatch.library()
-        found = [(e.time_ms, lay) for lay in ("tn", "nn")
-                 if (e := lib.lookup_any(gpu, problem.dtype, problem.acc, lay, order, problem.M, problem.N, problem.K))]
-        return min(found)[1] if found else "tn"
+        self._choice = None
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
         from . import dispatch
+        from .layout_choice import choose
 
         if problem.acc != "fp32":
             raise dispatch.DispatchError("gemmrl.mm accumulates in fp32; the problem asks for acc fp16")
-        a = bufs.a
-        self.layout = self._pick_layout(problem, protocol, a.device)
+        self._choice = choose(problem, protocol, bufs, timer)
+        self.layout = self._choice.layout
         self._src = bufs.b if self.layout == "nn" else bufs.bt
         self._b = self._src if self.layout == "nn" else self._src.t()
-        self._served = dispatch.served_by(a, self._b)
+        self._served = dispatch.served_by(bufs.a, self._b)
         self._mm = dispatch.mm
 
     def __call__(self, a, b, bt, c) -> None:
@@ -53,8 +45,11 @@ class GemmrlCandidate:
     def info(self) -> dict[str, Any]:
         from . import dispatch
 
+        ch = self._choice
+        how = "" if ch is None else f"; layout={ch.layout} by {ch.by}" + "".join(
+            f" {lay}={t * 1e3:.2f}us" for lay, t in ch.times_ms)
         return {"algo": f"eager={self._served.get('eager', '')}; graph={self._served.get('graph', '')}; "
-                        f"hot={dispatch.hot_path().split(' ')[0]}"}
+                        f"hot={dispatch.hot_path().split(' ')[0]}{how}"}
 
 
 def gemmrl_candidates(problem: GemmProblem) -> list[GemmrlCandidate]:

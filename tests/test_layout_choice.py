@@ -1,0 +1,116 @@
+"""layout_choice: which layout gemmrl.mm serves faster here (CPU tier: Triton entries under the interpreter; the
+timer is scripted where the answer must not depend on this machine's speed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import gemmrl
+from gemmrl import dispatch
+from gemmrl.candidate import make_buffers
+from gemmrl.dispatch_candidate import GemmrlCandidate
+from gemmrl.layout_choice import TIE, LayoutChoice, choose, library_order
+from gemmrl.library import Entry, Library
+from gemmrl.problem import GemmProblem
+
+CFG = "tiled(BM=16,BN=16,BK=16,warps=1,stages=1,group_m=1)"
+P = GemmProblem(5, 24, 16)
+
+
+def entry(layout, t, protocol="offline", M=5, N=24, K=16):
+    return Entry(gpu="cpu", cc="", dtype="fp16", acc="fp32", layout=layout, protocol=protocol, M=M, N=N, K=K,
+                 family="triton", impl=CFG, algo="", time_ms=t, vendor_best_ms=2 * t, vendor_best="cublas_tn",
+                 m_lo=M, m_hi=M, members=(f"{M}_{N}_{K}",), verified=True, torch="")
+
+
+@pytest.fixture
+def lib():
+    def use(*entries):
+        dispatch.use_library(Library(entries))
+
+    yield use
+    dispatch.use_library(Library())
+
+
+def scripted(times: dict, calls: list):
+    """A timer that runs each callable once (the launch must work) and reports the scripted times."""
+
+    def timer(fns, min_calls=20):
+        calls.append((sorted(fns), min_calls))
+        for f in fns.values():
+            f()
+        return {k: times[k] for k in fns}
+
+    return timer
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("times,want", [({"nn": 1.0, "tn": 2.0}, "nn"), ({"nn": 2.0, "tn": 1.0}, "tn"),
+                                        # within TIE of each other: the library's order (tn, time 0.01) stands
+                                        ({"nn": 1.0, "tn": 1.0 + TIE / 2}, "tn")])
+def test_measured_when_both_layouts_have_entries(lib, times, want):
+    lib(entry("tn", 0.01), entry("nn", 0.02))
+    bufs = make_buffers(P, "cpu", seed=3)
+    calls = []
+    got = choose(P, "offline", bufs, scripted(times, calls), min_calls=7)
+    assert got == LayoutChoice("5_24_16", "offline", want, "measured", (("tn", times["tn"]), ("nn", times["nn"])))
+    assert calls == [(["nn", "tn"], 7)]
+    # both timed calls went through gemmrl.mm and wrote the product
+    ref = bufs.a.float() @ bufs.bt.t().float()
+    assert torch.allclose(bufs.c.float(), ref, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("entries,want", [((), "tn"), (("nn",), "nn"), (("tn",), "tn")])
+def test_library_decides_with_fewer_than_two_entries(lib, entries, want):
+    lib(*(entry(lay, 0.01) for lay in entries))
+
+    def never(fns, min_calls=20):
+        raise AssertionError("no timing when the library has an entry for at most one layout")
+
+    got = choose(P, "graph", make_buffers(P, "cpu"), never)
+    assert (got.layout, got.by, got.times_ms) == (want, "library", ())
+
+
+@pytest.mark.interpreter
+def test_library_order_reads_the_protocol_asked(lib):
+    lib(entry("tn", 0.03, protocol="graph"), entry("nn", 0.01, protocol="graph"), entry("tn", 0.01),
+        entry("nn", 0.05))
+    dev = torch.device("cpu")
+    assert library_order(P, "graph", dev) == [(0.01, "nn"), (0.03, "tn")]
+    assert library_order(P, "offline", dev) == [(0.01, "tn"), (0.05, "nn")]
+    assert library_order(GemmProblem(7, 24, 16), "offline", dev) == []  # no entry at this M
+
+
+@pytest.mark.interpreter
+def test_pick_layout_times_both_on_this_machine(lib):
+    lib(entry("tn", 0.01), entry("nn", 0.01))
+    got = gemmrl.pick_layout("5_24_16", protocol="offline", device="cpu", min_calls=2)
+    assert got.by == "measured" and got.layout in ("tn", "nn")
+    assert [lay for lay, _ in got.times_ms] == ["tn", "nn"] and all(t > 0 and math.isfinite(t) for _, t in got.times_ms)
+
+
+def test_pick_layout_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="protocol 'warm'; use one of graph, cold, offline, server"):
+        gemmrl.pick_layout("5_24_16", protocol="warm", device="cpu")
+    with pytest.raises(dispatch.DispatchError, match="dtype torch.float32 is not served"):
+        gemmrl.pick_layout("5_24_16", dtype=torch.float32, device="cpu")
+    with pytest.raises(dispatch.DispatchError, match="shapes as 'M_N_K'"):
+        gemmrl.pick_layout(object(), device="cpu")
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("times,want", [({"nn": 1.0, "tn": 2.0}, "nn"), ({"nn": 2.0, "tn": 1.0}, "tn")])
+def test_bench_candidate_keeps_the_measured_layout(lib, times, want):
+    lib(entry("tn", 0.01), entry("nn", 0.02))
+    bufs = make_buffers(P, "cpu", seed=5)
+    cand = GemmrlCandidate()
+    cand.prepare(P, bufs, "offline", scripted(times, []))
+    assert cand.layout == want
+    assert f"layout={want} by measured" in cand.info()["algo"]
+    bufs.c.fill_(float("nan"))
+    cand(*bufs.args())
+    assert torch.allclose(bufs.c.float(), bufs.a.float() @ bufs.b.float(), atol=2e-2, rtol=2e-2)
