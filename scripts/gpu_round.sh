@@ -43,6 +43,7 @@
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
+# PROBE_SPECS="M_N_K:layout ...": first, the offline crowd probe (scripts/offline_host_probe.py, PROBE_CROWD=2).
 # Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +74,13 @@ echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs, $(nvidia-smi -
 # gemmrl.mm's hot path built against this torch (fastpath_torch.cpp, ~20 s once), so no timed run pays for it
 python3 -c "import time; from gemmrl import fastpath as f; t = time.time(); m = f.load_kind('torch'); \
 print(f'hot path torch: {\"built\" if m else f.why(\"torch\")[:300]} in {time.time() - t:.0f} s')"
+
+if [ -n "${PROBE_SPECS:-}" ]; then  # the offline crowd probe (scripts/offline_host_probe.py) on "M_N_K:layout ..."
+  # shellcheck disable=SC2086
+  PROBE_CROWD=${PROBE_CROWD:-2} timeout "${PROBE_S:-90}" python3 scripts/offline_host_probe.py \
+    "${SERVE_LIB:-src/gemmrl/libraries/h100.json}" $PROBE_SPECS >"$GEMMRL_OUT/offline_host_probe.log" 2>&1
+  echo "offline crowd probe: exit $?"; cat "$GEMMRL_OUT/offline_host_probe.log" | cut -c1-140
+fi
 
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # shellcheck disable=SC2086

@@ -147,9 +147,20 @@ def crowd(spec: str) -> list[dict]:
     t_.prepare(problem.with_(layout="nn"), bufs, "offline", None)
     more["torch"] = lambda: t_(a, b, bt, c)
     more["torch2"] = lambda: t_(a, b, bt, c)
+    # the crowd again, with gemmrl's call in 6 of the 8 slots (is the path that runs most often the one warmed?)
+    heavy = {"vendor": two["vendor"], "candidate": two["candidate"], "torch": more["torch"],
+             **{f"candidate{i}": (lambda: cand(a, b, bt, c)) for i in range(2, 7)}}
+    # the crowd of 8 with gemmrl's compiled hot path called directly (no Python layer: mm, the bench candidate)
+    hot = dispatch._hot
+    direct = {**more, "candidate": lambda: hot(a, w, c)}
+    # the crowd of 8 with the dispatcher's own launcher (its plan, through ctypes) in gemmrl's slot
+    launcher = {**more, "candidate": lambda: served.eager(a, w, c)}
     cfg = TimingConfig(warmup_s=0.25, benchmark_s=1.0)
     rows = []
-    for label, fns in (("2 candidates", two), ("8 candidates", more), ("2 candidates again", two)):
+    loops = [("2 candidates", two), ("8 candidates", more), ("2 candidates again", two)]
+    if os.environ.get("PROBE_CROWD") == "2":
+        loops += [("8, gemmrl in 6 slots", heavy), ("8, hot path direct", direct), ("8, dispatcher launcher", launcher)]
+    for label, fns in loops:
         t = time_host(fns, bufs, cfg, "offline")
         gap = (t["candidate"].time_ms - t["vendor"].time_ms) * 1e3
         gap20 = (t["candidate"].p20_ms - t["vendor"].p20_ms) * 1e3
@@ -164,7 +175,7 @@ def crowd(spec: str) -> list[dict]:
 def main() -> None:
     lib_path, specs = sys.argv[1], sys.argv[2:] or ["8_4096_4096:nn", "32_4096_4096:nn", "16_4096_4096:nn"]
     meta = {**collect_meta().row(), "timestamp": now()}
-    if os.environ.get("PROBE_CROWD"):
+    if os.environ.get("PROBE_CROWD"):  # 1: three loops; 2: three more (crowd variants)
         dispatch.use_library(lib_path)
         rows = [{**r, **meta} for s in specs for r in (print(s, flush=True), crowd(s))[1]]
         write_csv(os.path.join(os.environ.get("GEMMRL_OUT", "."), "offline_host_probe_crowd.csv"), rows)
