@@ -209,6 +209,23 @@ def test_noise_rule_compares_within_one_batch():
     assert noise_rule_below(slow, "gemmrl", "vendor_best", margin=0.02) == [("8_8_8", "offline")]
 
 
+def test_gemmrl_is_rechecked_head_to_head_with_the_vendor_path_that_won(tmp_path):
+    """gemmrl more than 2% slower than vendor_best: re-measured 3 times against vendor_best's winning member alone
+    (the crowd of every vendor member would favour the call path that fills most slots), and still below."""
+
+    def cands(problem):
+        return [*_vendorish(problem)[:2], FnCandidate("gemmrl", "nn", _slow_mm)]
+
+    rows = read_rows([run_bench(_spec(tmp_path, ["8_16_24"], extra=(cands,)), progress=False, on_cpu=True,
+                                verifier=_ok)])
+    won = next(r["members"] for r in rows if r["candidate"] == "vendor_best")
+    again = [r for r in rows if r["recheck"]]
+    assert won in ("cublas_tn", "cublas_nn")
+    assert sorted(r["candidate"] for r in again) == sorted(["gemmrl", won] * 3)
+    assert sorted({r["recheck"] for r in again}) == ["1", "2", "3"]
+    assert noise_rule_below(rows, "gemmrl", "vendor_best", margin=0.02) == [("8_16_24", "offline")]
+
+
 def test_spec_errors(tmp_path):
     with pytest.raises(BenchError, match="unknown protocol"):
         BenchSpec(problems=(GemmProblem(1, 1, 1),), protocols=("warm",), out=tmp_path / "x.csv")

@@ -30,6 +30,13 @@ from .timing import PROTOCOLS, TimingConfig, below_floor, floor_ms, l2_bytes, ma
 RECHECK_PAIRS = (("cublaslt_autotuned", "cublaslt_heuristic"), ("gemmrl", "vendor_best"))
 RECHECK_MARGIN = {("gemmrl", "vendor_best"): 0.02}
 RECHECKS = 3
+# Pairs re-measured head to head: only the member of each side that the first run compared (gemmrl, and the vendor
+# path that was vendor_best), interleaved, instead of every member of both sides. In the host-timed protocols the
+# crowd favours whichever call path fills most of its slots: on an H100 (h100_offline-host-probe-crowd-variants_
+# 2567be1_2026-11-24.csv) the same cuBLASLt plan through gemmrl.mm ran 0.6-1.0 us slower than through the bench's
+# ctypes call when 6 of 8 slots were ctypes calls, 2.9-3.3 us faster when 6 of 8 were gemmrl calls, and 0.9-1.1 us
+# faster head to head. The winner chosen in the first run is re-measured, not re-chosen (DESIGN: no winner's curse).
+RECHECK_HEAD_TO_HEAD = frozenset({("gemmrl", "vendor_best")})
 
 
 class BenchError(RuntimeError):
@@ -210,7 +217,8 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
 
 def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfig) -> list[dict]:
     """Noise rule: where aggregate ``x`` is slower than aggregate ``ref`` in the first measurement, all their
-    members are re-measured RECHECKS more times, interleaved; rows carry ``recheck`` = 1..RECHECKS."""
+    members (for a RECHECK_HEAD_TO_HEAD pair: the member each side won with) are re-measured RECHECKS more times,
+    interleaved; rows carry ``recheck`` = 1..RECHECKS."""
     by = {r["candidate"]: r for r in rows if r.get("verified") and not r.get("members")}
     agg = {r["candidate"]: r for r in rows if r.get("members")}
     out = []
@@ -219,7 +227,11 @@ def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfi
         margin = RECHECK_MARGIN.get((x, ref), 0.0)
         if x not in agg or ref not in agg or agg[x]["tflops"] >= agg[ref]["tflops"] * (1 - margin):
             continue
-        names = [m for m in (*AGGREGATES.get(x, (x,)), *AGGREGATES.get(ref, (ref,))) if m in by and m in live]
+        if (x, ref) in RECHECK_HEAD_TO_HEAD:
+            sides = ((agg[x].get("members") or x,), (agg[ref].get("members") or ref,))
+        else:
+            sides = (AGGREGATES.get(x, (x,)), AGGREGATES.get(ref, (ref,)))
+        names = [m for m in (*sides[0], *sides[1]) if m in by and m in live]
         for k in range(1, RECHECKS + 1):
             # host protocols re-measure with the sweep durations (at most 0.25 s + 1 s), recorded in the rows
             cfg_k = replace(cfg, seed=cfg.seed + 100 * k, warmup_s=min(cfg.warmup_s, 0.25),
