@@ -252,6 +252,28 @@ def test_build_entries_judges_by_median_over_runs():
     assert (e.algo, e.time_ms) == ("y", pytest.approx(0.85))
 
 
+def test_build_entries_counts_what_gemmrl_served():
+    """A Triton config won one selection measurement; two gemmrl.mm runs that it served measured it slower than the
+    vendor path: by median it loses its entry. The same config under two labels is one candidate."""
+    sel = [_row(S, "triton-sel:graph", 0.9, algo=CFG), _row(S, "cublas_nn", 1.0), _row(S, "cublas_nn", 1.0)]
+    assert _by(build_entries(sel, buckets=False))[(S, "nn", "offline", 64, 64)].impl == CFG
+
+    def served(t, eager=f"triton:{CFG}", protocol="offline"):
+        return _row(S, "gemmrl", t, protocol=protocol,
+                    algo=f"eager={eager} (offline entry {S}); graph=vendor:cublas_nn (graph entry {S}); hot=torch")
+
+    lost = sel + [served(1.2), served(1.1)]
+    e = _by(build_entries(lost, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.impl) == ("vendor", "cublas_nn")
+    # what a vendor path served, a graph row's eager part, a host-timed call through another hot path, and other
+    # labels of the same config
+    slow_path = dict(served(1.2), algo=served(1.2)["algo"].replace("hot=torch", "hot=c"))
+    others = sel + [served(1.2, eager="vendor:cublas_nn"), served(1.2, protocol="graph"), slow_path,
+                    _row(S, "triton-sel:cold", 0.95, algo=CFG)]
+    e = _by(build_entries(others, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.impl, e.time_ms) == ("triton", CFG, pytest.approx(0.925))  # median of 0.9 and 0.95
+
+
 def test_bucketize():
     ms = {64: (CFG, 1.0, 2.0), 128: (CFG, 1.0, 1.5), 256: (None, 0, 1.0), 384: (None, 0, 1.0),
           512: (CFG, 1.0, 3.0), 1024: (CFG, 2.0, 3.0), 2048: (CFG2, 1.0, 2.0)}

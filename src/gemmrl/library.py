@@ -356,18 +356,41 @@ def _kind(candidate: str) -> str | None:
     return None
 
 
+def _served_triton(r: Mapping[str, str]) -> Mapping[str, str] | None:
+    """A ``gemmrl`` row (gemmrl.mm timed by ``gemmrl bench --library``) that a Triton entry served, as a row of that
+    Triton config: the library's own re-measurement of a kernel it chose. None for other rows, and for host-timed
+    rows whose call went through a hot path other than the one built against torch (``hot=torch``): the C and
+    Python hot paths added 1-10 us per call on an H100 (session 4), a cost of that path, not of the kernel."""
+    if r.get("candidate") != "gemmrl":
+        return None
+    part = "graph=" if r.get("protocol") == "graph" else "eager="
+    algo = r.get("algo") or ""
+    if part == "eager=" and "hot=torch" not in algo:
+        return None
+    i = algo.find(part)
+    if i < 0:
+        return None
+    served = algo[i + len(part):].split(";", 1)[0].split(" (", 1)[0].strip()
+    if not served.startswith("triton:"):
+        return None
+    return dict(r, candidate=served, algo=served.split(":", 1)[1])
+
+
 def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> list[Entry]:
     """Winners per (GPU, dtype, acc, shape, layout, protocol) over the rows' measurements (verified, timed, above
     the floor, from any number of runs; a noise-rule re-measurement counts for a candidate that has a first-run
     row): each candidate (a Triton config, or a vendor path with its algorithm) is judged by the median of its
     measurements, and the fastest Triton config or vendor path that read that layout wins. ``vendor_best`` is the
     fastest vendor path in any layout, also by median. Medians, not minima: with several runs a minimum picks whichever candidate drew the luckiest
-    measurement, and the library then serves a path that loses in the next run. With ``buckets``, Triton winners
+    measurement, and the library then serves a path that loses in the next run. A Triton config is one candidate
+    whatever label its rows carry (``triton-sel:graph``, ``triton-sel:cold``, ...), and a ``gemmrl`` row that it
+    served (a ``gemmrl bench --library`` run) is one more measurement of it. With ``buckets``, Triton winners
     of one config at neighbouring measured M of one (N, K) are merged into a bucket entry that serves the M
     between them."""
     times: dict[tuple, list[float]] = {}
     first: dict[tuple, Mapping[str, str]] = {}
     for r in rows:
+        r = _served_triton(r) or r
         kind = _kind(r.get("candidate", ""))
         if kind is None or r.get("members"):
             continue
@@ -375,7 +398,8 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
         if not usable(dict(r, recheck="") if recheck else r):
             continue
         shape = (r["gpu"], r["dtype"], r["acc"], r["mnk"], r["protocol"])
-        key = shape + (r.get("layout") or "nn", kind, r["candidate"], r.get("algo", ""))
+        name = f"triton:{r.get('algo', '')}" if kind == "triton" and r.get("algo") else r["candidate"]
+        key = shape + (r.get("layout") or "nn", kind, name, r.get("algo", ""))
         times.setdefault(key, []).append(float(r["time_ms"]))
         if not recheck:
             first.setdefault(key, r)
