@@ -12,7 +12,7 @@ import gemmrl
 from gemmrl import dispatch
 from gemmrl.candidate import make_buffers
 from gemmrl.dispatch_candidate import GemmrlCandidate
-from gemmrl.layout_choice import HOST_CALLS, TIE, LayoutChoice, choose, library_order
+from gemmrl.layout_choice import COLD_CALLS, TIE, LayoutChoice, choose, library_order, timed_in
 from gemmrl.library import Entry, Library
 from gemmrl.problem import GemmProblem
 
@@ -57,7 +57,7 @@ def test_measured_when_both_layouts_have_entries(lib, times, want):
     calls = []
     got = choose(P, "offline", bufs, scripted(times, calls), min_calls=7)
     assert got == LayoutChoice("5_24_16", "offline", want, "measured", (("tn", times["tn"]), ("nn", times["nn"])))
-    assert calls == [(["nn", "tn"], 7), (["nn", "tn"], HOST_CALLS)]  # host-timed: a discarded warm-up round first
+    assert calls == [(["nn", "tn"], 7)]  # no device clock here: the host clock, min_calls calls
     # both timed calls went through gemmrl.mm and wrote the product
     ref = bufs.a.float() @ bufs.bt.t().float()
     assert torch.allclose(bufs.c.float(), ref, atol=2e-2, rtol=2e-2)
@@ -88,7 +88,7 @@ def test_library_order_reads_the_protocol_asked(lib):
 @pytest.mark.interpreter
 def test_pick_layout_times_both_on_this_machine(lib):
     lib(entry("tn", 0.01), entry("nn", 0.01))
-    got = gemmrl.pick_layout("5_24_16", protocol="offline", device="cpu", min_calls=2)  # (HOST_CALLS calls each)
+    got = gemmrl.pick_layout("5_24_16", protocol="offline", device="cpu", min_calls=2)
     assert got.by == "measured" and got.layout in ("tn", "nn")
     assert [lay for lay, _ in got.times_ms] == ["tn", "nn"] and all(t > 0 and math.isfinite(t) for _, t in got.times_ms)
 
@@ -120,5 +120,25 @@ def test_bench_candidate_keeps_the_measured_layout(lib, times, want):
 def test_device_timed_protocols_time_once(lib):
     lib(entry("tn", 0.01, protocol="graph"), entry("nn", 0.02, protocol="graph"))
     calls = []
-    got = choose(P, "cold", make_buffers(P, "cpu"), scripted({"nn": 1.0, "tn": 3.0}, calls), min_calls=9)
+    got = choose(P, "graph", make_buffers(P, "cpu"), scripted({"nn": 1.0, "tn": 3.0}, calls), min_calls=9)
     assert (got.layout, got.by, calls) == ("nn", "measured", [(["nn", "tn"], 9)])
+    calls.clear()
+    got = choose(P, "cold", make_buffers(P, "cpu"), scripted({"nn": 1.0, "tn": 3.0}, calls), min_calls=9)
+    assert (got.layout, calls) == ("nn", [(["nn", "tn"], COLD_CALLS)])
+
+
+@pytest.mark.parametrize("protocol,cuda,cpu", [("graph", "graph", "graph"), ("cold", "cold", "cold"),
+                                               ("offline", "cold", "offline"), ("server", "cold", "server")])
+def test_host_protocols_choose_in_device_time(protocol, cuda, cpu):
+    assert (timed_in(protocol, "cuda"), timed_in(protocol, "cpu")) == (cuda, cpu)
+
+
+@pytest.mark.interpreter
+def test_a_choice_timed_in_cold_takes_cold_calls(lib, monkeypatch):
+    import gemmrl.layout_choice as lc
+
+    lib(entry("tn", 0.01), entry("nn", 0.02))
+    monkeypatch.setattr(lc, "timed_in", lambda protocol, device_type="cuda": "cold")  # as on a GPU
+    calls = []
+    got = choose(P, "offline", make_buffers(P, "cpu"), scripted({"nn": 1.0, "tn": 3.0}, calls), min_calls=9)
+    assert (got.layout, got.by, calls) == ("nn", "measured", [(["nn", "tn"], COLD_CALLS)])

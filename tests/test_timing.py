@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gemmrl.candidate import make_buffers
+from gemmrl.candidate import make_buffers, refill
 from gemmrl.problem import GemmProblem, parse_mnk
 from gemmrl.timing import (TimingConfig, TimingError, _quantile, _summary, below_floor, floor_ms, make_timer,
                            measure)
@@ -55,6 +55,30 @@ def test_host_protocol_on_cpu_records_failures_and_timer():
     assert not res["bad"].ok and "boom" in res["bad"].reason and math.isinf(res["bad"].time_ms)
     t = make_timer(b, "offline", cfg)({"good": good}, 20)
     assert 0 < t["good"] < math.inf
+
+
+@pytest.mark.parametrize("mnk", ["1_7_13", "33_65_129"])
+@pytest.mark.parametrize("last", ["tn", "nn"])
+def test_refill_writes_both_forms_of_b_alike_whichever_comes_last(mnk, last):
+    b = make_buffers(parse_mnk(mnk), "cpu", seed=1)
+    old = b.b.clone()
+    refill(b, torch.Generator().manual_seed(2), last=last)
+    assert torch.equal(b.b, b.bt.t()) and not torch.equal(b.b, old)
+    assert torch.isnan(b.c).all()
+    with pytest.raises(ValueError, match="use 'tn' or 'nn'"):
+        refill(b, last="bt")
+
+
+def test_host_loop_alternates_the_form_of_b_written_last(monkeypatch):
+    import gemmrl.timing as timing
+
+    seen = []
+    real = timing.refill
+    monkeypatch.setattr(timing, "refill", lambda bufs, gen, last: (seen.append(last), real(bufs, gen, last)))
+    b = make_buffers(GemmProblem(4, 8, 8), "cpu")
+    make_timer(b, "offline")({"nothing": lambda: None}, 60)
+    assert len(seen) >= 60 and {"tn", "nn"} == set(seen)
+    assert 0.25 < seen.count("nn") / len(seen) < 0.75  # a fair coin: 60 draws leave this range once in ~10^4
 
 
 def test_settle_runs_every_callable_until_the_time_is_spent(monkeypatch):

@@ -89,11 +89,19 @@ def make_buffers(problem: GemmProblem, device: Any = "cuda", seed: int = 0, scal
     return Buffers(problem, a, b, bt, c)
 
 
-def refill(bufs: Buffers, gen: Any = None) -> None:
+def refill(bufs: Buffers, gen: Any = None, last: str = "tn") -> None:
     """Write fresh random inputs in place (device RNG) and NaN into C: CUDA-L2's per-iteration refresh,
-    without its zero-fill of C (which hides kernels that accumulate into C)."""
+    without its zero-fill of C (which hides kernels that accumulate into C).
+
+    ``last`` names the form of B written last (``tn``: bt, drawn from b; ``nn``: b, drawn from bt). The form written
+    last leaves its dirty lines in L2, so a candidate reading that form right after the refill starts warm while one
+    reading the other form first pays their write-back: the host-timed loop alternates ``last`` at random so that
+    neither layout gets that head start on every iteration."""
+    if last not in ("tn", "nn"):
+        raise ValueError(f"refill: last={last!r}; use 'tn' or 'nn'")
     s = bufs.problem.K ** -0.25
     bufs.a.normal_(0.0, s, generator=gen)
-    bufs.b.normal_(0.0, s, generator=gen)
-    bufs.bt.copy_(bufs.b.t())
+    first, second = (bufs.b, bufs.bt) if last == "tn" else (bufs.bt, bufs.b)
+    first.normal_(0.0, s, generator=gen)
+    second.copy_(first.t())
     bufs.c.fill_(float("nan"))

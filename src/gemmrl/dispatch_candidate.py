@@ -2,8 +2,8 @@
 
 ``gemmrl bench --library FILE`` (or ``--library default``) adds it beside the vendor paths. Per protocol it keeps
 the layout ``layout_choice.choose`` gives: where the library has entries for both layouts, both timed through
-``gemmrl.mm`` with the bench's timer in the protocol measured (as cuBLASLt autotuning picks its algorithm), else the
-layout of the library's entry; ``prepare`` builds what serves the shape so that no timed call and no graph capture
+``gemmrl.mm`` on the bench's buffers in device time (the protocol measured for graph and cold, cold for the
+host-timed ones), else the layout of the library's entry; ``prepare`` builds what serves the shape so that no timed call and no graph capture
 builds anything. Under capture the dispatcher serves the graph entry, eagerly
 the offline one: what a user's CUDA-graph server and eager loop would get.
 """
@@ -27,11 +27,13 @@ class GemmrlCandidate:
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
         from . import dispatch
-        from .layout_choice import choose
+        from .layout_choice import choose, timed_in
+        from .timing import make_timer
 
         if problem.acc != "fp32":
             raise dispatch.DispatchError("gemmrl.mm accumulates in fp32; the problem asks for acc fp16")
-        self._choice = choose(problem, protocol, bufs, timer)
+        timing = timed_in(protocol, bufs.a.device.type)  # host-timed protocols choose the layout in device time
+        self._choice = choose(problem, protocol, bufs, timer if timing == protocol else make_timer(bufs, timing))
         self.layout = self._choice.layout
         self._src = bufs.b if self.layout == "nn" else bufs.bt
         self._b = self._src if self.layout == "nn" else self._src.t()

@@ -8,6 +8,15 @@ on one machine and the other way round on another). So where the library has an 
 timed here through ``gemmrl.mm`` itself, in the protocol asked for, and the faster wins unless the two are within
 ``TIE`` (then the library's order stands: a tie is not worth a flip). Where only one layout has an entry, the
 library decides: the other would be torch.matmul, which its measurements did not find faster.
+
+The layouts are timed in device time. For ``graph`` and ``cold`` that is the protocol itself. For the host-timed
+protocols (``offline``, ``server``) it is ``cold`` with the eager entries served: the layout changes the kernel, not
+the host path, and host-clock rounds of one path differ by 5-15% on an H100 (the noise rule's re-measurements in
+h100_serve60_gemmrl-mm-layout-choice-partial_2567be1_2026-11-24.csv), against layout differences of 1-7%. Timed
+with the host clock, the choice went to ``tn`` on all 8 shapes of that run where it was made, including
+100_28672_4096 and 32_14336_4096, where ``nn`` ran the same cuBLASLt algorithm 3-6% faster in the bench's own
+offline rows and in graph. Only where there is no device clock (the CPU test tier) do host protocols time with the
+host clock.
 """
 
 from __future__ import annotations
@@ -21,11 +30,13 @@ from .problem import GemmProblem
 LAYOUTS = ("tn", "nn")
 TIE = 0.005  # relative difference under which the library's order stands
 MIN_CALLS = 50
-# Host-timed protocols: one discarded round first (the first calls after a graph-protocol run or a build are slow),
-# then HOST_CALLS calls each. With 50 calls and no warm-up, an H100 picked tn where nn was 6% faster in the run
-# that followed (100_28672_4096, h100_serve60_gemmrl-mm-layout-choice-partial_2567be1_2026-11-24.csv).
 HOST_PROTOCOLS = ("offline", "server")
-HOST_CALLS = 300
+COLD_CALLS = 100  # calls per layout when the choice is timed in cold (median; an L2 flush before each)
+
+
+def timed_in(protocol: str, device_type: str = "cuda") -> str:
+    """The protocol both layouts are timed in to choose the layout for ``protocol`` (see the module's docstring)."""
+    return "cold" if protocol in HOST_PROTOCOLS and device_type == "cuda" else protocol
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ def library_order(problem: GemmProblem, protocol: str, device) -> list[tuple[flo
 def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mapping[str, float]] | None,
            min_calls: int = MIN_CALLS) -> LayoutChoice:
     """The layout for ``problem`` in ``protocol`` on ``bufs`` (a, b [K, N], bt [N, K], c), timing with ``timer``
-    (a ``make_timer`` of that protocol) when the library has entries for both layouts."""
+    (a ``make_timer`` of ``timed_in(protocol, ...)``) when the library has entries for both layouts."""
     from . import dispatch
 
     lib = library_order(problem, protocol, bufs.a.device)
@@ -64,9 +75,8 @@ def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mappi
         dispatch.served_by(a, ops[lay])  # built now: nothing builds while timed or captured
     mm = dispatch.mm
     fns = {lay: (lambda w=ops[lay]: mm(a, w, c)) for lay in LAYOUTS}
-    if protocol in HOST_PROTOCOLS:
-        timer(fns, min_calls)  # warm-up, discarded
-        min_calls = max(min_calls, HOST_CALLS)
+    if timed_in(protocol, a.device.type) == "cold":
+        min_calls = max(min_calls, COLD_CALLS)
     times = dict(timer(fns, min_calls))
     first = lib[0][1]
     other = next(lay for lay in LAYOUTS if lay != first)
@@ -98,5 +108,6 @@ def pick_layout(shape: Any, dtype=None, protocol: str = "graph", device=None, mi
         torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
     problem = GemmProblem(M, N, K, dtype=dispatch._DTYPES[dtype], acc="fp32")
     bufs = make_buffers(problem, device, seed=4321)
-    timer = make_timer(bufs, protocol) if device.type == "cuda" or protocol in ("offline", "server") else None
+    timing = timed_in(protocol, device.type)
+    timer = make_timer(bufs, timing) if device.type == "cuda" or timing in HOST_PROTOCOLS else None
     return choose(problem, protocol, bufs, timer, min_calls)

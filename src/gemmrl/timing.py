@@ -14,6 +14,9 @@
 - ``offline`` CUDA-L2's offline mode: each iteration writes fresh random inputs and NaN into C outside
               the timed region, shuffles the candidates, and times each with the host clock around one
               call + synchronize. ``time_ms`` = mean per-call time, ``tflops`` = mean of per-call TFLOPS.
+              The two forms of B are written in a random order each iteration (``candidate.refill``): the
+              form written last sits dirty in L2, so writing bt last every time (as before) handed ``tn``
+              candidates a head start whenever they ran first after the refill.
 - ``server``  as offline, with an exponential sleep of mean 1/QPS between iterations.
 
 Every protocol interleaves the candidates in a fresh random order on every round, on identical
@@ -376,7 +379,7 @@ def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
     clock = time.perf_counter
 
     def one_iteration(record: bool) -> None:
-        refill(bufs, gen)
+        refill(bufs, gen, last=rng.choice(("tn", "nn")))  # neither layout's B is always the one left in L2
         for name in _order(list(live), rng):
             bufs.c.fill_(float("nan"))
             sync()
