@@ -486,6 +486,38 @@ def test_public_names_resolve_once():
         assert vars(gemmrl)[name] is getattr(dispatch, name)
 
 
+@pytest.mark.parametrize("shape,how", [((7, 16), "transposed"), ((3, 5, 16), "transposed"), ((1, 16), "sliced"),
+                                       ((2, 3, 16), "sliced")])
+def test_a_not_row_major_is_served_by_the_hot_path(hot_path, shape, how):
+    """An a that is not row-major (backward's weight gradient reads the activation's gradient transposed) is only
+    ever served by torch.matmul: the torch-built hot path keeps its signature and serves it with ATen's matmul_out,
+    without the Python lookup; the same values as torch.matmul on every hot path, and a row-major a of the same
+    shape is a signature of its own."""
+    dispatch.use_library(Library())
+    try:
+        if how == "transposed":  # the same shape with its strides reversed
+            a = rnd(*reversed(shape), seed=2).permute(*reversed(range(len(shape))))
+        else:  # every other element of a wider row
+            a = rnd(*shape[:-1], 2 * shape[-1], seed=2)[..., ::2]
+        w = rnd(24, 16, seed=4)
+        assert a.shape == shape and not a.is_contiguous()
+        first = gemmrl.mm(a, w.t())
+        if hot_path == "torch":
+            stored = dispatch._S.ctorch.size()
+            assert stored == 1
+        for _ in range(2):
+            out = torch.full((*shape[:-1], 24), float("nan"), dtype=torch.float16)
+            assert gemmrl.mm(a, w.t(), out=out) is out
+            assert torch.equal(out, torch.matmul(a, w.t())) and torch.equal(first, out)
+        assert gemmrl.served_by(a, w.t())["eager"] == "torch.matmul"
+        row = a.contiguous()
+        assert torch.equal(gemmrl.mm(row, w.t()), first)
+        if hot_path == "torch":
+            assert dispatch._S.ctorch.size() == stored + 1  # a row-major a: another key
+    finally:
+        dispatch.use_library(Library())
+
+
 def test_no_entry_spec_is_torch_matmul_kind(hot_path):
     """Where torch.matmul serves, the compiled paths get spec kind 3 (the torch-built one calls ATen's matmul_out
     without Python; the C one calls the launcher): same result as torch.matmul on every hot path."""

@@ -365,6 +365,8 @@ def _miss(key: tuple, a, b) -> Served:
     if not a.is_contiguous() or layout is None:
         with _S.lock:
             _TABLE[key] = fallback
+            if a.is_contiguous() or _S.ctorch is not None:  # (the C path's table holds row-major a only)
+                _put_hot(a, b, fallback)
         return fallback
     pkey = (M, N, K, a.dtype, layout, dev)
     with _S.lock:
@@ -377,18 +379,27 @@ def _miss(key: tuple, a, b) -> Served:
         s = Served(got.eager, got.graph, out_shape, a.dtype, dev, a.device, got.eager_desc, got.graph_desc,
                    got.eager_spec, got.graph_spec)
         _TABLE[key] = s
-        fkey = (a.shape, b.shape, b.stride(), a.dtype, dev)  # a is row-major here; the hot path checks that per call
-        _FAST[fkey] = s
+        _FAST[_fast_key(a, b)] = s  # a is row-major here; the hot path checks that per call
         _use_fastpath()
-        if _hot is not _hot_py:
-            eager = _spec(s.eager, s.eager_spec)
-            graph = eager if s.graph is s.eager else _spec(s.graph, s.graph_spec)
-            centry = (out_shape, a.dtype, dev, {"dtype": a.dtype, "device": a.device}, eager, graph, _raw_stream())
-            if _S.ctorch is not None:
-                _S.ctorch.put(a, b, centry)
-            else:
-                _CFAST[fkey] = centry
+        _put_hot(a, b, s)
         return s
+
+
+def _fast_key(a, b) -> tuple:
+    return (a.shape, b.shape, b.stride(), a.dtype, a.get_device())
+
+
+def _put_hot(a, b, s: Served) -> None:
+    """Hand the signature of (a, b), served by ``s``, to the compiled hot path in use (if any)."""
+    if _hot is _hot_py:
+        return
+    eager = _spec(s.eager, s.eager_spec)
+    graph = eager if s.graph is s.eager else _spec(s.graph, s.graph_spec)
+    centry = (s.out_shape, s.dtype, s.dev, {"dtype": s.dtype, "device": s.device}, eager, graph, _raw_stream())
+    if _S.ctorch is not None:
+        _S.ctorch.put(a, b, centry)
+    else:
+        _CFAST[_fast_key(a, b)] = centry
 
 
 # -- building what serves a problem --------------------------------------------------------------------
@@ -651,7 +662,7 @@ class _MMFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        return _mm(a, b, None)
+        return _hot(a, b, None)  # grad mode is off in here: the hot path serves
 
     @staticmethod
     def backward(ctx, grad):

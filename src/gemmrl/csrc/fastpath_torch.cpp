@@ -3,12 +3,15 @@
  * Built on first use by gemmrl/fastpath.py for the installed torch (its version is in the build key: the
  * TensorImpl layout this reads is torch's, per version); where it cannot be built, fastpath.c serves.
  *
- * mm(a, b, out) -> out. Everything not on the hot path (a signature not put() yet, a non-contiguous a, a wrong
- * dtype/device/out, autograd, tensor subclasses, non-strided layouts) goes to the Python `slow(a, b, out)` given
- * to init(), which decides, raises the clear errors, and put()s what it built.
+ * mm(a, b, out) -> out. Everything not on the hot path (a signature not put() yet, a wrong dtype/device/out,
+ * autograd, tensor subclasses, non-strided layouts) goes to the Python `slow(a, b, out)` given to init(), which
+ * decides, raises the clear errors, and put()s what it built.
  *
- * put(a, b, entry): serve calls whose a (row-major) and b have a's shape, b's shape and strides, a's dtype and
- *   device with entry = (out_shape, dtype, dev, empty_kwargs, eager, graph, getstream), fastpath.c's entry.
+ * put(a, b, entry): serve calls whose a and b have a's shape and row-majorness, b's shape and strides, a's dtype
+ *   and device with entry = (out_shape, dtype, dev, empty_kwargs, eager, graph, getstream), fastpath.c's entry.
+ *   A signature whose a is not row-major is only ever served by torch.matmul (spec kind 3: ATen's matmul_out
+ *   reads any strides); backward's weight gradient is one, [N, M] @ [M, K] with the activation's gradient
+ *   transposed, and through Python it cost ~10 us per call more than torch.matmul.
  * clear(): forget every entry.
  * With eager is not graph, the graph spec serves inside CUDA-graph capture. Whether torch's current stream is
  * capturing is asked of the driver (cuStreamIsCapturing, resolved from the already loaded libcuda.so.1), else of
@@ -56,7 +59,7 @@ int capturing(void *stream) {
 constexpr int kMaxDims = 8;
 
 struct Key {
-    int64_t v[1 + kMaxDims + 7];  // ndim(a), a's sizes (padded), b's sizes and strides, dtype, device type, index
+    int64_t v[1 + kMaxDims + 8];  // ndim(a), a's sizes (padded), b's sizes and strides, dtype, device, row-major a
     bool operator==(const Key &o) const { return std::memcmp(v, o.v, sizeof v) == 0; }
 };
 
@@ -79,8 +82,8 @@ bool make_key(const at::Tensor &a, const at::Tensor &b, Key &k) {
     k.v[0] = n;
     auto as = a.sizes();
     for (int64_t i = 0; i < n; i++) k.v[1 + i] = as[i];
-    int64_t *t = k.v + 1 + kMaxDims;  // 7 slots left: t[0..6]
-    static_assert(sizeof(k.v) / sizeof(k.v[0]) == 1 + kMaxDims + 7, "key layout");
+    int64_t *t = k.v + 1 + kMaxDims;  // 8 slots left: t[0..7]
+    static_assert(sizeof(k.v) / sizeof(k.v[0]) == 1 + kMaxDims + 8, "key layout");
     t[0] = b.size(0);
     t[1] = b.size(1);
     t[2] = b.stride(0);
@@ -88,6 +91,7 @@ bool make_key(const at::Tensor &a, const at::Tensor &b, Key &k) {
     t[4] = (int64_t)a.scalar_type();
     t[5] = (int64_t)a.device().type();
     t[6] = a.device().index();
+    t[7] = a.is_contiguous();
     return true;
 }
 
@@ -116,7 +120,7 @@ PyObject *mm_impl(PyObject *const *args) {
     if (!make_key(ta, tb, k)) return slow(args);
     auto it = g_entries.find(k);
     if (it == g_entries.end()) return slow(args);
-    if (tb.scalar_type() != ta.scalar_type() || tb.device() != ta.device() || !ta.is_contiguous()) return slow(args);
+    if (tb.scalar_type() != ta.scalar_type() || tb.device() != ta.device()) return slow(args);
     Owned r;
     r.entry = it->second;
     Py_INCREF(r.entry); /* the table may change under a Python callback below */
@@ -155,6 +159,7 @@ PyObject *mm_impl(PyObject *const *args) {
         r.o = nullptr;
         return res;
     }
+    if (!k.v[1 + kMaxDims + 7]) return slow(args);  /* launchers read a row-major a only (none is put for others) */
     unsigned long long p[3] = {(unsigned long long)(uintptr_t)ta.const_data_ptr(),
                                (unsigned long long)(uintptr_t)tb.const_data_ptr(),
                                (unsigned long long)(uintptr_t)tout.mutable_data_ptr()};
