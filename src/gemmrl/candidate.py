@@ -94,9 +94,9 @@ def refill(bufs: Buffers, gen: Any = None, last: str = "tn") -> None:
     without its zero-fill of C (which hides kernels that accumulate into C).
 
     ``last`` names the form of B written last (``tn``: bt, drawn from b; ``nn``: b, drawn from bt). The form written
-    last leaves its dirty lines in L2, so a candidate reading that form right after the refill starts warm while one
-    reading the other form first pays their write-back: the host-timed loop alternates ``last`` at random so that
-    neither layout gets that head start on every iteration."""
+    last is left dirty in L2, so a candidate reading it right after the refill can start warm while one reading the
+    other form first pays for the write-back: the host-timed loop draws ``last`` at random each iteration so that
+    neither layout gets that head start every time."""
     if last not in ("tn", "nn"):
         raise ValueError(f"refill: last={last!r}; use 'tn' or 'nn'")
     s = bufs.problem.K ** -0.25

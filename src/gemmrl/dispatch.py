@@ -365,8 +365,7 @@ def _miss(key: tuple, a, b) -> Served:
     if not a.is_contiguous() or layout is None:
         with _S.lock:
             _TABLE[key] = fallback
-            if a.is_contiguous() or _S.ctorch is not None:  # (the C path's table holds row-major a only)
-                _put_hot(a, b, fallback)
+            _put_hot(a, b, fallback)
         return fallback
     pkey = (M, N, K, a.dtype, layout, dev)
     with _S.lock:
@@ -397,8 +396,8 @@ def _put_hot(a, b, s: Served) -> None:
     graph = eager if s.graph is s.eager else _spec(s.graph, s.graph_spec)
     centry = (s.out_shape, s.dtype, s.dev, {"dtype": s.dtype, "device": s.device}, eager, graph, _raw_stream())
     if _S.ctorch is not None:
-        _S.ctorch.put(a, b, centry)
-    else:
+        _S.ctorch.put(a, b, centry)  # its key holds whether a is row-major
+    elif a.is_contiguous():  # the C path's table holds row-major a only (it checks that per call)
         _CFAST[_fast_key(a, b)] = centry
 
 

@@ -3,8 +3,8 @@
 ``gemmrl bench --library FILE`` (or ``--library default``) adds it beside the vendor paths. Per protocol it keeps
 the layout ``layout_choice.choose`` gives: where the library has entries for both layouts, both timed through
 ``gemmrl.mm`` on the bench's buffers in device time (the protocol measured for graph and cold, cold for the
-host-timed ones), else the layout of the library's entry; ``prepare`` builds what serves the shape so that no timed call and no graph capture
-builds anything. Under capture the dispatcher serves the graph entry, eagerly
+host-timed ones), else the layout of the library's entry; ``prepare`` builds what serves the shape so that no timed
+call and no graph capture builds anything. Under capture the dispatcher serves the graph entry, eagerly
 the offline one: what a user's CUDA-graph server and eager loop would get.
 """
 

@@ -57,6 +57,7 @@ int capturing(void *stream) {
 }
 
 constexpr int kMaxDims = 8;
+constexpr int kRowMajor = 1 + kMaxDims + 7;  // the key's slot saying whether a is row-major
 
 struct Key {
     int64_t v[1 + kMaxDims + 8];  // ndim(a), a's sizes (padded), b's sizes and strides, dtype, device, row-major a
@@ -91,7 +92,7 @@ bool make_key(const at::Tensor &a, const at::Tensor &b, Key &k) {
     t[4] = (int64_t)a.scalar_type();
     t[5] = (int64_t)a.device().type();
     t[6] = a.device().index();
-    t[7] = a.is_contiguous();
+    t[7] = a.is_contiguous();  // k.v[kRowMajor]
     return true;
 }
 
@@ -159,7 +160,7 @@ PyObject *mm_impl(PyObject *const *args) {
         r.o = nullptr;
         return res;
     }
-    if (!k.v[1 + kMaxDims + 7]) return slow(args);  /* launchers read a row-major a only (none is put for others) */
+    if (!k.v[kRowMajor]) return slow(args);  /* launchers read a row-major a only (none is put for others) */
     unsigned long long p[3] = {(unsigned long long)(uintptr_t)ta.const_data_ptr(),
                                (unsigned long long)(uintptr_t)tb.const_data_ptr(),
                                (unsigned long long)(uintptr_t)tout.mutable_data_ptr()};
