@@ -26,11 +26,11 @@ from typing import Any, Callable, Mapping
 
 from .library import PROTOCOL_ORDER
 from .problem import GemmProblem
+from .timing import HOST_PROTOCOLS
 
 LAYOUTS = ("tn", "nn")
 TIE = 0.005  # relative difference under which the library's order stands
 MIN_CALLS = 50
-HOST_PROTOCOLS = ("offline", "server")
 COLD_CALLS = 100  # calls per layout when the choice is timed in cold (median; an L2 flush before each)
 
 
