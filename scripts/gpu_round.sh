@@ -39,7 +39,11 @@
 #      falserej     scripts/false_rejections.py: every vendor path and our families, 100 seeds on 30 shapes
 #      faults       scripts/fault_survival.py: 200 candidates with 10% planted faults, then kill -9 and resume
 #      (limits ISSUE7_ADV_S, ISSUE7_FR_S, ISSUE7_FAULTS_S; FAULTS_ARGS: extra fault_survival.py arguments)
-#  11. a short table last.
+#  11. only with HEADROOM=1 (issues 3, 4, 5: how much room the vendor leaves; gemmrl headroom): HEADROOM_SHAPES
+#      (default benchmarks/shapes/issue3_120.txt) in HEADROOM_PROTOCOL (default graph,cold) with HEADROOM_ARGS
+#      (default --quick), then with HEADROOM_GRID=1 the 1000 grid shapes in cold with --quick (limits HEADROOM_S,
+#      HEADROOM_GRID_S; HEADROOM_CSV / HEADROOM_GRID_CSV: files of an earlier call to resume from)
+#  12. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -300,6 +304,26 @@ if [ "${ISSUE7:-0}" = 1 ]; then
     python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
       "$GEMMRL_OUT/faults/trials.sqlite" 2>/dev/null; rm -f "$GEMMRL_OUT"/faults/trials.sqlite-*
     ( cd "$GEMMRL_OUT" && tar czf faults.tgz faults && rm -rf faults )
+  fi
+fi
+
+if [ "${HEADROOM:-0}" = 1 ]; then
+  hshapes=${HEADROOM_SHAPES:-benchmarks/shapes/issue3_120.txt}
+  hcsv="$GEMMRL_OUT/${gpu}_headroom_$(basename "$hshapes" .txt)_${HEADROOM_PROTOCOL:-graph,cold}_${day}.csv"
+  hcsv=${hcsv//,/-}
+  if [ -n "${HEADROOM_CSV:-}" ] && [ -f "$HEADROOM_CSV" ]; then cp "$HEADROOM_CSV" "$hcsv"; fi
+  if [ "${HEADROOM_SKIP_SHAPES:-0}" != 1 ]; then
+    # shellcheck disable=SC2086
+    timeout "${HEADROOM_S:-300}" python3 -m gemmrl.cli headroom --shapes "$hshapes" --protocol "${HEADROOM_PROTOCOL:-graph,cold}" \
+      ${HEADROOM_ARGS:---quick} --out "$hcsv" --no-progress >"$GEMMRL_OUT/headroom.log" 2>&1
+    echo "headroom $(basename "$hshapes"): exit $?"; tail -n 12 "$GEMMRL_OUT/headroom.log"
+  fi
+  if [ "${HEADROOM_GRID:-0}" = 1 ]; then
+    gcsv="$GEMMRL_OUT/${gpu}_headroom_grid1000_cold-quick_${day}.csv"
+    if [ -n "${HEADROOM_GRID_CSV:-}" ] && [ -f "$HEADROOM_GRID_CSV" ]; then cp "$HEADROOM_GRID_CSV" "$gcsv"; fi
+    timeout "${HEADROOM_GRID_S:-300}" python3 -m gemmrl.cli headroom --grid cuda-l2 --protocol cold --quick \
+      --out "$gcsv" --no-progress >"$GEMMRL_OUT/headroom_grid.log" 2>&1
+    echo "headroom grid: exit $? ; $(($(wc -l <"$gcsv") - 1)) rows"; tail -n 8 "$GEMMRL_OUT/headroom_grid.log"
   fi
 fi
 

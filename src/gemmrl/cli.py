@@ -481,6 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .tune_cli import add_parser as add_tune
 
     add_tune(sub, _shape_args)
+    from .headroom_cli import add_parser as add_headroom
+
+    add_headroom(sub, _shape_args)
     from .worker_cli import add_parser as add_worker
 
     add_worker(sub)
