@@ -8,7 +8,8 @@
 #   4. the README's first command, verbatim, from a copy of the tree (skip: SKIP_README=1)
 #   5. only with TRITON_SHAPES=FILE: gemmrl select (the cost model's TRITON_TOP configs + TRITON_EXPLORE more per
 #      shape, screened in graph and cold), then the selection re-measured by gemmrl bench --triton-from
-#      (limits TRITON_SELECT_S, TRITON_REMEASURE_S; SKIP_SELECT / SKIP_REMEASURE; SEL_CSV / REM_CSV resume)
+#      (limits TRITON_SELECT_S, TRITON_REMEASURE_S; SKIP_SELECT / SKIP_REMEASURE; SEL_CSV / REM_CSV resume;
+#      TRITON_PROTOCOL / TRITON_LAYOUTS: what the selection screens, default graph,cold and tn,nn)
 #   6. only with SERVE_SHAPES=FILE (issue 6, serving), the stages named in SERVE_STAGES (default all, in order):
 #      select   gemmrl select on SERVE_SELECT_SHAPES (default SERVE_SHAPES; graph only; TRITON_TOP/TRITON_EXPLORE)
 #      build    gemmrl bench --triton-from (the selection + SERVE_SEL_EXTRA CSVs) in graph,offline: the library's
@@ -142,7 +143,8 @@ if [ -n "${TRITON_SHAPES:-}" ]; then
   if [ -n "${REM_CSV:-}" ] && [ -f "$REM_CSV" ]; then cp "$REM_CSV" "$rem"; fi
   if [ "${SKIP_SELECT:-0}" != 1 ]; then
     timeout "${TRITON_SELECT_S:-300}" python3 -m gemmrl.cli select --shapes "$TRITON_SHAPES" --top "${TRITON_TOP:-24}" \
-      --explore "${TRITON_EXPLORE:-16}" --protocol graph,cold --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
+      --explore "${TRITON_EXPLORE:-16}" --protocol "${TRITON_PROTOCOL:-graph,cold}" --layouts "${TRITON_LAYOUTS:-tn,nn}" \
+      --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
     echo "triton selection: exit $? ($(grep -c . "$sel" 2>/dev/null) lines)"
     tail -n 3 "$GEMMRL_OUT/triton_select.log"
   fi
