@@ -1,0 +1,131 @@
+"""Issues 3, 4 and 5's speed bars beside the room the vendor leaves (gemmrl headroom), as markdown.
+
+    python scripts/headroom_table.py --headroom H.csv [H2.csv ...] [--ours REMEASURE.csv ...] --out table.md
+
+Per class and protocol: the geomean headroom (the best speedup over the vendor paths timed beside the probe that any
+GEMM could reach, headroom.py), the issue's bar, and whether the bar is excluded (geomean headroom < bar). With
+``--ours`` (re-measure CSVs of gemmrl bench with Triton/CUTLASS candidates): our best candidate per shape against the
+vendor_best of that run, and as a share of the measured speed of light (t_sol / t_ours: 1.0 = at the bound).
+The groups of shapes follow the issues: issue 3's 120 (decode + grid sample), issue 4's 100 grid shapes, the grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from gemmrl.headroom import CLASSES, bounds, by_class, geomean  # noqa: E402
+from gemmrl.results import read_rows  # noqa: E402
+
+BARS = {  # (issue, class, protocol) -> bar over vendor_best
+    ("3", "min(M,N) <= 256", "cold"): 1.10, ("3", "min(M,N) <= 256", "graph"): 1.05,
+    ("3", "all dims >= 4096", "cold"): 0.97, ("3", "all dims >= 4096", "graph"): 0.97,
+    ("4", "all", "cold"): 1.05, ("4", "all", "graph"): 1.05,
+    ("5", "all", "cold"): 1.10, ("5", "all", "graph"): 1.05,
+}
+DECODE_M = (1, 8, 16, 32)
+
+
+def ours_best(paths: list[str]) -> dict[tuple[str, str], tuple[float, float, str]]:
+    """(mnk, protocol) -> (our best verified time, that run's vendor_best time, our candidate's name), from the first
+    file that holds the shape (runs are never mixed: a minimum over two runs would be biased)."""
+    out: dict = {}
+    for path in paths:
+        for k, v in _ours_best_one(path).items():
+            out.setdefault(k, v)
+    return out
+
+
+def _ours_best_one(path: str) -> dict[tuple[str, str], tuple[float, float, str]]:
+    best: dict[tuple[str, str], dict] = {}
+    for r in read_rows([path]):
+        try:
+            t = float(r["time_ms"])
+        except (TypeError, ValueError):
+            continue
+        if r.get("verified") != "true" or not math.isfinite(t) or r.get("recheck") == "true":
+            continue
+        d = best.setdefault((r["mnk"], r["protocol"]), {})
+        c = r["candidate"]
+        if c == "vendor_best":
+            d["vb"] = t
+        elif c.startswith(("triton", "cutlass")) and t < d.get("ours", (math.inf,))[0]:
+            d["ours"] = (t, c)
+    return {k: (d["ours"][0], d["vb"], d["ours"][1]) for k, d in best.items() if "ours" in d and "vb" in d}
+
+
+def section(title: str, bs: list, issue: str, ours: dict) -> list[str]:
+    lines = [f"### {title}", "",
+             "| class | protocol | shapes | geomean headroom | min | max | bar | bar excluded | bar's share of the "
+             "room (log) | ours vs vendor_best | ours / speed of light |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for h in by_class(bs, CLASSES):
+        bar = BARS.get((issue, h.cls, h.protocol))
+        sel = [b for b in bs if b.protocol == h.protocol and CLASSES[h.cls](b)]
+        mine = [ours[(b.mnk, b.protocol)] for b in sel if (b.mnk, b.protocol) in ours]
+        vs = f"{geomean([vb / t for t, vb, _ in mine]):.3f} ({len(mine)})" if mine else ""
+        sol = {(b.mnk, b.protocol): b.sol_ms for b in sel}
+        frac = [sol[(b.mnk, b.protocol)] / ours[(b.mnk, b.protocol)][0] for b in sel if (b.mnk, b.protocol) in ours]
+        fr = f"{geomean(frac):.3f}" if frac else ""
+        if bar is None:
+            excl, share = "", ""
+        else:
+            excl = "**yes**" if h.geomean < bar else "no"
+            share = f"{math.log(bar) / math.log(h.geomean):.2f}" if h.geomean > 1 and bar > 1 else ""
+        lines.append(f"| {h.cls} | {h.protocol} | {h.n} | {h.geomean:.3f} | {h.lo:.3f} | {h.hi:.3f} | "
+                     f"{'' if bar is None else bar} | {excl} | {share} | {vs} | {fr} |")
+    lines.append("")
+    return lines
+
+
+def extremes(bs: list, n: int = 10) -> list[str]:
+    lines = ["### Where the room is, and where there is none", ""]
+    for proto in sorted({b.protocol for b in bs}):
+        sel = sorted((b for b in bs if b.protocol == proto), key=lambda b: b.headroom)
+        for name, part in (("least", sel[:n]), ("most", sel[-n:][::-1])):
+            lines += [f"{proto}, {name} room:", "", "| shape | vendor (us) | path | probe (us) | probe GB/s | "
+                      "mma at clock ceiling (us) | headroom | bound by |", "|---|---:|---|---:|---:|---:|---:|---|"]
+            for b in part:
+                lines.append(f"| {b.mnk} | {b.t_vendor_ms * 1e3:.2f} | {b.vendor} | {b.t_touch_ms * 1e3:.2f} | "
+                             f"{b.touch_gbs:.0f} | {b.t_mma_ms * 1e3:.2f} | {b.headroom:.3f} | {b.limit} |")
+            lines.append("")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--headroom", nargs="+", required=True, help="CSVs of gemmrl headroom")
+    ap.add_argument("--ours", nargs="*", default=[], help="re-measure CSVs of our families (gemmrl bench); per shape "
+                                                          "the first file that holds it counts")
+    ap.add_argument("--out", help="markdown file (default: stdout)")
+    args = ap.parse_args()
+    out = ["## Headroom: the room the vendor leaves, beside the issues' bars", ""]
+    ours = ours_best(args.ours) if args.ours else {}
+    for path in args.headroom:
+        bs = bounds(read_rows([path]))
+        if not bs:
+            print(f"{path}: no (shape, protocol) with both a verified vendor row and a probe row", file=sys.stderr)
+            return 2
+        name = Path(path).name
+        decode = [b for b in bs if b.M in DECODE_M]
+        grid = [b for b in bs if b.M not in DECODE_M]
+        n_shapes = len({b.mnk for b in bs})
+        if decode and grid:
+            out += section(f"{name}: all {n_shapes} shapes (issue 3's classes and bars)", bs, "3", ours)
+            out += section(f"{name}: the {len({b.mnk for b in grid})} grid shapes (issue 4's bar)", grid, "4", ours)
+        else:
+            out += section(f"{name}: {n_shapes} shapes (issue 5's bars)", bs, "5", ours)
+        out += extremes(bs)
+    text = "\n".join(out)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
