@@ -44,7 +44,10 @@
 #      (default benchmarks/shapes/issue3_120.txt) in HEADROOM_PROTOCOL (default graph,cold) with HEADROOM_ARGS
 #      (default --quick), then with HEADROOM_GRID=1 the 1000 grid shapes in cold with --quick (limits HEADROOM_S,
 #      HEADROOM_GRID_S; HEADROOM_CSV / HEADROOM_GRID_CSV: files of an earlier call to resume from)
-#  12. a short table last.
+#  12. only with CUDA_SOURCE=FILE.cu: gemmrl bench --cuda-source FILE (ABI gemmrl, layout tn, --declare
+#      CUDA_SOURCE_DECLARE, default K%8) on CUDA_SOURCE_SHAPES in graph,cold, sandboxed (limit CUDA_SOURCE_S;
+#      CUDA_SOURCE_CSV resumes)
+#  13. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -327,6 +330,15 @@ if [ "${HEADROOM:-0}" = 1 ]; then
       --out "$gcsv" --no-progress >"$GEMMRL_OUT/headroom_grid.log" 2>&1
     echo "headroom grid: exit $? ; $(($(wc -l <"$gcsv") - 1)) rows"; tail -n 8 "$GEMMRL_OUT/headroom_grid.log"
   fi
+fi
+
+if [ -n "${CUDA_SOURCE:-}" ]; then
+  cshapes=${CUDA_SOURCE_SHAPES:-benchmarks/shapes/graph_worst6.txt}
+  ccsv="$GEMMRL_OUT/${gpu}_$(basename "$cshapes" .txt)_$(basename "$CUDA_SOURCE" .cu)_sandbox-graph-cold_${day}.csv"
+  if [ -n "${CUDA_SOURCE_CSV:-}" ] && [ -f "$CUDA_SOURCE_CSV" ]; then cp "$CUDA_SOURCE_CSV" "$ccsv"; fi
+  timeout "${CUDA_SOURCE_S:-300}" python3 -m gemmrl.cli bench --cuda-source "$CUDA_SOURCE" --declare "${CUDA_SOURCE_DECLARE:-K%8}" \
+    --shapes "$cshapes" --protocol graph,cold --no-progress --out "$ccsv" >"$GEMMRL_OUT/cuda_source.log" 2>&1
+  echo "cuda source $(basename "$CUDA_SOURCE"): exit $?"; tail -n 30 "$GEMMRL_OUT/cuda_source.log"
 fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done
