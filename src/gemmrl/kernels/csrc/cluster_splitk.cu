@@ -22,8 +22,8 @@ namespace cg = cooperative_groups;
 
 namespace {
 
-constexpr int BM = 128, BN = 128, BK = 32, STAGES = 4, THREADS = 256;
-constexpr int LDS = BK + 8;          // halves per shared row: 80 bytes, so ldmatrix's 8 rows hit 8 distinct banks
+constexpr int BM = 128, BN = 128, BK = 64, STAGES = 4, THREADS = 256;
+constexpr int LDS = BK + 8;          // halves per shared row: 144 bytes, so ldmatrix's 8 rows hit 8 distinct banks
 constexpr int LDP = BN + 4;          // floats per row of the fp32 partial
 constexpr int STAGE_HALVES = (BM + BN) * LDS;
 constexpr size_t SMEM_PIPE = size_t(STAGES) * STAGE_HALVES * sizeof(__half);
@@ -71,13 +71,13 @@ __device__ __forceinline__ void load_stage(__half* st, const __half* A, const __
   }
 }
 
+template <int S>
 __global__ void __launch_bounds__(THREADS, 1)
     cluster_splitk_kernel(const __half* __restrict__ A, const __half* __restrict__ Bt, __half* __restrict__ C, int M,
                           int N, int K, int lda, int ldb, int ldc, int k_per) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __half* smem = reinterpret_cast<__half*>(smem_raw);
   cg::cluster_group cluster = cg::this_cluster();
-  const int S = static_cast<int>(cluster.num_blocks());
   const int rank = static_cast<int>(cluster.block_rank());
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int k_begin = blockIdx.z * k_per;
@@ -141,14 +141,17 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int r0 = rank * rows;
   for (int idx = threadIdx.x; idx < rows * (BN / 4); idx += THREADS) {
     int r = r0 + idx / (BN / 4), c = (idx % (BN / 4)) * 4;
-    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int q = 0; q < S; ++q) {  // rank order: the same sum whoever finishes first
-      const float* peer = cluster.map_shared_rank(part, q);
-      float4 v = *reinterpret_cast<const float4*>(peer + r * LDP + c);
-      s.x += v.x;
-      s.y += v.y;
-      s.z += v.z;
-      s.w += v.w;
+    float4 v[S];
+#pragma unroll
+    for (int q = 0; q < S; ++q)  // every remote load in flight before the first add
+      v[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q) + r * LDP + c);
+    float4 s = v[0];
+#pragma unroll
+    for (int q = 1; q < S; ++q) {  // rank order: the same sum whoever finishes first
+      s.x += v[q].x;
+      s.y += v[q].y;
+      s.z += v[q].z;
+      s.w += v[q].w;
     }
     int gm = m0 + r, gn = n0 + c;
     if (gm < M) {
@@ -175,25 +178,18 @@ int pick_split(int M, int N, int K) {
   return best;
 }
 
-}  // namespace
-
-extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
-                           void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  (void)workspace;
-  (void)workspace_bytes;
-  if (M <= 0 || N <= 0 || K <= 0 || K % 8 || lda % 8 || ldb % 8 ||
-      ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B)) & 15))
-    return static_cast<int>(cudaErrorInvalidValue);
+template <int S>
+cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
+                   cudaStream_t stream) {
   static bool configured = false;
   if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(cluster_splitk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(cluster_splitk_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(SMEM_BYTES));
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(cluster_splitk_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (e != cudaSuccess) return static_cast<int>(e);
+    if (e == cudaSuccess && S > 8)
+      e = cudaFuncSetAttribute(cluster_splitk_kernel<S>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess) return e;
     configured = true;
   }
-  int S = pick_split(M, N, K);
   int k_per = ((K + S * BK - 1) / (S * BK)) * BK;  // whole BK steps per CTA; the last slice may be shorter or empty
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((N + BN - 1) / BN, (M + BM - 1) / BM, S);
@@ -207,8 +203,24 @@ extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, 
   attr[0].val.clusterDim.z = S;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, cluster_splitk_kernel, static_cast<const __half*>(A),
-                                     static_cast<const __half*>(B), static_cast<__half*>(C), M, N, K, lda, ldb, ldc,
-                                     k_per);
-  return static_cast<int>(e);
+  return cudaLaunchKernelEx(&cfg, cluster_splitk_kernel<S>, static_cast<const __half*>(A),
+                            static_cast<const __half*>(B), static_cast<__half*>(C), M, N, K, lda, ldb, ldc, k_per);
+}
+
+}  // namespace
+
+extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
+                           void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  (void)workspace;
+  (void)workspace_bytes;
+  if (M <= 0 || N <= 0 || K <= 0 || K % 8 || lda % 8 || ldb % 8 ||
+      ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B)) & 15))
+    return static_cast<int>(cudaErrorInvalidValue);
+  switch (pick_split(M, N, K)) {
+    case 1: return static_cast<int>(launch<1>(A, B, C, M, N, K, lda, ldb, ldc, stream));
+    case 2: return static_cast<int>(launch<2>(A, B, C, M, N, K, lda, ldb, ldc, stream));
+    case 4: return static_cast<int>(launch<4>(A, B, C, M, N, K, lda, ldb, ldc, stream));
+    case 8: return static_cast<int>(launch<8>(A, B, C, M, N, K, lda, ldb, ldc, stream));
+    default: return static_cast<int>(launch<16>(A, B, C, M, N, K, lda, ldb, ldc, stream));
+  }
 }
