@@ -12,7 +12,12 @@
 // ABI gemmrl (kernels/cuda_source.py), layout tn: A row-major [M,K] (lda), B as B^T row-major [N,K] (ldb),
 // C row-major [M,N] (ldc). Needs K, lda, ldb multiples of 8 and 16-byte aligned A and B (cp.async of 16 bytes);
 // returns cudaErrorInvalidValue otherwise. The split S is chosen per shape: the largest of 1, 2, 4, 8, 16 with
-// tiles * S <= 128 CTAs and at least 2 BK steps per CTA.
+// tiles * S <= 128 CTAs and at least 2 BK steps per CTA (16 only for at most 7 tiles).
+//
+// Measured (H100, benchmarks/NOTES.md session 12): correct on every shape tried, but 0.36x of vendor_best in graph
+// on 16 few-tile long-K shapes. The cluster reduction scales (512_256_2048: 38.7 us at S=1, 9.0 us at S=8), the
+// mma.sync main loop does not keep up: ~1000 flop/clk/SM with no split, a quarter of what wgmma reaches. The
+// reduction is the part worth keeping; the main loop should be TMA + wgmma (the CUTLASS family's).
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -170,11 +175,14 @@ __global__ void __launch_bounds__(THREADS, 1)
   cluster.sync();  // no CTA leaves while a peer may still read its shared memory
 }
 
+int g_force_split = 0;  // > 0: use this split (scripts/cluster_splitk_probe.py)
+
 int pick_split(int M, int N, int K) {
+  if (g_force_split > 0) return g_force_split;
   int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
   int best = 1;
-  for (int s = 2; s <= 16; s *= 2)
-    if (tiles * s <= 128 && K / s >= 2 * BK) best = s;
+  for (int s = 2; s <= 16; s *= 2)  // 16-CTA clusters: 7 fit at once on an H100 (probe): more tiles take 2 waves
+    if (tiles * s <= 128 && K / s >= 2 * BK && (s < 16 || tiles <= 7)) best = s;
   return best;
 }
 
@@ -208,6 +216,40 @@ cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, i
 }
 
 }  // namespace
+
+// probes (scripts/cluster_splitk_probe.py): force the split; how many clusters of S CTAs fit on the device at once
+extern "C" void cluster_splitk_force_split(int s) { g_force_split = s; }
+
+extern "C" int cluster_splitk_max_active_clusters(int S) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1, 1, S);
+  cfg.blockDim = dim3(THREADS, 1, 1);
+  cfg.dynamicSmemBytes = SMEM_BYTES;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = S;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int n = -1;
+  cudaError_t e = cudaSuccess;
+  switch (S) {
+    case 1: e = cudaFuncSetAttribute(cluster_splitk_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
+            if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<1>, &cfg); break;
+    case 2: e = cudaFuncSetAttribute(cluster_splitk_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
+            if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<2>, &cfg); break;
+    case 4: e = cudaFuncSetAttribute(cluster_splitk_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
+            if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<4>, &cfg); break;
+    case 8: e = cudaFuncSetAttribute(cluster_splitk_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
+            if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<8>, &cfg); break;
+    case 16: e = cudaFuncSetAttribute(cluster_splitk_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
+             if (!e) e = cudaFuncSetAttribute(cluster_splitk_kernel<16>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+             if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<16>, &cfg); break;
+    default: return -1;
+  }
+  return e == cudaSuccess ? n : -static_cast<int>(e);
+}
 
 extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
