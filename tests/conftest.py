@@ -56,3 +56,23 @@ def hot_path(request):
         dispatch.reset()
         dispatch._install(None)
         dispatch._S.fastpath_tried = False
+
+
+def assert_serves(src, problem) -> None:
+    """A CUDA source (kernels/cuda_source.CudaSource) loads, passes the battery on ``problem`` and survives CUDA-graph
+    capture (GPU tests of test_cuda_source.py and test_cluster_splitk.py)."""
+    import torch
+
+    from gemmrl.candidate import make_buffers
+    from gemmrl.kernels import cuda_source as cs
+    from gemmrl.verify import verify
+
+    cand, rec = cs.load_candidate(src)
+    assert cand is not None, rec
+    bufs = make_buffers(problem, "cuda")
+    cand.prepare(problem, bufs, "graph", None)
+    v = verify(cand, problem, "cuda")
+    assert v.passed, v.reason
+    ok, why = cs.graph_safety(cand, bufs)
+    assert ok, why
+    torch.cuda.synchronize()

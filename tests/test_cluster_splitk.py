@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import assert_serves
 from gemmrl.kernels import cuda_source as cs
 from gemmrl.problem import GemmProblem
 
@@ -41,18 +42,4 @@ def test_builds_without_spills(cache):
 @pytest.mark.parametrize("shape", [(1, 8, 8), (33, 65, 136), (129, 257, 4104), (512, 256, 2048), (64, 64, 16384),
                                    (1024, 256, 4096), (300, 1000, 64)])
 def test_passes_battery_and_graph(shape):
-    import torch
-
-    from gemmrl.candidate import make_buffers
-    from gemmrl.verify import verify
-
-    p = GemmProblem(*shape)
-    cand, rec = cs.load_candidate(_source())
-    assert cand is not None, rec
-    bufs = make_buffers(p, "cuda")
-    cand.prepare(p, bufs, "graph", None)
-    v = verify(cand, p, "cuda")
-    assert v.passed, v.reason
-    ok, why = cs.graph_safety(cand, bufs)
-    assert ok, why
-    torch.cuda.synchronize()
+    assert_serves(_source(), GemmProblem(*shape))

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import assert_serves
 from gemmrl.kernels import cuda_source as cs
 from gemmrl.kernels.planted_cuda import PLANTED, planted_source
 from gemmrl.problem import GemmProblem
@@ -150,21 +151,7 @@ def test_planted_kinds():
 @pytest.mark.parametrize("layout", ["tn", "nn"])
 @pytest.mark.parametrize("shape", [(1, 8, 8), (33, 65, 129), (128, 256, 64)])
 def test_correct_planted_passes_battery_and_graph(shape, layout):
-    import torch
-
-    from gemmrl.candidate import make_buffers
-    from gemmrl.verify import verify
-
-    p = GemmProblem(*shape, layout=layout)
-    cand, rec = cs.load_candidate(planted_source("correct", layout=layout))
-    assert cand is not None, rec
-    bufs = make_buffers(p, "cuda")
-    cand.prepare(p, bufs, "graph", None)
-    v = verify(cand, p, "cuda")
-    assert v.passed, v.reason
-    ok, why = cs.graph_safety(cand, bufs)
-    assert ok, why
-    torch.cuda.synchronize()
+    assert_serves(planted_source("correct", layout=layout), GemmProblem(*shape, layout=layout))
 
 
 @pytest.mark.gpu

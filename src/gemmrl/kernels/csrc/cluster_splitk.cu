@@ -186,33 +186,56 @@ int pick_split(int M, int N, int K) {
   return best;
 }
 
+// the kernel's attributes, set once per split: its shared memory, and clusters of 16 (non-portable) where S is 16
 template <int S>
-cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
-                   cudaStream_t stream) {
-  static bool configured = false;
-  if (!configured) {
+cudaError_t configure() {
+  static const cudaError_t status = [] {
     cudaError_t e = cudaFuncSetAttribute(cluster_splitk_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(SMEM_BYTES));
     if (e == cudaSuccess && S > 8)
       e = cudaFuncSetAttribute(cluster_splitk_kernel<S>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
-  int k_per = ((K + S * BK - 1) / (S * BK)) * BK;  // whole BK steps per CTA; the last slice may be shorter or empty
+    return e;
+  }();
+  return status;
+}
+
+// a launch of ``grid`` whose clusters are the S CTAs along z (``attr`` must outlive ``cfg``'s use)
+template <int S>
+cudaLaunchConfig_t cluster_config(dim3 grid, cudaStream_t stream, cudaLaunchAttribute (&attr)[1]) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((N + BN - 1) / BN, (M + BM - 1) / BM, S);
+  cfg.gridDim = grid;
   cfg.blockDim = dim3(THREADS, 1, 1);
   cfg.dynamicSmemBytes = SMEM_BYTES;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 1;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = S;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  return cfg;
+}
+
+template <int S>
+cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
+                   cudaStream_t stream) {
+  cudaError_t e = configure<S>();
+  if (e != cudaSuccess) return e;
+  int k_per = ((K + S * BK - 1) / (S * BK)) * BK;  // whole BK steps per CTA; the last slice may be shorter or empty
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg = cluster_config<S>(dim3((N + BN - 1) / BN, (M + BM - 1) / BM, S), stream, attr);
   return cudaLaunchKernelEx(&cfg, cluster_splitk_kernel<S>, static_cast<const __half*>(A),
                             static_cast<const __half*>(B), static_cast<__half*>(C), M, N, K, lda, ldb, ldc, k_per);
+}
+
+template <int S>
+int max_active_clusters() {
+  cudaError_t e = configure<S>();
+  int n = -1;
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg = cluster_config<S>(dim3(1, 1, S), nullptr, attr);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<S>, &cfg);
+  return e == cudaSuccess ? n : -static_cast<int>(e);
 }
 
 }  // namespace
@@ -221,34 +244,14 @@ cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, i
 extern "C" void cluster_splitk_force_split(int s) { g_force_split = s; }
 
 extern "C" int cluster_splitk_max_active_clusters(int S) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(1, 1, S);
-  cfg.blockDim = dim3(THREADS, 1, 1);
-  cfg.dynamicSmemBytes = SMEM_BYTES;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = S;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int n = -1;
-  cudaError_t e = cudaSuccess;
   switch (S) {
-    case 1: e = cudaFuncSetAttribute(cluster_splitk_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
-            if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<1>, &cfg); break;
-    case 2: e = cudaFuncSetAttribute(cluster_splitk_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
-            if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<2>, &cfg); break;
-    case 4: e = cudaFuncSetAttribute(cluster_splitk_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
-            if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<4>, &cfg); break;
-    case 8: e = cudaFuncSetAttribute(cluster_splitk_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
-            if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<8>, &cfg); break;
-    case 16: e = cudaFuncSetAttribute(cluster_splitk_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
-             if (!e) e = cudaFuncSetAttribute(cluster_splitk_kernel<16>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-             if (!e) e = cudaOccupancyMaxActiveClusters(&n, cluster_splitk_kernel<16>, &cfg); break;
+    case 1: return max_active_clusters<1>();
+    case 2: return max_active_clusters<2>();
+    case 4: return max_active_clusters<4>();
+    case 8: return max_active_clusters<8>();
+    case 16: return max_active_clusters<16>();
     default: return -1;
   }
-  return e == cudaSuccess ? n : -static_cast<int>(e);
 }
 
 extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
