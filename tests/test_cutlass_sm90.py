@@ -110,6 +110,17 @@ def test_knobs_for_are_valid(shape):
     assert len(entries) >= len(cs.family())
 
 
+@pytest.mark.parametrize("shape,splits", [((512, 256, 2048), {2, 4, 8, 16}), ((64, 64, 16384), {2, 4, 8, 16}),
+                                          ((1024, 1024, 4096), {2, 4}), ((2048, 2048, 1024), set()),
+                                          ((128, 128, 128), {2})])
+def test_few_tiles_long_k_screen_more_splits(shape, splits):
+    """Split-K beyond 4 while tiles x splits stays within 2 waves, never more splits than K tiles, none at all with
+    as many tiles as SMs."""
+    cfg = cs.CutlassConfig(128, 64, 64, scheduler="streamk")
+    got = {k.splits for k in cs.knobs_for(cfg, GemmProblem(*shape)) if k.decomposition == "splitk"}
+    assert got == splits
+
+
 def test_rendering_flags():
     cfg = cs.CutlassConfig(256, 128, 64, 2, 1, "coop", "streamk", "nn", "bf16")
     src = cfg.source()

@@ -241,8 +241,9 @@ def family(layout: str = "tn", dtype: str = "fp16") -> list[CutlassConfig]:
 
 def knobs_for(cfg: CutlassConfig, problem: GemmProblem, sms: int = 132) -> list[Knobs]:
     """The knob settings screened for ``cfg`` at ``problem``: the defaults, swizzle 8 where the grid of tiles is
-    large enough for it to matter; for stream-K configs, split-K (2, 4) where there are fewer output tiles than
-    SMs, and the stream-K decomposition wherever the last wave of tiles leaves SMs idle."""
+    large enough for it to matter; for stream-K configs, split-K where there are fewer output tiles than
+    SMs (2, 4, 8, 16 while tiles x splits <= 2 x SMs: few-tile long-K shapes need more than 4, where the vendor
+    runs split 5-9), and the stream-K decomposition wherever the last wave of tiles leaves SMs idle."""
     tiles = -(-problem.M // cfg.bm) * -(-problem.N // cfg.bn)
     out = [Knobs()]
     if tiles >= 4 * sms:
@@ -250,7 +251,8 @@ def knobs_for(cfg: CutlassConfig, problem: GemmProblem, sms: int = 132) -> list[
     if cfg.scheduler == "streamk":
         ktiles = -(-problem.K // cfg.bk)
         if tiles < sms:
-            out += [Knobs(decomposition="splitk", splits=s) for s in (2, 4) if s <= ktiles]
+            out += [Knobs(decomposition="splitk", splits=s) for s in (2, 4, 8, 16)
+                    if s <= ktiles and (s <= 4 or tiles * s <= 2 * sms)]
         if ktiles >= 4 and tiles % sms:
             out.append(Knobs(decomposition="streamk"))
     return [k for k in out if valid(cfg, k, problem)[0]]
