@@ -96,12 +96,44 @@ def extremes(bs: list, n: int = 10) -> list[str]:
     return lines
 
 
+def plot(bs: list, ours: dict, path: str) -> None:
+    """Per protocol: each shape's headroom against its FLOPs (log-log), coloured by class, and where ``ours`` has the
+    shape, our selection's speedup over vendor_best in its own re-measure (runs are not mixed)."""
+    from gemmrl.report_plots import _plain, _plt, _save
+
+    plt = _plt()
+    protos = sorted({b.protocol for b in bs})
+    fig, axes = plt.subplots(1, len(protos), figsize=(6.5 * len(protos), 4.6), squeeze=False)
+    colours = {"min(M,N) <= 256": "tab:blue", "all dims >= 4096": "tab:red", "other": "tab:green"}
+    for ax, proto in zip(axes[0], protos):
+        sel = [b for b in bs if b.protocol == proto]
+        for cls, col in colours.items():
+            part = [b for b in sel if CLASSES[cls](b)]
+            ax.scatter([2 * b.M * b.N * b.K for b in part], [b.headroom for b in part], s=14, c=col, alpha=0.75,
+                       label=f"bound, {cls} ({len(part)})")
+        mine = [(2 * b.M * b.N * b.K, ours[(b.mnk, proto)][1] / ours[(b.mnk, proto)][0]) for b in sel
+                if (b.mnk, proto) in ours]
+        if mine:
+            ax.scatter(*zip(*mine), s=14, marker="x", c="k", alpha=0.7,
+                       label=f"our selection vs vendor_best, its own run ({len(mine)})")
+        ax.axhline(1.0, c="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _plain(ax.yaxis)
+        ax.set_xlabel("FLOPs (2MNK)")
+        ax.set_ylabel("speedup over the vendor paths timed beside the probe")
+        ax.set_title(f"{proto}: the most any GEMM could gain (H100)")
+        ax.legend(fontsize=7, loc="upper right")
+    _save(fig, Path(path))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--headroom", nargs="+", required=True, help="CSVs of gemmrl headroom")
     ap.add_argument("--ours", nargs="*", default=[], help="re-measure CSVs of our families (gemmrl bench); per shape "
                                                           "the first file that holds it counts")
     ap.add_argument("--out", help="markdown file (default: stdout)")
+    ap.add_argument("--plot", help="PNG of the first --headroom file's bounds per shape (needs matplotlib)")
     args = ap.parse_args()
     out = ["## Headroom: the room the vendor leaves, beside the issues' bars", ""]
     ours = ours_best(args.ours) if args.ours else {}
@@ -120,6 +152,8 @@ def main() -> int:
         else:
             out += section(f"{name}: {n_shapes} shapes (issue 5's bars)", bs, "5", ours)
         out += extremes(bs)
+    if args.plot:
+        plot(bounds(read_rows([args.headroom[0]])), ours, args.plot)
     text = "\n".join(out)
     if args.out:
         Path(args.out).write_text(text + "\n")
