@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.headroom import CLASSES, bounds, by_class, geomean  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
+from gemmrl.summary import best_of, usable  # noqa: E402
 
 BARS = {  # (issue, class, protocol) -> bar over vendor_best
     ("3", "min(M,N) <= 256", "cold"): 1.10, ("3", "min(M,N) <= 256", "graph"): 1.05,
@@ -41,21 +42,15 @@ def ours_best(paths: list[str]) -> dict[tuple[str, str], tuple[float, float, str
 
 
 def _ours_best_one(path: str) -> dict[tuple[str, str], tuple[float, float, str]]:
-    best: dict[tuple[str, str], dict] = {}
-    for r in read_rows([path]):
-        try:
+    rows = read_rows([path])
+    vb = {(r["mnk"], r["protocol"]): float(r["time_ms"]) for r in rows if r["candidate"] == "vendor_best" and usable(r)}
+    out: dict[tuple[str, str], tuple[float, float, str]] = {}
+    for family in ("triton", "cutlass"):
+        for (proto, mnk), r in best_of(rows, family).items():
             t = float(r["time_ms"])
-        except (TypeError, ValueError):
-            continue
-        if r.get("verified") != "true" or not math.isfinite(t) or r.get("recheck") == "true":
-            continue
-        d = best.setdefault((r["mnk"], r["protocol"]), {})
-        c = r["candidate"]
-        if c == "vendor_best":
-            d["vb"] = t
-        elif c.startswith(("triton", "cutlass")) and t < d.get("ours", (math.inf,))[0]:
-            d["ours"] = (t, c)
-    return {k: (d["ours"][0], d["vb"], d["ours"][1]) for k, d in best.items() if "ours" in d and "vb" in d}
+            if (mnk, proto) in vb and t < out.get((mnk, proto), (math.inf,))[0]:
+                out[(mnk, proto)] = (t, vb[(mnk, proto)], r["candidate"])
+    return out
 
 
 def section(title: str, bs: list, issue: str, ours: dict) -> list[str]:

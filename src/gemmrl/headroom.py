@@ -209,7 +209,7 @@ def measure_shape(problem: GemmProblem, protocols: Sequence[str], vendor: Sequen
     from .kernels.touch import TouchCandidate
     from .kernels.vendor import vendor_candidates
     from .results import now, sm_clock_mhz
-    from .timing import floor_ms, l2_bytes, make_timer, max_sm_mhz, measure
+    from .timing import below_floor, floor_ms, l2_bytes, make_timer, max_sm_mhz, measure
 
     bufs = make_buffers(problem, "cuda", seed=cfg.seed)
     known = {c.name: c for c in vendor_candidates(problem)}
@@ -262,7 +262,7 @@ def measure_shape(problem: GemmProblem, protocols: Sequence[str], vendor: Sequen
             t = times[name]
             extra = ";".join(f"{k}={t.extra[k]}" for k in ("calls_per_graph", "settle_ms", "settle_mhz") if k in t.extra)
             r = {**row, "time_ms": t.time_ms, "tflops": t.tflops, "n": t.n, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
-                 "floor_ok": not (math.isfinite(t.time_ms) and t.time_ms < 0.95 * floor),
+                 "floor_ok": not below_floor(t.time_ms, floor),
                  "info": ";".join(x for x in (dev_info, extra) if x), "timestamp": now()}
             if t.reason:
                 r["reason"] = (r.get("reason", "") + "; " + t.reason).lstrip("; ")[:300]

@@ -63,7 +63,7 @@ def cmd_headroom(args) -> int:
     from .bench import _progress, require_cuda
     from .headroom import HeadroomError, measure_shape
     from .kernels.touch import CONFIGS, TouchError, parse
-    from .results import ResultsWriter, collect_meta, sm_clock_mhz
+    from .results import ResultsWriter, collect_meta
     from .timing import TimingConfig
 
     if args.kernel_dir:
@@ -102,8 +102,7 @@ def cmd_headroom(args) -> int:
             todo = [x for x in protocols if (p.mnk, p.dtype, p.acc, x, "0") not in writer.done]
             if todo:
                 try:
-                    got = measure_shape(p, todo, vendor, touch, cfg, {**meta, "sm_clock_mhz": sm_clock_mhz()},
-                                        args.gpu_device_id)
+                    got = measure_shape(p, todo, vendor, touch, cfg, meta, args.gpu_device_id)
                 except HeadroomError as e:
                     raise CliError(str(e)) from None
                 for proto in todo:

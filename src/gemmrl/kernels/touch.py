@@ -14,7 +14,8 @@ from typing import Any
 
 from ..problem import GemmProblem
 from .triton_gemm import runtime
-from .triton_gemm.plans import A, B, C, Operand
+from .vendor import raw_stream_getter
+from .triton_gemm.plans import A, B, C, Launch, _bind, _cdiv, resolve
 
 WARPS = (1, 2, 4, 8, 16)
 VECTOR = 8  # 16-bit words per 16-byte access
@@ -71,10 +72,6 @@ def parse(name: str) -> TouchConfig:
     return check(cfg)
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def grid_parts(problem: GemmProblem, block: int) -> tuple[int, int, int]:
     """Programs reading A, reading B, writing C."""
     p = problem
@@ -106,18 +103,16 @@ class TouchCandidate:
         vals = dict(a_ptr=A, b_ptr=B, c_ptr=C, sink_ptr=self.sink, n_a=problem.M * problem.K,
                     n_b=problem.K * problem.N, n_c=problem.M * problem.N, P_A=pa, P_B=pb,
                     BLOCK=self.cfg.block, STORE_ALL=self.store_all)
-        self._kernel, self._grid = k, (pa + pb + pc, 1, 1)
-        self._args = [vals[n] for n in k.arg_names]
+        launch = Launch(k, (pa + pb + pc, 1, 1), _bind(k, vals), self.cfg.warps, 1)
+        self._kernel, self._grid, self._args = k, launch.grid, launch.args
         self._direct = None
-        ops = self._views(bufs.a, bufs.b, bufs.bt, bufs.c)
-        compiled = self._launch_jit(ops)
+        compiled = self._launch_jit(self._views(bufs.a, bufs.b, bufs.bt, bufs.c))
         if not interpret:
             torch.cuda.synchronize()
-            slots = tuple((i, int(x)) for i, x in enumerate(self._args) if isinstance(x, Operand))
-            self._direct = runtime.DirectLaunch.build(compiled, self._grid, self._args, slots, bufs.a.device)
-            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            self._direct = runtime.DirectLaunch.build(compiled, launch.grid, launch.args, launch.slots(), bufs.a.device)
             index = bufs.a.device.index if bufs.a.device.index is not None else torch.cuda.current_device()
-            self._stream = (lambda: raw(index)) if raw else (lambda: torch.cuda.current_stream(index).cuda_stream)
+            raw = raw_stream_getter()
+            self._stream = lambda: raw(index)
 
     def _views(self, a, b, bt, c) -> tuple:
         import torch
@@ -125,8 +120,7 @@ class TouchCandidate:
         return tuple(t.view(torch.int16) for t in (a, bt if self.layout == "tn" else b, c))
 
     def _launch_jit(self, ops: tuple):
-        args = [ops[int(x)] if isinstance(x, Operand) else x for x in self._args]
-        return self._kernel[self._grid](*args, num_warps=self.cfg.warps, num_stages=1)
+        return self._kernel[self._grid](*resolve(self._args, ops), num_warps=self.cfg.warps, num_stages=1)
 
     def __call__(self, a, b, bt, c) -> None:
         if self._kernel is None:
