@@ -47,7 +47,12 @@
 #  12. only with CUDA_SOURCE=FILE.cu: gemmrl bench --cuda-source FILE (ABI gemmrl, layout tn, --declare
 #      CUDA_SOURCE_DECLARE, default K%8) on CUDA_SOURCE_SHAPES in graph,cold, sandboxed (limit CUDA_SOURCE_S;
 #      CUDA_SOURCE_CSV resumes)
-#  13. a short table last.
+#  13. only with WGMMA=1 (the TMA + wgmma family with the cluster/DSMEM split-K reduction, kernels/wgmma_gemm.py), the
+#      stages in WGMMA_STAGES (default select,remeasure) on WGMMA_SHAPES (default benchmarks/shapes/issue3_small72.txt):
+#      select     gemmrl select --family wgmma in graph,cold
+#      remeasure  gemmrl bench --wgmma-from <select> (+ WGMMA_EXTRA, e.g. --triton-from CSV) in graph,cold: the run
+#                 that counts (limits WGMMA_SELECT_S, WGMMA_REMEASURE_S; WSEL_CSV / WREM_CSV resume)
+#  14. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -339,6 +344,29 @@ if [ -n "${CUDA_SOURCE:-}" ]; then
   timeout "${CUDA_SOURCE_S:-300}" python3 -m gemmrl.cli bench --cuda-source "$CUDA_SOURCE" --declare "${CUDA_SOURCE_DECLARE:-K%8}" \
     --shapes "$cshapes" --protocol graph,cold --no-progress --out "$ccsv" >"$GEMMRL_OUT/cuda_source.log" 2>&1
   echo "cuda source $(basename "$CUDA_SOURCE"): exit $?"; tail -n 30 "$GEMMRL_OUT/cuda_source.log"
+fi
+
+if [ "${WGMMA:-0}" = 1 ]; then
+  stages=${WGMMA_STAGES:-select,remeasure}
+  wshapes=${WGMMA_SHAPES:-benchmarks/shapes/issue3_small72.txt}
+  wtag=$(basename "$wshapes" .txt)
+  wsel="$GEMMRL_OUT/${gpu}_${wtag}_wgmma-select_graph-cold_${day}.csv"
+  wrem="$GEMMRL_OUT/${gpu}_${wtag}_wgmma-selected-remeasure_graph-cold_${day}.csv"
+  if [ -n "${WSEL_CSV:-}" ] && [ -f "$WSEL_CSV" ]; then cp "$WSEL_CSV" "$wsel"; fi
+  if [ -n "${WREM_CSV:-}" ] && [ -f "$WREM_CSV" ]; then cp "$WREM_CSV" "$wrem"; fi
+  if [[ $stages == *select* ]]; then
+    timeout "${WGMMA_SELECT_S:-300}" python3 -m gemmrl.cli select --family wgmma --shapes "$wshapes" --layouts tn \
+      --protocol graph,cold --no-progress --out "$wsel" >"$GEMMRL_OUT/wgmma_select.log" 2>&1
+    echo "wgmma selection: exit $? ($(grep -c . "$wsel" 2>/dev/null) lines)"
+    grep -E "^screen:|Error" "$GEMMRL_OUT/wgmma_select.log" | head -5
+  fi
+  if [[ $stages == *remeasure* ]]; then
+    # shellcheck disable=SC2086
+    timeout "${WGMMA_REMEASURE_S:-300}" python3 -m gemmrl.cli bench --shapes "$wshapes" --wgmma-from "$wsel" \
+      ${WGMMA_EXTRA:-} --protocol graph,cold --no-progress --out "$wrem" >"$GEMMRL_OUT/wgmma_remeasure.log" 2>&1
+    echo "wgmma re-measure: exit $? ($(grep -c . "$wrem" 2>/dev/null) lines)"
+    tail -n 25 "$GEMMRL_OUT/wgmma_remeasure.log"
+  fi
 fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done

@@ -106,6 +106,8 @@ def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
         raise CliError(f"--{flag}-from: no such file(s): {', '.join(missing)} (give the CSVs of a gemmrl select run)")
     if flag == "triton":
         from .kernels.triton_gemm.top import load_selection, selected_candidates
+    elif flag == "wgmma":
+        from .kernels.wgmma_gemm import load_selection, selected_candidates
     else:
         from .kernels.cutlass_sm90 import load_selection, selected_candidates
     from .results import ResultsError
@@ -115,7 +117,7 @@ def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
     except (ResultsError, ValueError) as e:
         raise CliError(f"--{flag}-from: {e}") from None
     if not sel:
-        hint = "--triton-top K" if flag == "triton" else "gemmrl select --family cutlass"
+        hint = "--triton-top K" if flag == "triton" else f"gemmrl select --family {flag}"
         raise CliError(f"--{flag}-from: no verified {flag}:* rows in {', '.join(paths)}; run {hint} first")
     lacking = sorted({p.mnk for p in problems} - set(sel))
     if lacking:
@@ -172,11 +174,13 @@ def cmd_bench(args) -> int:
         raise CliError("--mode is CUDA-L2's flag and takes offline or server; use --protocol for graph/cold")
     problems, what = _problems(args)
     sources = _cuda_sources(args) if args.cuda_source else ()
-    if sources and (extra or args.kernel_dir or args.library or args.triton_from or args.cutlass_from):
+    if sources and (extra or args.kernel_dir or args.library or args.triton_from or args.cutlass_from
+                    or args.wgmma_from):
         raise CliError("--cuda-source runs in the sandbox with the vendor baselines only; measure other candidates "
                        "in a separate bench run")
     extra += _selection_from("triton", args.triton_from, problems)
     extra += _selection_from("cutlass", args.cutlass_from, problems)
+    extra += _selection_from("wgmma", args.wgmma_from, problems)
     for flag, v, ok, want in (("--repeat", args.repeat, args.repeat >= 1, ">= 1"),
                               ("--target-qps", args.target_qps, args.target_qps > 0, "> 0"),
                               ("--warmup-seconds", args.warmup_seconds, (args.warmup_seconds or 0) >= 0, ">= 0"),
@@ -262,7 +266,8 @@ def cmd_select(args) -> int:
         import torch
 
         torch.cuda.set_device(args.gpu_device_id)
-        tag = f"triton-select-top{args.top}-explore{args.explore}" if args.family == "triton" else "cutlass-select"
+        tag = (f"triton-select-top{args.top}-explore{args.explore}" if args.family == "triton"
+               else f"{args.family}-select")
         spec = replace(spec, out=out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv")
     path = run_screen(spec, progress=not args.no_progress)
     from .results import read_rows
@@ -417,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cutlass-from", nargs="+", metavar="CSV",
                    help="re-measure the CUTLASS (config, knobs) a `gemmrl select --family cutlass` run selected, as "
                         "cutlass-sel:<protocols> candidates")
+    b.add_argument("--wgmma-from", nargs="+", metavar="CSV",
+                   help="re-measure the wgmma configs a `gemmrl select --family wgmma` run selected, as "
+                        "wgmma-sel:<protocols> candidates")
     b.add_argument("--triton-top", type=int, default=0, metavar="K",
                    help="also verify and time the cost model's K best Triton configs per shape (a few of each "
                         "variant), named triton:<config>; 0 (default) = off")
@@ -443,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "with bench --triton-from / --cutlass-from")
     _shape_args(s)
     s.add_argument("--protocol", default="graph,cold", help="graph, cold or both")
-    s.add_argument("--family", default="triton", choices=("triton", "cutlass"))
+    s.add_argument("--family", default="triton", choices=("triton", "cutlass", "wgmma"))
     s.add_argument("--top", type=int, default=16, help="the cost model's K best configs per shape and layout")
     s.add_argument("--explore", type=int, default=8, help="more configs per shape and layout from a shared random pool")
     s.add_argument("--layouts", default="tn,nn", help="the layouts our kernels are screened in: tn (reads B^T), nn, or both")

@@ -1,8 +1,10 @@
 """Screening: time many configs of one kernel family per shape quickly, to select one per shape and protocol.
 
-Families (``ScreenSpec.family``): ``triton`` (below) and ``cutlass`` (every config of ``cutlass_sm90.family()``
+Families (``ScreenSpec.family``): ``triton`` (below), ``cutlass`` (every config of ``cutlass_sm90.family()``
 with the scheduler knobs ``knobs_for`` picks at the shape, built beforehand by ``build_family``; candidates
-``cutlass:<config>:<knobs>``, re-measured with ``gemmrl bench --cutlass-from``). For Triton:
+``cutlass:<config>:<knobs>``, re-measured with ``gemmrl bench --cutlass-from``) and ``wgmma`` (every config
+``wgmma_gemm.screen_configs`` picks at the shape, layout tn, one build per dtype; candidates ``wgmma:<config>``,
+re-measured with ``gemmrl bench --wgmma-from``). For Triton:
 
 Issue 3's protocol selects each shape's config by timing the pruned space in one run and re-measures the
 selection against the vendor paths in a separate run (``gemmrl bench --triton-from``), which is the number
@@ -44,7 +46,7 @@ QUICK_R = 1.5
 SCREEN_TIMING = TimingConfig(graph_min_work_ms=1.0, graph_replays=5, graph_min_timed_ms=0.0, cold_calls=7,
                              settle_ms=30.0, settle_max_ms=30.0)
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
-FAMILIES = {"triton": "triton:", "cutlass": "cutlass:"}  # family -> candidate-name prefix of its screened rows
+FAMILIES = {"triton": "triton:", "cutlass": "cutlass:", "wgmma": "wgmma:"}  # family -> candidate-name prefix of its screened rows
 QUICK_REASON = "screen: quick check only (one input vs fp32), the battery runs when the selection is re-measured"
 
 
@@ -62,7 +64,7 @@ class ScreenSpec:
     device: int = 0
     workers: int | None = None
     timing: TimingConfig = SCREEN_TIMING
-    family: str = "triton"     # or "cutlass": the CUTLASS SM90 family (its configs x knobs; top/explore unused)
+    family: str = "triton"     # or "cutlass" (its configs x knobs), "wgmma" (its configs): top/explore unused
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -201,6 +203,20 @@ def cutlass_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[
     return out
 
 
+def wgmma_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[ScreenEntry]:
+    """The wgmma family's entries (layout tn only; none if ``spec`` screens nn alone)."""
+    from ..kernels import wgmma_gemm as wg
+
+    if "tn" not in spec.layouts:
+        return []
+    out = []
+    for cfg in wg.screen_configs(problem.with_(layout="tn"), arch.num_sms):
+        name = f"{wg.PREFIX}{cfg}"
+        out.append(ScreenEntry(name, "tn", cfg, partial(wg.WgmmaCandidate, cfg, name=name), "screen;source=family",
+                               str(cfg)))
+    return out
+
+
 def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: ScreenSpec, base: dict,
                    arch: Arch) -> list[dict]:
     """Quick-check and time one shape's configs (and the references), chunk by chunk; result rows."""
@@ -277,6 +293,12 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
         plan = {p: cutlass_entries(p, spec, arch) for p in todo}
         if todo:
             _build_cutlass(plan, progress)
+    elif spec.family == "wgmma":
+        from ..kernels import wgmma_gemm as wg
+
+        plan = {p: wgmma_entries(p, spec, arch) for p in todo}
+        for dtype in sorted({p.dtype for p in todo}):
+            wg.build_dtype(dtype)  # one nvcc run per dtype, before any timing; a failure stops here with its log
     else:
         pool = exploration_pool(spec.seed, spec.pool)
         plan = {p: entries_for(p, spec, arch, pool) for p in todo}

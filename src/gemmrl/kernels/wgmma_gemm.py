@@ -1,0 +1,297 @@
+"""Hopper TMA + wgmma HGEMM family with a cluster/DSMEM split-K reduction (``csrc/wgmma_splitk.cu``), layout tn.
+
+Why a family of our own: on shapes with few output tiles and long K, a GEMM must split K to use the SMs, and the
+reductions the Triton and CUTLASS families have (a second pass, atomics, stream-K's global-workspace fixup) cost what
+the split saves: CUTLASS's split-K got slower past 4 splits and the Triton screen's best stayed 0.76-0.96x of the
+vendor on the six worst graph shapes (benchmarks/NOTES.md, session 12). Here the S CTAs that split one tile's K form a
+thread-block cluster and reduce their fp32 partials through distributed shared memory, in rank order
+(deterministic), in the same launch, with no workspace.
+
+A config (:class:`WgmmaConfig`) is (WG consumer warpgroups: BM = 64 * WG; BN; split S; pipeline stages) for one
+dtype. Every (WG, BN, S) is instantiated in one shared object per dtype (one nvcc run, ~10 s), so a whole screen
+compiles once; stages are a run-time argument. ``valid_config`` is the compile-time predicate (the instantiated
+values, shared memory, the 2..8 stages), ``valid`` adds the problem (tn, fp32 accumulation, the dtype, K % 8 for
+TMA's 16-byte row pitch, no CTA without K tiles, at most ``2 x SMs`` CTAs); ``prepare`` also asks the device how many
+clusters of the config fit at once (``cudaOccupancyMaxActiveClusters``) and refuses a config that fits none.
+
+Candidates are named ``wgmma:<config>``; a selection (``gemmrl select --family wgmma``) is re-measured as
+``wgmma-sel:<protocols>`` (``gemmrl bench --wgmma-from``).
+
+Tests: ``pytest tests/test_wgmma_gemm.py`` (predicates, names and a compile without spills on the CPU tier where nvcc
+exists; ``-m gpu`` runs configs through the battery and graph capture).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..problem import GemmProblem
+from .cuda_source import Build, CudaSource, ShapeRange, build, load_library
+
+SOURCE = Path(__file__).with_name("csrc") / "wgmma_splitk.cu"
+WGS = (1, 2)
+BNS = (64, 128, 256)
+SPLITS = (1, 2, 4, 8, 16)
+MIN_STAGES, MAX_STAGES = 2, 8
+BK = 64
+SMEM_LIMIT = 232448          # opt-in shared memory per block on H100/H200 (the .cu's SMEM_LIMIT)
+PREFIX, SELECTED = "wgmma:", "wgmma-sel:"
+DTYPES = ("fp16", "bf16")
+
+
+class WgmmaConfigError(ValueError):
+    """A config that must not be built or launched; the message says what to use instead."""
+
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    wg: int = 1
+    bn: int = 128
+    split: int = 1
+    stages: int = 4
+    dtype: str = "fp16"
+
+    @property
+    def bm(self) -> int:
+        return 64 * self.wg
+
+    @property
+    def layout(self) -> str:
+        return "tn"
+
+    def __str__(self) -> str:
+        return f"{self.bm}x{self.bn}_s{self.split}_st{self.stages}_{self.dtype}"
+
+    @classmethod
+    def parse(cls, text: str) -> "WgmmaConfig":
+        m = re.fullmatch(r"(64|128)x(\d+)_s(\d+)_st(\d+)_(fp16|bf16)", text.strip())
+        if not m:
+            raise WgmmaConfigError(f"cannot read wgmma config {text!r}; expected e.g. {WgmmaConfig()} "
+                                   f"(BMxBN_s<split>_st<stages>_<dtype>, BM 64 or 128)")
+        bm, bn, s, st, dtype = m.groups()
+        return cls(int(bm) // 64, int(bn), int(s), int(st), dtype)
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.bm + self.bn) * BK * 2
+
+    @property
+    def smem_bytes(self) -> int:
+        """What a launch asks for (the .cu's smem_bytes): the ring, or the parked fp32 partial that reuses it, 1024
+        for alignment and the 2 x stages mbarriers."""
+        ring = self.stages * self.stage_bytes
+        red = self.bm * (self.bn + 8) * 4 if self.split > 1 else 0
+        return max(ring, red) + 1024 + 16 * self.stages
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.wg + 32
+
+
+def valid_config(cfg: WgmmaConfig) -> tuple[bool, str]:
+    """Compile-time validity: an instantiated (WG, BN, S), 2..8 stages, shared memory within the opt-in limit."""
+    if cfg.wg not in WGS:
+        return False, f"BM {cfg.bm}: the kernel has BM 64 or 128 (1 or 2 consumer warpgroups)"
+    if cfg.bn not in BNS:
+        return False, f"BN {cfg.bn}: instantiated BN are {BNS}"
+    if cfg.split not in SPLITS:
+        return False, f"split {cfg.split}: instantiated splits are {SPLITS} (cluster sizes; 16 is non-portable)"
+    if not MIN_STAGES <= cfg.stages <= MAX_STAGES:
+        return False, f"stages {cfg.stages}: use {MIN_STAGES}..{MAX_STAGES}"
+    if cfg.dtype not in DTYPES:
+        return False, f"dtype {cfg.dtype}: use fp16 or bf16"
+    if cfg.smem_bytes > SMEM_LIMIT:
+        return False, f"needs {cfg.smem_bytes} bytes of shared memory (> {SMEM_LIMIT}); use fewer stages"
+    return True, ""
+
+
+def ktiles(problem: GemmProblem) -> int:
+    return -(-problem.K // BK)
+
+
+def tiles(cfg: WgmmaConfig, problem: GemmProblem) -> int:
+    return -(-problem.M // cfg.bm) * -(-problem.N // cfg.bn)
+
+
+def valid(cfg: WgmmaConfig, problem: GemmProblem, sms: int = 132, cc: int = 90) -> tuple[bool, str]:
+    """The config at a problem (what search, dispatch and tests call; an invalid pair is never launched)."""
+    ok, why = valid_config(cfg)
+    if not ok:
+        return ok, why
+    if cc != 90:
+        return False, f"sm_{cc}: TMA, wgmma and clusters need Hopper (sm_90a)"
+    if problem.layout != "tn":
+        return False, "the wgmma family reads B^T (layout tn)"
+    if problem.acc != "fp32":
+        return False, "the wgmma family accumulates in fp32"
+    if problem.dtype != cfg.dtype:
+        return False, f"config dtype {cfg.dtype} vs problem {problem.dtype}"
+    if problem.K % 8:
+        return False, f"K={problem.K}: TMA needs rows of a multiple of 16 bytes (K % 8 == 0)"
+    if cfg.split > ktiles(problem):
+        return False, f"split {cfg.split} > {ktiles(problem)} K tiles of {BK}: some CTAs would have no work"
+    if cfg.split > 1 and tiles(cfg, problem) * cfg.split > 2 * sms:
+        return False, f"{tiles(cfg, problem)} tiles x split {cfg.split} > 2 x {sms} SMs: split only few-tile shapes"
+    return True, ""
+
+
+def check(cfg: WgmmaConfig, problem: GemmProblem, sms: int = 132, cc: int = 90) -> None:
+    ok, why = valid(cfg, problem, sms, cc)
+    if not ok:
+        raise WgmmaConfigError(f"{cfg} at {problem.mnk}: {why}")
+
+
+def all_configs(dtypes: Iterable[str] = DTYPES) -> list[WgmmaConfig]:
+    return [c for d in dtypes for wg in WGS for bn in BNS for s in SPLITS for st in range(MIN_STAGES, MAX_STAGES + 1)
+            if valid_config(c := WgmmaConfig(wg, bn, s, st, d))[0]]
+
+
+def screen_configs(problem: GemmProblem, sms: int = 132) -> list[WgmmaConfig]:
+    """The configs screened at ``problem``: every (WG, BN, split) valid there, each with two ring depths: the
+    deepest that fits (capped at the CTA's K tiles) and 3 (less shared memory: room for a second CTA per SM)."""
+    out = []
+    for wg in WGS:
+        for bn in BNS:
+            for s in SPLITS:
+                per = -(-ktiles(problem) // s)
+                deep = max(st for st in range(MIN_STAGES, MAX_STAGES + 1)
+                           if valid_config(WgmmaConfig(wg, bn, s, st, problem.dtype))[0])
+                for st in sorted({max(MIN_STAGES, min(deep, per)), min(3, deep)}):
+                    c = WgmmaConfig(wg, bn, s, st, problem.dtype)
+                    if valid(c, problem, sms)[0]:
+                        out.append(c)
+    return out
+
+
+def space_size() -> int:
+    return len(all_configs())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# building and calling
+# ---------------------------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _code() -> str:
+    return SOURCE.read_text()
+
+
+def source(dtype: str = "fp16") -> CudaSource:
+    """Every config of one dtype, as one CUDA source (entry gemmrl_gemm: the .cu's own pick of config)."""
+    if dtype not in DTYPES:
+        raise WgmmaConfigError(f"dtype {dtype}: use fp16 or bf16")
+    return CudaSource(code=_code(), entry="gemmrl_gemm", layout="tn", dtype=dtype,
+                      shapes=ShapeRange(k_mult=8), name=f"cuda:wgmma_splitk_{dtype}",
+                      flags=(f"-DGEMMRL_BF16={int(dtype == 'bf16')}",))
+
+
+_BUILT: dict[tuple[str, str], Build] = {}
+
+
+def build_dtype(dtype: str = "fp16", arch: str | None = None) -> Build:
+    """The shared object of ``dtype`` (cached on disk by cuda_source; once per process here)."""
+    from .cuda_source import arch_for
+
+    arch = arch or arch_for()
+    key = (dtype, arch)
+    if key not in _BUILT:
+        _BUILT[key] = build(source(dtype), arch)
+    b = _BUILT[key]
+    if not b.ok:
+        raise WgmmaConfigError(f"wgmma_splitk.cu ({dtype}) did not build: {b.error}")
+    return b
+
+
+def _lib(dtype: str):
+    lib = load_library(build_dtype(dtype).so)
+    fn = lib.gemmrl_wgmma_gemm
+    if fn.restype is not ctypes.c_int:
+        fn.restype = ctypes.c_int
+        fn.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t,
+                                                                       ctypes.c_void_p] + [ctypes.c_int] * 4)
+        lib.gemmrl_wgmma_max_active_clusters.restype = ctypes.c_int
+        lib.gemmrl_wgmma_max_active_clusters.argtypes = [ctypes.c_int] * 4
+        lib.gemmrl_wgmma_smem_bytes.restype = ctypes.c_int
+        lib.gemmrl_wgmma_smem_bytes.argtypes = [ctypes.c_int] * 4
+    return lib
+
+
+def max_active_clusters(cfg: WgmmaConfig) -> int:
+    """Clusters of ``cfg`` that fit on the current device at once (0: none; CUDA initialised by the caller)."""
+    return int(_lib(cfg.dtype).gemmrl_wgmma_max_active_clusters(cfg.wg, cfg.bn, cfg.split, cfg.stages))
+
+
+class WgmmaCandidate:
+    """One config as a bench candidate (``cand(a, b, bt, c)``, reads ``bt``)."""
+
+    def __init__(self, cfg: WgmmaConfig, name: str | None = None):
+        self.cfg = cfg
+        self.name = name or f"{PREFIX}{cfg}"
+        self.layout, self.acc = "tn", "fp32"
+        self._fn = None
+        self._dims = (0, 0, 0)
+        self._stream = None
+        self._args = (cfg.wg, cfg.bn, cfg.split, cfg.stages)
+
+    def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
+        import torch
+
+        from .vendor import raw_stream_getter
+
+        dev = bufs.a.device
+        props = torch.cuda.get_device_properties(dev)
+        check(self.cfg, problem, props.multi_processor_count, props.major * 10 + props.minor)
+        lib = _lib(self.cfg.dtype)
+        fit = int(lib.gemmrl_wgmma_max_active_clusters(*self._args))
+        if fit <= 0:
+            raise WgmmaConfigError(f"{self.cfg}: no cluster of {self.cfg.split} CTAs with "
+                                   f"{self.cfg.smem_bytes} bytes of shared memory fits on this device ({fit})")
+        self._fn = lib.gemmrl_wgmma_gemm
+        self._dims = (problem.M, problem.N, problem.K)
+        self._stream = raw_stream_getter()
+
+    def __call__(self, a, b, bt, c) -> None:
+        M, N, K = self._dims
+        rc = self._fn(a.data_ptr(), bt.data_ptr(), c.data_ptr(), M, N, K, K, K, N, None, 0,
+                      self._stream(a.device.index), *self._args)
+        if rc != 0:
+            raise RuntimeError(f"{self.name}: gemmrl_wgmma_gemm returned {rc} for {M}_{N}_{K}")
+
+    def info(self) -> dict[str, Any]:
+        return {"algo": str(self.cfg), "smem_bytes": self.cfg.smem_bytes}
+
+
+# -- selection and re-measure --------------------------------------------------------------------------------
+def load_selection(paths) -> dict[str, dict[str, str]]:
+    """Per shape and protocol, the config of the fastest verified ``wgmma:*`` row of a selection run:
+    ``{mnk: {protocol: config}}``."""
+    from ..results import read_rows
+    from ..summary import best_of
+
+    out: dict[str, dict[str, str]] = {}
+    for (proto, mnk), r in best_of(read_rows(list(paths)), PREFIX).items():
+        out.setdefault(mnk, {})[proto] = r.get("algo") or r["candidate"][len(PREFIX):]
+    return out
+
+
+def selected_candidates(problem: GemmProblem, selection: dict) -> list[WgmmaCandidate]:
+    """One candidate per distinct selected config of the shape, named ``wgmma-sel:<protocols>``; none where the
+    shape's layout or dtype is not the family's."""
+    by: dict[str, list[str]] = {}
+    for proto, algo in sorted(selection.get(problem.mnk, {}).items()):
+        by.setdefault(algo, []).append(proto)
+    out = []
+    for algo, protos in by.items():
+        cfg = WgmmaConfig.parse(algo)
+        if cfg.dtype == problem.dtype:
+            out.append(WgmmaCandidate(cfg, name=SELECTED + "+".join(protos)))
+    return out
+
+
+__all__ = ["WgmmaConfig", "WgmmaCandidate", "WgmmaConfigError", "valid_config", "valid", "check", "all_configs",
+           "screen_configs", "space_size", "source", "build_dtype", "max_active_clusters", "load_selection",
+           "selected_candidates"]

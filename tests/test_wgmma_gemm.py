@@ -1,0 +1,163 @@
+"""The TMA + wgmma family with the cluster/DSMEM split-K reduction (kernels/wgmma_gemm.py, csrc/wgmma_splitk.cu).
+
+CPU tier: names, the validity predicates, the screened configs, and (where nvcc exists) one build per dtype with
+no spills whose host-side shared-memory sizes match the predicate's. GPU tier: configs across WG, BN, split and
+stages through the battery and graph capture on odd, tiny and few-tile long-K shapes, both dtypes."""
+
+import ctypes
+
+import pytest
+
+from gemmrl.kernels import cuda_source as cs
+from gemmrl.kernels import wgmma_gemm as wg
+from gemmrl.problem import GemmProblem
+
+needs_nvcc = pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc (the CUDA toolkit) to compile")
+
+
+@pytest.mark.parametrize("cfg", [wg.WgmmaConfig(), wg.WgmmaConfig(2, 256, 16, 2, "bf16"), wg.WgmmaConfig(1, 64, 8, 8)],
+                         ids=str)
+def test_name_round_trip(cfg):
+    assert wg.WgmmaConfig.parse(str(cfg)) == cfg
+
+
+@pytest.mark.parametrize("text", ["96x128_s1_st4_fp16", "64x128_s1_fp16", "64x128_s1_st4_fp32", ""])
+def test_bad_names_say_what_to_write(text):
+    with pytest.raises(wg.WgmmaConfigError, match="expected e.g."):
+        wg.WgmmaConfig.parse(text)
+
+
+@pytest.mark.parametrize("cfg,why", [
+    (wg.WgmmaConfig(3, 128), "BM 192"), (wg.WgmmaConfig(1, 96), "BN 96"), (wg.WgmmaConfig(1, 64, 3), "split 3"),
+    (wg.WgmmaConfig(1, 64, 1, 1), "stages 1"), (wg.WgmmaConfig(1, 64, 1, 9), "stages 9"),
+    (wg.WgmmaConfig(2, 256, 1, 8), "shared memory"), (wg.WgmmaConfig(1, 64, 1, 4, "fp8"), "dtype")])
+def test_valid_config_rejects_with_reason(cfg, why):
+    ok, msg = wg.valid_config(cfg)
+    assert not ok and why in msg
+
+
+def test_space_counts_every_instantiation():
+    cfgs = wg.all_configs()
+    assert len(cfgs) == wg.space_size() and len(set(cfgs)) == len(cfgs)
+    assert {(c.wg, c.bn, c.split) for c in cfgs} == {(w, b, s) for w in wg.WGS for b in wg.BNS for s in wg.SPLITS}
+    assert all(c.smem_bytes <= wg.SMEM_LIMIT for c in cfgs)
+    # the largest tile's parked partial (128 x 264 floats) needs more than two stages of ring: it reuses the ring
+    big = wg.WgmmaConfig(2, 256, 2, 2)
+    assert big.smem_bytes == 128 * 264 * 4 + 1024 + 32
+
+
+@pytest.mark.parametrize("problem,why", [
+    (GemmProblem(64, 64, 64, layout="nn"), "layout tn"), (GemmProblem(64, 64, 64, acc="fp16"), "fp32"),
+    (GemmProblem(64, 64, 68), "K % 8"), (GemmProblem(64, 64, 128, dtype="bf16"), "dtype"),
+    (GemmProblem(64, 64, 128), "K tiles"), (GemmProblem(4096, 4096, 4096), "few-tile")])
+def test_valid_at_problem_rejects_with_reason(problem, why):
+    cfg = wg.WgmmaConfig(1, 64, 4)
+    ok, msg = wg.valid(cfg, problem)
+    assert not ok and why in msg, msg
+    with pytest.raises(wg.WgmmaConfigError):
+        wg.check(cfg, problem)
+
+
+def test_valid_needs_hopper():
+    ok, msg = wg.valid(wg.WgmmaConfig(), GemmProblem(64, 64, 64), cc=80)
+    assert not ok and "Hopper" in msg
+
+
+@pytest.mark.parametrize("shape", [(1, 7, 16), (33, 65, 136), (64, 64, 64), (130, 200, 72), (3, 4096, 40),
+                                   (512, 256, 2048), (64, 64, 16384), (4096, 4096, 4096)])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_screen_configs_are_valid_and_cover_splits(shape, dtype):
+    p = GemmProblem(*shape, dtype=dtype)
+    cfgs = wg.screen_configs(p)
+    assert cfgs and all(wg.valid(c, p)[0] for c in cfgs) and all(c.dtype == dtype for c in cfgs)
+    assert len(set(cfgs)) == len(cfgs)
+    assert {c.split for c in cfgs} == {s for s in wg.SPLITS if any(
+        wg.valid(wg.WgmmaConfig(w, b, s, 2, dtype), p)[0] for w in wg.WGS for b in wg.BNS)}
+    # no ring deeper than the K tiles a CTA gets, unless the floor of 2 stages
+    assert all(c.stages <= max(2, -(-wg.ktiles(p) // c.split)) or c.stages == 3 for c in cfgs)
+
+
+def test_screen_configs_empty_for_odd_k():
+    assert wg.screen_configs(GemmProblem(33, 65, 129)) == []
+
+
+def test_selection_round_trip(tmp_path):
+    from gemmrl.results import ResultsWriter
+
+    rows = [{"mnk": "64_64_1024", "protocol": p, "candidate": f"wgmma:{c}", "algo": str(c), "time_ms": t,
+             "verified": True, "floor_ok": True, "layout": "tn", "dtype": "fp16", "acc": "fp32"}
+            for p, c, t in (("graph", wg.WgmmaConfig(1, 64, 8, 2), 0.003), ("graph", wg.WgmmaConfig(1, 64, 4, 4), 0.004),
+                            ("cold", wg.WgmmaConfig(1, 64, 8, 2), 0.006))]
+    path = tmp_path / "sel.csv"
+    ResultsWriter(path).write_batch(rows)
+    sel = wg.load_selection([path])
+    assert sel == {"64_64_1024": {"graph": "64x64_s8_st2_fp16", "cold": "64x64_s8_st2_fp16"}}
+    cands = wg.selected_candidates(GemmProblem(64, 64, 1024), sel)
+    assert [c.name for c in cands] == ["wgmma-sel:cold+graph"] and cands[0].cfg == wg.WgmmaConfig(1, 64, 8, 2)
+    assert wg.selected_candidates(GemmProblem(64, 64, 1024, dtype="bf16"), sel) == []
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_builds_without_spills_and_sizes_agree(dtype, tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
+    wg._BUILT.clear()
+    b = wg.build_dtype(dtype, "90a")
+    assert b.ptxas.kernels == len(wg.WGS) * len(wg.BNS) * len(wg.SPLITS)
+    assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers <= 255
+    assert not any("C7510" in w or "wgmma" in w for w in b.ptxas.perf_warnings)  # wgmma not serialized
+    lib = cs.load_library(b.so)  # host code only below: no GPU needed
+    lib.gemmrl_wgmma_smem_bytes.restype = ctypes.c_int
+    for c in wg.all_configs([dtype]):
+        assert lib.gemmrl_wgmma_smem_bytes(c.wg, c.bn, c.split, c.stages) == c.smem_bytes, str(c)
+    assert lib.gemmrl_wgmma_smem_bytes(1, 96, 1, 4) == -1
+    wg._BUILT.clear()
+
+
+# -- GPU ------------------------------------------------------------------------------------------------------
+GPU_CASES = [
+    ((1, 8, 8), wg.WgmmaConfig(1, 64, 1, 2)), ((33, 65, 136), wg.WgmmaConfig(1, 64, 2, 2)),
+    ((33, 65, 136), wg.WgmmaConfig(2, 128, 1, 4)), ((129, 257, 4104), wg.WgmmaConfig(2, 128, 4, 4)),
+    ((129, 257, 4104), wg.WgmmaConfig(1, 256, 8, 3)), ((300, 1000, 64), wg.WgmmaConfig(2, 256, 1, 2)),
+    ((512, 256, 2048), wg.WgmmaConfig(2, 128, 8, 4)), ((512, 256, 2048), wg.WgmmaConfig(1, 64, 16, 2)),
+    ((64, 64, 16384), wg.WgmmaConfig(1, 64, 16, 8)), ((1024, 256, 4096), wg.WgmmaConfig(2, 256, 2, 4)),
+    ((3, 4096, 40), wg.WgmmaConfig(1, 128, 1, 2)), ((256, 4096, 4096), wg.WgmmaConfig(2, 256, 1, 4)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("shape,cfg", GPU_CASES, ids=lambda x: str(x) if isinstance(x, wg.WgmmaConfig) else
+                         "_".join(map(str, x)))
+def test_configs_pass_battery(shape, cfg, dtype):
+    import dataclasses
+
+    from gemmrl.candidate import make_buffers
+    from gemmrl.verify import verify
+
+    p = GemmProblem(*shape, layout="tn", dtype=dtype)
+    cfg = dataclasses.replace(cfg, dtype=dtype)
+    cand = wg.WgmmaCandidate(cfg)
+    bufs = make_buffers(p, "cuda")
+    cand.prepare(p, bufs, "graph", None)
+    v = verify(cand, p, "cuda")
+    assert v.passed, (str(cfg), v.reason)
+    ok, why = cs.graph_safety(cand, bufs)
+    assert ok, why
+
+
+@pytest.mark.gpu
+def test_default_entry_serves_through_cuda_source():
+    from conftest import assert_serves
+
+    for shape in ((1, 8, 8), (512, 256, 2048), (64, 64, 16384), (2048, 2048, 1024)):
+        assert_serves(wg.source("fp16"), GemmProblem(*shape))
+
+
+@pytest.mark.gpu
+def test_sixteen_cta_clusters_fit():
+    import torch
+
+    torch.cuda.init()
+    assert wg.max_active_clusters(wg.WgmmaConfig(1, 64, 16, 2)) >= 1
+    assert wg.max_active_clusters(wg.WgmmaConfig(1, 64, 1, 2)) >= torch.cuda.get_device_properties(0).multi_processor_count
