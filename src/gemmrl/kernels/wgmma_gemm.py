@@ -209,7 +209,7 @@ def build_dtype(dtype: str = "fp16", arch: str | None = None) -> Build:
 def _lib(dtype: str):
     lib = load_library(build_dtype(dtype).so)
     fn = lib.gemmrl_wgmma_gemm
-    if fn.restype is not ctypes.c_int:
+    if not getattr(lib, "_gemmrl_typed", False):  # (ctypes' default restype is already c_int: a flag, not a test)
         fn.restype = ctypes.c_int
         fn.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t,
                                                                        ctypes.c_void_p] + [ctypes.c_int] * 4)
@@ -217,6 +217,7 @@ def _lib(dtype: str):
         lib.gemmrl_wgmma_max_active_clusters.argtypes = [ctypes.c_int] * 4
         lib.gemmrl_wgmma_smem_bytes.restype = ctypes.c_int
         lib.gemmrl_wgmma_smem_bytes.argtypes = [ctypes.c_int] * 4
+        lib._gemmrl_typed = True
     return lib
 
 

@@ -246,9 +246,9 @@ def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: Scree
                 cand = e.make()
                 cand.prepare(pl, bufs, "graph", None)
                 ok, why = check(lambda f=cand: f(a, b, bt, c))
-            except Exception as e:  # noqa: BLE001 - a config that fails is a row
+            except Exception as exc:  # noqa: BLE001 - a config that fails is a row
                 torch.cuda.synchronize()
-                ok, why = False, f"prepare/call failed: {type(e).__name__}: {e}"[:300]
+                ok, why = False, f"prepare/call failed: {type(exc).__name__}: {exc}"[:300]
             if not ok:
                 for p in spec.protocols:
                     rows.append(_rows_for(problem, {**base, "protocol": p}, name, e.layout, None, info, False,

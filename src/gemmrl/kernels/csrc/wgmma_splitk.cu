@@ -27,6 +27,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <mutex>
+
 #ifndef GEMMRL_BF16
 #define GEMMRL_BF16 0
 #endif
@@ -375,27 +377,36 @@ struct MapKey {
            bn == o.bn;
   }
 };
-struct MapEntry {
-  MapKey key;
+struct MapEntry {  // aligned as CUtensorMap is declared (cuTensorMapEncodeTiled needs >= 64 bytes)
   CUtensorMap a, b;
+  MapKey key;
   bool used;
 };
 constexpr int MAP_CACHE = 16;
-thread_local MapEntry g_maps[MAP_CACHE];
-thread_local int g_next = 0;
+MapEntry g_maps[MAP_CACHE];      // static storage: a thread_local array in a dlopen'ed library is not reliably aligned
+int g_next = 0;
+std::mutex g_maps_mu;
 
-const MapEntry* maps_for(const MapKey& k) {
+// the maps of ``k`` copied into ``out`` (copies: another thread may reuse the slot after the lock is released)
+bool maps_for(const MapKey& k, CUtensorMap* out_a, CUtensorMap* out_b) {
+  std::lock_guard<std::mutex> lock(g_maps_mu);
   for (auto& e : g_maps)
-    if (e.used && e.key == k) return &e;
+    if (e.used && e.key == k) {
+      *out_a = e.a;
+      *out_b = e.b;
+      return true;
+    }
   MapEntry& e = g_maps[g_next];
   if (!make_map(&e.a, k.a, k.M, k.K, k.lda, k.bm) || !make_map(&e.b, k.b, k.N, k.K, k.ldb, k.bn)) {
     e.used = false;
-    return nullptr;
+    return false;
   }
   e.key = k;
   e.used = true;
   g_next = (g_next + 1) % MAP_CACHE;
-  return &e;
+  *out_a = e.a;
+  *out_b = e.b;
+  return true;
 }
 
 template <int WG, int BN, int S>
@@ -432,12 +443,12 @@ cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, i
   if (smem_bytes<WG, BN>(S, stages) > SMEM_LIMIT) return cudaErrorInvalidValue;
   cudaError_t e = configure<WG, BN, S>();
   if (e != cudaSuccess) return e;
-  const MapEntry* maps = maps_for(MapKey{A, B, M, N, K, lda, ldb, Tile<WG, BN>::BM, BN});
-  if (!maps) return cudaErrorInvalidValue;
+  CUtensorMap map_a, map_b;
+  if (!maps_for(MapKey{A, B, M, N, K, lda, ldb, Tile<WG, BN>::BM, BN}, &map_a, &map_b)) return cudaErrorInvalidValue;
   cudaLaunchAttribute attr[1];
   dim3 grid((N + BN - 1) / BN, (M + Tile<WG, BN>::BM - 1) / Tile<WG, BN>::BM, S);
   cudaLaunchConfig_t cfg = launch_config<WG, BN, S>(grid, stages, stream, attr);
-  return cudaLaunchKernelEx(&cfg, wgmma_splitk_kernel<WG, BN, S>, maps->a, maps->b, static_cast<elem_t*>(C), M, N,
+  return cudaLaunchKernelEx(&cfg, wgmma_splitk_kernel<WG, BN, S>, map_a, map_b, static_cast<elem_t*>(C), M, N,
                             ldc, (K + BK - 1) / BK, stages);
 }
 
@@ -448,6 +459,7 @@ int max_active_clusters(int stages) {
   int n = 0;
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg = launch_config<WG, BN, S>(dim3(1, 1, S), stages, nullptr, attr);
+  cfg.numAttrs = 1;  // the occupancy of clusters needs the cluster dimension, 1 x 1 x 1 included
   if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, wgmma_splitk_kernel<WG, BN, S>, &cfg);
   return e == cudaSuccess ? n : -static_cast<int>(e);
 }
