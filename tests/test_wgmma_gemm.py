@@ -119,7 +119,7 @@ GPU_CASES = [
     ((1, 8, 8), wg.WgmmaConfig(1, 64, 1, 2)), ((33, 65, 136), wg.WgmmaConfig(1, 64, 2, 2)),
     ((33, 65, 136), wg.WgmmaConfig(2, 128, 1, 4)), ((129, 257, 4104), wg.WgmmaConfig(2, 128, 4, 4)),
     ((129, 257, 4104), wg.WgmmaConfig(1, 256, 8, 3)), ((300, 1000, 64), wg.WgmmaConfig(2, 256, 1, 2)),
-    ((512, 256, 2048), wg.WgmmaConfig(2, 128, 8, 4)), ((512, 256, 2048), wg.WgmmaConfig(1, 64, 16, 2)),
+    ((512, 256, 2048), wg.WgmmaConfig(2, 128, 8, 4)), ((128, 136, 8192), wg.WgmmaConfig(1, 64, 16, 2)),
     ((64, 64, 16384), wg.WgmmaConfig(1, 64, 16, 8)), ((1024, 256, 4096), wg.WgmmaConfig(2, 256, 2, 4)),
     ((3, 4096, 40), wg.WgmmaConfig(1, 128, 1, 2)), ((256, 4096, 4096), wg.WgmmaConfig(2, 256, 1, 4)),
 ]

@@ -11,7 +11,8 @@
 //   - WG consumer warpgroups (BM = 64 * WG rows) issue wgmma.m64nBNk16 from shared memory, one group in flight;
 //   - S > 1: the S CTAs that split one tile's K form a thread-block cluster along z; each parks its fp32 partial in
 //     its own shared memory and, after a cluster barrier, CTA r sums rows [r*BM/S, (r+1)*BM/S) of all S partials
-//     in rank order (deterministic) and writes them. S = 1 writes from registers. No workspace, no atomics.
+//     in rank order (deterministic) and writes them. S = 1 stages the tile in shared memory for 16-byte stores.
+//     No workspace, no atomics.
 // Config (compile-time instantiations, chosen per call): WG in {1, 2}, BN in {64, 128, 256}, S in {1, 2, 4, 8, 16}
 // (16 is a non-portable cluster size); STAGES (2..8) is a run-time argument bounded by shared memory.
 //
@@ -186,6 +187,7 @@ struct Tile {
   static constexpr int B_BYTES = BN * BK * 2;
   static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;   // multiples of 1024: every tile stays swizzle-aligned
   static constexpr int LDR = BN + 8;                      // floats per row of the parked fp32 partial
+  static constexpr int LDH = BN + 8;                      // elements per row of the output tile (S = 1), <= the ring
   static constexpr int RED_BYTES = BM * LDR * 4;
   static constexpr int ACC = BN / 2;                      // fp32 accumulators per consumer thread
 };
@@ -274,21 +276,27 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
     const int wr = 64 * g + 16 * (warp % 4) + lane / 4;
     const int wc = 2 * (lane % 4);
     if constexpr (S == 1) {
-      const bool pairs = (ldc % 2) == 0 && (reinterpret_cast<uintptr_t>(C) & 3) == 0;
+      // through shared memory, so that global stores are whole 16-byte runs of a row (register order would write
+      // 4 bytes per thread across 8 rows: half of every 32-byte sector wasted on write-bound shapes)
+      asm volatile("bar.sync 1, %0;\n" ::"n"(128 * WG) : "memory");  // every consumer is done with the ring
+      elem_t* tile = reinterpret_cast<elem_t*>(smem);
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int gm = m0 + wr + 8 * h, gn = n0 + 8 * j + wc;
-          if (gm >= M) continue;
-          elem_t* out = C + size_t(gm) * ldc + gn;
-          const float x = acc[4 * j + 2 * h], y = acc[4 * j + 2 * h + 1];
-          if (pairs && gn + 1 < N) {
-            *reinterpret_cast<elem2_t*>(out) = pack2(x, y);
-          } else {
-            if (gn < N) out[0] = pack1(x);
-            if (gn + 1 < N) out[1] = pack1(y);
-          }
+        *reinterpret_cast<elem2_t*>(tile + wr * T::LDH + 8 * j + wc) = pack2(acc[4 * j], acc[4 * j + 1]);
+        *reinterpret_cast<elem2_t*>(tile + (wr + 8) * T::LDH + 8 * j + wc) = pack2(acc[4 * j + 2], acc[4 * j + 3]);
+      }
+      asm volatile("bar.sync 1, %0;\n" ::"n"(128 * WG) : "memory");
+      const bool vec = (ldc % 8) == 0 && (reinterpret_cast<uintptr_t>(C) & 15) == 0;
+      for (int idx = tid; idx < T::BM * (BN / 8); idx += 128 * WG) {
+        const int r = idx / (BN / 8), c = (idx % (BN / 8)) * 8;
+        const int gm = m0 + r, gn = n0 + c;
+        if (gm >= M || gn >= N) continue;
+        const elem_t* src = tile + r * T::LDH + c;
+        elem_t* out = C + size_t(gm) * ldc + gn;
+        if (vec && gn + 7 < N) {
+          *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          for (int q = 0; q < 8 && gn + q < N; ++q) out[q] = src[q];
         }
       }
     } else {
