@@ -51,7 +51,8 @@
 #      stages in WGMMA_STAGES (default select,remeasure) on WGMMA_SHAPES (default benchmarks/shapes/issue3_small72.txt):
 #      select     gemmrl select --family wgmma in graph,cold
 #      remeasure  gemmrl bench --wgmma-from <select> (+ WGMMA_EXTRA, e.g. --triton-from CSV) in graph,cold: the run
-#                 that counts (limits WGMMA_SELECT_S, WGMMA_REMEASURE_S; WSEL_CSV / WREM_CSV resume)
+#                 that counts (limits WGMMA_SELECT_S, WGMMA_REMEASURE_S; WSEL_CSV / WREM_CSV resume); with
+#                 WGMMA_WINNERS=1 only the shapes where the screen had wgmma ahead of its best reference
 #  14. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
@@ -360,7 +361,14 @@ if [ "${WGMMA:-0}" = 1 ]; then
     echo "wgmma selection: exit $? ($(grep -c . "$wsel" 2>/dev/null) lines)"
     grep -E "^screen:|Error" "$GEMMRL_OUT/wgmma_select.log" | head -5
   fi
-  if [[ $stages == *remeasure* ]]; then
+  if [ "${WGMMA_WINNERS:-0}" = 1 ] && [ -f "$wsel" ]; then  # re-measure only where the screen had wgmma ahead
+    python3 -c "import sys; from gemmrl.results import read_rows; from gemmrl.search.screen import selection_table
+w = sorted({t['mnk'] for t in selection_table(read_rows([sys.argv[1]])) if t['ratio'] > 1.0})
+open(sys.argv[2], 'w').write('# shapes where the wgmma screen beat its best reference, in graph or cold\\n' + ''.join(m + '\\n' for m in w))
+print(f'wgmma screen winners: {len(w)}: {\" \".join(w)}')" "$wsel" "$GEMMRL_OUT/wgmma_winners.txt"
+    wshapes="$GEMMRL_OUT/wgmma_winners.txt"
+  fi
+  if [[ $stages == *remeasure* ]] && grep -q "^[0-9]" "$wshapes"; then
     # shellcheck disable=SC2086
     timeout "${WGMMA_REMEASURE_S:-300}" python3 -m gemmrl.cli bench --shapes "$wshapes" --wgmma-from "$wsel" \
       ${WGMMA_EXTRA:-} --protocol graph,cold --no-progress --out "$wrem" >"$GEMMRL_OUT/wgmma_remeasure.log" 2>&1
