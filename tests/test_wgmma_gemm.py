@@ -122,6 +122,7 @@ GPU_CASES = [
     ((512, 256, 2048), wg.WgmmaConfig(2, 128, 8, 4)), ((128, 136, 8192), wg.WgmmaConfig(1, 64, 16, 2)),
     ((64, 64, 16384), wg.WgmmaConfig(1, 64, 16, 8)), ((1024, 256, 4096), wg.WgmmaConfig(2, 256, 2, 4)),
     ((3, 4096, 40), wg.WgmmaConfig(1, 128, 1, 2)), ((256, 4096, 4096), wg.WgmmaConfig(2, 256, 1, 4)),
+    ((16, 4096, 4096), wg.WgmmaConfig(1, 128, 4, 4)), ((32, 1000, 512), wg.WgmmaConfig(2, 64, 2, 3)),  # A box < BM
 ]
 
 

@@ -204,7 +204,7 @@ constexpr int smem_bytes(int S, int stages) {
 template <int WG, int BN, int S>
 __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
     wgmma_splitk_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                        elem_t* __restrict__ C, int M, int N, int ldc, int ktiles, int stages) {
+                        elem_t* __restrict__ C, int M, int N, int ldc, int ktiles, int stages, int a_rows) {
   using T = Tile<WG, BN>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
         const int s = it % stages;
         if (it >= stages) mbar_wait(empty + s, ((it / stages) - 1) & 1);
         unsigned char* st = smem + s * T::STAGE_BYTES;
-        mbar_expect_tx(full + s, T::STAGE_BYTES);
+        mbar_expect_tx(full + s, a_rows * BK * 2 + T::B_BYTES);
         const int k = (kt0 + it) * BK;
         tma_load(st, &map_a, full + s, k, m0);
         tma_load(st + T::A_BYTES, &map_b, full + s, k, n0);
@@ -379,9 +379,9 @@ bool make_map(CUtensorMap* map, const void* ptr, int rows, int cols, int ld, int
 struct MapKey {
   const void* a;
   const void* b;
-  int M, N, K, lda, ldb, bm, bn;
+  int M, N, K, lda, ldb, a_rows, bn;
   bool operator==(const MapKey& o) const {
-    return a == o.a && b == o.b && M == o.M && N == o.N && K == o.K && lda == o.lda && ldb == o.ldb && bm == o.bm &&
+    return a == o.a && b == o.b && M == o.M && N == o.N && K == o.K && lda == o.lda && ldb == o.ldb && a_rows == o.a_rows &&
            bn == o.bn;
   }
 };
@@ -405,7 +405,7 @@ bool maps_for(const MapKey& k, CUtensorMap* out_a, CUtensorMap* out_b) {
       return true;
     }
   MapEntry& e = g_maps[g_next];
-  if (!make_map(&e.a, k.a, k.M, k.K, k.lda, k.bm) || !make_map(&e.b, k.b, k.N, k.K, k.ldb, k.bn)) {
+  if (!make_map(&e.a, k.a, k.M, k.K, k.lda, k.a_rows) || !make_map(&e.b, k.b, k.N, k.K, k.ldb, k.bn)) {
     e.used = false;
     return false;
   }
@@ -452,12 +452,15 @@ cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, i
   cudaError_t e = configure<WG, BN, S>();
   if (e != cudaSuccess) return e;
   CUtensorMap map_a, map_b;
-  if (!maps_for(MapKey{A, B, M, N, K, lda, ldb, Tile<WG, BN>::BM, BN}, &map_a, &map_b)) return cudaErrorInvalidValue;
+  // decode shapes (M < BM): A's box is only as tall as M (rounded up to 8 rows): the rows past it in shared memory are
+  // stale and multiply into accumulator rows that are never stored, and the TMA fills half the bytes per stage
+  const int a_rows = M < Tile<WG, BN>::BM ? ((M + 7) / 8) * 8 : Tile<WG, BN>::BM;
+  if (!maps_for(MapKey{A, B, M, N, K, lda, ldb, a_rows, BN}, &map_a, &map_b)) return cudaErrorInvalidValue;
   cudaLaunchAttribute attr[1];
   dim3 grid((N + BN - 1) / BN, (M + Tile<WG, BN>::BM - 1) / Tile<WG, BN>::BM, S);
   cudaLaunchConfig_t cfg = launch_config<WG, BN, S>(grid, stages, stream, attr);
   return cudaLaunchKernelEx(&cfg, wgmma_splitk_kernel<WG, BN, S>, map_a, map_b, static_cast<elem_t*>(C), M, N,
-                            ldc, (K + BK - 1) / BK, stages);
+                            ldc, (K + BK - 1) / BK, stages, a_rows);
 }
 
 template <int WG, int BN, int S>
