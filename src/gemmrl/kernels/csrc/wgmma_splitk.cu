@@ -57,6 +57,10 @@ constexpr int BK = 64;                // 64 16-bit elements = one 128-byte swizz
 constexpr int MAX_STAGES = 8;
 constexpr int SMEM_LIMIT = 232448;    // opt-in shared memory per block on H100/H200
 
+#ifndef GEMMRL_L2_PROMOTION
+#define GEMMRL_L2_PROMOTION 3  // CU_TENSOR_MAP_L2_PROMOTION_L2_256B (0 none, 1 64B, 2 128B): an experiment's knob
+#endif
+
 // ---- device helpers -------------------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -66,14 +70,25 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
 }
 
+#ifndef GEMMRL_TEST_WAIT
+#define GEMMRL_TEST_WAIT 0  // 1: spin on the non-blocking mbarrier.test_wait (an experiment on the per-step pace)
+#endif
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   uint32_t addr = smem_u32(bar), done = 0;
   while (!done) {
+#if GEMMRL_TEST_WAIT
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+#else
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(addr), "r"(parity)
         : "memory");
+#endif
   }
 }
 
@@ -388,7 +403,7 @@ bool make_map(CUtensorMap* map, const void* ptr, int rows, int cols, int ld, int
   cuuint32_t box[2] = {cuuint32_t(BK), cuuint32_t(box_rows)};
   cuuint32_t estr[2] = {1, 1};
   return fn(map, TMA_DTYPE, 2, const_cast<void*>(ptr), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_SWIZZLE_128B, static_cast<CUtensorMapL2promotion>(GEMMRL_L2_PROMOTION),
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
