@@ -47,7 +47,7 @@
 #  12. only with CUDA_SOURCE=FILE.cu: gemmrl bench --cuda-source FILE (ABI gemmrl, layout tn, --declare
 #      CUDA_SOURCE_DECLARE, default K%8) on CUDA_SOURCE_SHAPES in graph,cold, sandboxed (limit CUDA_SOURCE_S;
 #      CUDA_SOURCE_CSV resumes)
-#  13. only with WGMMA=1 (the TMA + wgmma family with the cluster/DSMEM split-K reduction, kernels/wgmma_gemm.py), the
+#  13. only with WGMMA=1 (the TMA + wgmma family with cluster/DSMEM and global split-K, kernels/wgmma_gemm.py), the
 #      stages in WGMMA_STAGES (default select,remeasure) on WGMMA_SHAPES (default benchmarks/shapes/issue3_small72.txt):
 #      select     gemmrl select --family wgmma in graph,cold
 #      remeasure  gemmrl bench --wgmma-from <select> (+ WGMMA_EXTRA, e.g. --triton-from CSV) in graph,cold: the run
@@ -58,7 +58,8 @@
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
 # PROBE_SPECS="M_N_K:layout ...": first, the offline crowd probe (scripts/offline_host_probe.py, PROBE_CROWD=2).
-# Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments).
+# Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments), GPU_TESTS (test
+# paths, default tests), SKIP_HOTPATH=1 (no gemmrl.mm hot-path build: a round that times no gemmrl.mm call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export GEMMRL_OUT=${GEMMRL_OUT:-${OUT:-/tmp/gemmrl_out}}
@@ -86,7 +87,8 @@ if ls .whl/dask/*.whl >/dev/null 2>&1; then  # Dask distributed (issue 9), pure-
 fi
 echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs, $(nvidia-smi -L | wc -l) GPUs"
 # gemmrl.mm's hot path built against this torch (fastpath_torch.cpp, ~20 s once), so no timed run pays for it
-python3 -c "import time; from gemmrl import fastpath as f; t = time.time(); m = f.load_kind('torch'); \
+# (SKIP_HOTPATH=1: a round that times no gemmrl.mm call)
+[ "${SKIP_HOTPATH:-0}" = 1 ] || python3 -c "import time; from gemmrl import fastpath as f; t = time.time(); m = f.load_kind('torch'); \
 print(f'hot path torch: {\"built\" if m else f.why(\"torch\")[:300]} in {time.time() - t:.0f} s')"
 
 if [ -n "${PROBE_SPECS:-}" ]; then  # the offline crowd probe (scripts/offline_host_probe.py) on "M_N_K:layout ..."

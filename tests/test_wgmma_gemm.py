@@ -1,8 +1,10 @@
-"""The TMA + wgmma family with the cluster/DSMEM split-K reduction (kernels/wgmma_gemm.py, csrc/wgmma_splitk.cu).
+"""The TMA + wgmma family with the cluster/DSMEM and global split-K reductions (kernels/wgmma_gemm.py,
+csrc/wgmma_splitk.cu).
 
 CPU tier: names, the validity predicates, the screened configs, and (where nvcc exists) one build per dtype with
 no spills whose host-side shared-memory sizes match the predicate's. GPU tier: configs across WG, BN, split and
-stages through the battery and graph capture on odd, tiny and few-tile long-K shapes, both dtypes."""
+stages (global splits too) through the battery and graph capture on odd, tiny and few-tile long-K shapes, both
+dtypes; the global split bit-for-bit deterministic over repeated calls and graph replays."""
 
 import ctypes
 
@@ -15,10 +17,17 @@ from gemmrl.problem import GemmProblem
 needs_nvcc = pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc (the CUDA toolkit) to compile")
 
 
-@pytest.mark.parametrize("cfg", [wg.WgmmaConfig(), wg.WgmmaConfig(2, 256, 16, 2, "bf16"), wg.WgmmaConfig(1, 64, 8, 8)],
-                         ids=str)
+@pytest.mark.parametrize("cfg", [wg.WgmmaConfig(), wg.WgmmaConfig(2, 256, 16, 2, "bf16"), wg.WgmmaConfig(1, 64, 8, 8),
+                                 wg.WgmmaConfig(1, 64, 1, 2, g=128), wg.WgmmaConfig(2, 128, 1, 4, "bf16", 8)], ids=str)
 def test_name_round_trip(cfg):
     assert wg.WgmmaConfig.parse(str(cfg)) == cfg
+
+
+def test_names_without_global_split_are_unchanged():
+    # rows of earlier runs name configs without _g: they still read, as g = 1, and g = 1 prints without it
+    assert wg.WgmmaConfig.parse("64x128_s4_st4_fp16") == wg.WgmmaConfig(1, 128, 4, 4)
+    assert str(wg.WgmmaConfig(1, 64, 1, 3, g=16)) == "64x64_s1_g16_st3_fp16"
+    assert str(wg.WgmmaConfig(1, 64, 1, 3)) == "64x64_s1_st3_fp16"
 
 
 @pytest.mark.parametrize("text", ["96x128_s1_st4_fp16", "64x128_s1_fp16", "64x128_s1_st4_fp32", ""])
@@ -30,7 +39,8 @@ def test_bad_names_say_what_to_write(text):
 @pytest.mark.parametrize("cfg,why", [
     (wg.WgmmaConfig(3, 128), "BM 192"), (wg.WgmmaConfig(1, 96), "BN 96"), (wg.WgmmaConfig(1, 64, 3), "split 3"),
     (wg.WgmmaConfig(1, 64, 1, 1), "stages 1"), (wg.WgmmaConfig(1, 64, 1, 9), "stages 9"),
-    (wg.WgmmaConfig(2, 256, 1, 8), "shared memory"), (wg.WgmmaConfig(1, 64, 1, 4, "fp8"), "dtype")])
+    (wg.WgmmaConfig(2, 256, 1, 8), "shared memory"), (wg.WgmmaConfig(1, 64, 1, 4, "fp8"), "dtype"),
+    (wg.WgmmaConfig(1, 64, 1, 4, g=3), "global split g3"), (wg.WgmmaConfig(1, 64, 2, 4, g=2), "do not combine")])
 def test_valid_config_rejects_with_reason(cfg, why):
     ok, msg = wg.valid_config(cfg)
     assert not ok and why in msg
@@ -40,6 +50,7 @@ def test_space_counts_every_instantiation():
     cfgs = wg.all_configs()
     assert len(cfgs) == wg.space_size() and len(set(cfgs)) == len(cfgs)
     assert {(c.wg, c.bn, c.split) for c in cfgs} == {(w, b, s) for w in wg.WGS for b in wg.BNS for s in wg.SPLITS}
+    assert {c.g for c in cfgs} == set(wg.GSPLITS) and all(c.split == 1 for c in cfgs if c.g > 1)
     assert all(c.smem_bytes <= wg.SMEM_LIMIT for c in cfgs)
     # the largest tile's parked partial (128 x 264 floats) needs more than two stages of ring: it reuses the ring
     big = wg.WgmmaConfig(2, 256, 2, 2)
@@ -58,6 +69,25 @@ def test_valid_at_problem_rejects_with_reason(problem, why):
         wg.check(cfg, problem)
 
 
+@pytest.mark.parametrize("cfg,shape,ok,why", [
+    (wg.WgmmaConfig(1, 64, 1, 2, g=128), (64, 64, 16384), True, ""),
+    (wg.WgmmaConfig(1, 64, 1, 2, g=128), (64, 128, 16384), False, "resident at once"),   # 2 tiles x 128 > 132
+    (wg.WgmmaConfig(1, 64, 1, 2, g=64), (64, 128, 16384), True, ""),
+    (wg.WgmmaConfig(1, 64, 1, 2, g=4), (64, 64, 192), False, "K tiles"),                 # 3 K tiles
+    (wg.WgmmaConfig(2, 256, 1, 2, g=2), (4096, 4096, 4096), False, "resident at once")])
+def test_valid_global_split(cfg, shape, ok, why):
+    got, msg = wg.valid(cfg, GemmProblem(*shape))
+    assert got == ok and why in msg, msg
+
+
+def test_workspace_bytes():
+    # 64_64: 1 tile, 256 bytes of barrier words, then 128 partials of 64 x 64 floats
+    assert wg.WgmmaConfig(1, 64, 1, 2, g=128).workspace_bytes(64, 64) == 256 + 128 * 64 * 64 * 4
+    # 33 tiles of 64 x 64 (3 x 11 with tails): 264 bytes of words round up to 512
+    assert wg.WgmmaConfig(1, 64, 1, 2, g=4).workspace_bytes(129, 641) == 512 + 33 * 4 * 64 * 64 * 4
+    assert wg.WgmmaConfig(1, 64, 4, 2).workspace_bytes(129, 641) == 0
+
+
 def test_valid_needs_hopper():
     ok, msg = wg.valid(wg.WgmmaConfig(), GemmProblem(64, 64, 64), cc=80)
     assert not ok and "Hopper" in msg
@@ -73,8 +103,10 @@ def test_screen_configs_are_valid_and_cover_splits(shape, dtype):
     assert len(set(cfgs)) == len(cfgs)
     assert {c.split for c in cfgs} == {s for s in wg.SPLITS if any(
         wg.valid(wg.WgmmaConfig(w, b, s, 2, dtype), p)[0] for w in wg.WGS for b in wg.BNS)}
+    assert {c.g for c in cfgs} == {g for g in wg.GSPLITS if any(
+        wg.valid(wg.WgmmaConfig(w, b, 1, 2, dtype, g), p)[0] for w in wg.WGS for b in wg.BNS)}
     # no ring deeper than the K tiles a CTA gets, unless the floor of 2 stages
-    assert all(c.stages <= max(2, -(-wg.ktiles(p) // c.split)) or c.stages == 3 for c in cfgs)
+    assert all(c.stages <= max(2, -(-wg.ktiles(p) // (c.split * c.g))) or c.stages == 3 for c in cfgs)
 
 
 def test_screen_configs_empty_for_odd_k():
@@ -108,8 +140,12 @@ def test_builds_without_spills_and_sizes_agree(dtype, tmp_path, monkeypatch):
     assert not any("C7510" in w or "wgmma" in w for w in b.ptxas.perf_warnings)  # wgmma not serialized
     lib = cs.load_library(b.so)  # host code only below: no GPU needed
     lib.gemmrl_wgmma_smem_bytes.restype = ctypes.c_int
+    lib.gemmrl_wgmma_workspace_bytes.restype = ctypes.c_size_t
+    lib.gemmrl_wgmma_workspace_bytes.argtypes = [ctypes.c_int] * 5
     for c in wg.all_configs([dtype]):
         assert lib.gemmrl_wgmma_smem_bytes(c.wg, c.bn, c.split, c.stages) == c.smem_bytes, str(c)
+        for M, N in ((1, 8), (129, 641), (4096, 128256)):
+            assert lib.gemmrl_wgmma_workspace_bytes(c.wg, c.bn, c.g, M, N) == c.workspace_bytes(M, N), (str(c), M, N)
     assert lib.gemmrl_wgmma_smem_bytes(1, 96, 1, 4) == -1
     wg._BUILT.clear()
 
@@ -123,6 +159,11 @@ GPU_CASES = [
     ((64, 64, 16384), wg.WgmmaConfig(1, 64, 16, 8)), ((1024, 256, 4096), wg.WgmmaConfig(2, 256, 2, 4)),
     ((3, 4096, 40), wg.WgmmaConfig(1, 128, 1, 2)), ((256, 4096, 4096), wg.WgmmaConfig(2, 256, 1, 4)),
     ((16, 4096, 4096), wg.WgmmaConfig(1, 128, 4, 4)), ((32, 1000, 512), wg.WgmmaConfig(2, 64, 2, 3)),  # A box < BM
+    # global splits: one K tile each, uneven K ranges, tails in M, N and K, two CTAs per SM (3 stages), decode
+    ((33, 65, 136), wg.WgmmaConfig(1, 64, 1, 2, g=2)), ((64, 64, 16384), wg.WgmmaConfig(1, 64, 1, 2, g=128)),
+    ((129, 257, 4104), wg.WgmmaConfig(2, 128, 1, 4, g=8)), ((512, 256, 2048), wg.WgmmaConfig(1, 128, 1, 3, g=8)),
+    ((33, 65, 8200), wg.WgmmaConfig(1, 64, 1, 3, g=32)), ((3, 4096, 4104), wg.WgmmaConfig(1, 64, 1, 4, g=2)),
+    ((200, 72, 1000), wg.WgmmaConfig(2, 256, 1, 2, g=16)),
 ]
 
 
@@ -145,6 +186,43 @@ def test_configs_pass_battery(shape, cfg, dtype):
     assert v.passed, (str(cfg), v.reason)
     ok, why = cs.graph_safety(cand, bufs)
     assert ok, why
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,cfg", [((64, 64, 16384), wg.WgmmaConfig(1, 64, 1, 2, g=128)),
+                                       ((200, 72, 1000), wg.WgmmaConfig(2, 256, 1, 2, g=16))], ids=str)
+def test_global_split_is_deterministic(shape, cfg):
+    """Repeated calls and graph replays give the same bits (the barrier resets itself and the sum order is fixed),
+    and match a float64 product within the battery's kind of bound."""
+    import torch
+
+    from gemmrl.candidate import make_buffers
+
+    p = GemmProblem(*shape, layout="tn")
+    cand = wg.WgmmaCandidate(cfg)
+    bufs = make_buffers(p, "cuda")
+    cand.prepare(p, bufs, "graph", None)
+    a, b, bt, c = bufs.args()
+    cand(a, b, bt, c)
+    first = c.clone()
+    for _ in range(20):
+        c.fill_(float("nan"))
+        cand(a, b, bt, c)
+        assert torch.equal(c, first)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
+        cand(a, b, bt, c)
+    torch.cuda.current_stream().wait_stream(s)
+    for _ in range(10):
+        c.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(c, first)
+    ref = a.double() @ bt.double().T
+    err = (first.double() - ref).abs().max().item()
+    assert err <= 1e-2 * ref.abs().max().item() + 1e-3, err
 
 
 @pytest.mark.gpu

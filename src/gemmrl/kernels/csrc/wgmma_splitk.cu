@@ -13,13 +13,20 @@
 //     its own shared memory and, after a cluster barrier, CTA r sums rows [r*BM/S, (r+1)*BM/S) of all S partials
 //     in rank order (deterministic) and writes them. S = 1 stages the tile in shared memory for 16-byte stores.
 //     No workspace, no atomics.
+//   - G > 1 (S = 1): a global split. The G CTAs that split one tile's K sit anywhere on the device (a cluster lives on
+//     one GPC: 16-CTA clusters ran each K step 2x slower than one CTA, session 13); each writes its fp32 partial to
+//     a workspace, the G meet at a per-tile barrier in the workspace (a count and a generation word, self-resetting;
+//     the validity predicate keeps the whole grid resident at once, so the wait cannot deadlock, and a wait past
+//     GEMMRL_SPIN_NS traps rather than hangs), and CTA g sums slice g of the tile over all G partials in a fixed
+//     order (deterministic) and writes it. One launch; the workspace is zeroed once when allocated.
 // Config (compile-time instantiations, chosen per call): WG in {1, 2}, BN in {64, 128, 256}, S in {1, 2, 4, 8, 16}
-// (16 is a non-portable cluster size); STAGES (2..8) is a run-time argument bounded by shared memory.
+// (16 is a non-portable cluster size); STAGES (2..8) and G (1..132, S = 1 only) are run-time arguments.
 //
 // ABI gemmrl (kernels/cuda_source.py), layout tn: A row-major [M,K] (lda), B as B^T row-major [N,K] (ldb), C
 // row-major [M,N] (ldc). TMA needs 16-byte aligned A and B and lda, ldb multiples of 8; K % 8 == 0 is declared.
 // Entry points: gemmrl_gemm (a heuristic config), gemmrl_wgmma_gemm (an explicit config, kernels/wgmma_gemm.py),
-// gemmrl_wgmma_smem_bytes and gemmrl_wgmma_max_active_clusters (the validity predicate's device-side facts).
+// gemmrl_wgmma_smem_bytes and gemmrl_wgmma_max_active_clusters (the validity predicate's device-side facts),
+// gemmrl_wgmma_workspace_bytes (what a G > 1 launch needs, zeroed when allocated, one workspace per stream).
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -110,6 +117,49 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       "[%4];\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
       : "memory");
+}
+
+#ifndef GEMMRL_SPIN_NS
+#define GEMMRL_SPIN_NS 4000000000ull  // a global-split barrier waiting longer than this traps (a bug, never a result)
+#endif
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned atom_add_acq_rel(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint64_t globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ float4 add4(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
+// the G CTAs of one tile meet here (one thread per CTA): a count that the last arrival resets and a generation word it
+// advances; the others wait for the generation to move. Self-resetting, so the workspace is zeroed only once.
+__device__ __forceinline__ void tile_barrier(unsigned* sync, int G) {
+  unsigned* count = sync;
+  unsigned* gen = sync + 1;
+  const unsigned g0 = ld_acquire(gen);
+  if (atom_add_acq_rel(count, 1u) == unsigned(G - 1)) {
+    *reinterpret_cast<volatile unsigned*>(count) = 0u;  // ordered before the next launch by the kernel boundary
+    red_release_add(gen, 1u);
+  } else {
+    const uint64_t t0 = globaltimer();
+    while (ld_acquire(gen) == g0) {
+      __nanosleep(64);
+      if (globaltimer() - t0 > GEMMRL_SPIN_NS) __trap();
+    }
+  }
 }
 
 __device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
@@ -220,7 +270,8 @@ constexpr int smem_bytes(int S, int stages) {
 template <int WG, int BN, int S>
 __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
     wgmma_splitk_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                        elem_t* __restrict__ C, int M, int N, int ldc, int ktiles, int stages, int a_rows) {
+                        elem_t* __restrict__ C, int M, int N, int ldc, int ktiles, int stages, int a_rows,
+                        float* __restrict__ part, unsigned* __restrict__ sync, int G) {
   using T = Tile<WG, BN>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -231,9 +282,11 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = blockIdx.y * T::BM, n0 = blockIdx.x * BN;
-  const int split = blockIdx.z;                               // = the CTA's rank in its cluster (clusters along z)
-  const int kt0 = static_cast<int>((int64_t(ktiles) * split) / S);
-  const int kt1 = static_cast<int>((int64_t(ktiles) * (split + 1)) / S);
+  const int split = blockIdx.z;       // the CTA's rank in its cluster (clusters along z), or in the global split (G)
+  const int nsplit = S * G;                                   // G > 1 only with S = 1
+  const int kt0 = static_cast<int>((int64_t(ktiles) * split) / nsplit);
+  const int kt1 = static_cast<int>((int64_t(ktiles) * (split + 1)) / nsplit);
+  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
   const int nk = kt1 - kt0;                                   // may be 0 when S > ktiles: the partial is then zero
 
   if (tid == 0) {
@@ -307,7 +360,17 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
     // column 8j + 2(l%4) + (e%2) of the warpgroup's 64 x BN block
     const int wr = 64 * g + 16 * (warp % 4) + lane / 4;
     const int wc = 2 * (lane % 4);
-    if constexpr (S == 1) {
+    if (S == 1 && G > 1) {
+      // the fp32 partial, row-major BM x BN, to this CTA's slot of the workspace (8-byte stores: 4 lanes fill a
+      // 32-byte sector of one row), made visible device-wide before the tile's barrier
+      float* mine = part + (size_t(tile) * G + split) * (T::BM * BN);
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        *reinterpret_cast<float2*>(mine + wr * BN + 8 * j + wc) = make_float2(acc[4 * j], acc[4 * j + 1]);
+        *reinterpret_cast<float2*>(mine + (wr + 8) * BN + 8 * j + wc) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+      }
+      __threadfence();
+    } else if constexpr (S == 1) {
       // through shared memory, so that global stores are whole 16-byte runs of a row (register order would write
       // 4 bytes per thread across 8 rows: half of every 32-byte sector wasted on write-bound shapes)
       asm volatile("bar.sync 1, %0;\n" ::"n"(128 * WG) : "memory");  // every consumer is done with the ring
@@ -339,6 +402,59 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
       for (int j = 0; j < BN / 8; ++j) {
         *reinterpret_cast<float2*>(red + wr * T::LDR + 8 * j + wc) = make_float2(acc[4 * j], acc[4 * j + 1]);
         *reinterpret_cast<float2*>(red + (wr + 8) * T::LDR + 8 * j + wc) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+      }
+    }
+  }
+
+  if (S == 1 && G > 1) {
+    __syncthreads();                                          // every partial store of this CTA is fenced
+    if (tid == 0) tile_barrier(sync + 2 * tile, G);           // ... and every partial of the tile
+    __syncthreads();
+    // CTA ``split`` sums float4 chunks [c0, c1) of the tile over the G partials. P threads share a chunk when the slice
+    // is narrower than the CTA (each sums partials q, q + P, ...; then the P sums in thread order): a fixed order
+    // for a given shape and config, so the result is deterministic.
+    constexpr int E4 = T::BM * BN / 4;
+    const int c0 = static_cast<int>((int64_t(E4) * split) / G), c1 = static_cast<int>((int64_t(E4) * (split + 1)) / G);
+    const int nc = c1 - c0;
+    const float4* base = reinterpret_cast<const float4*>(part + size_t(tile) * G * (T::BM * BN));
+    int P = T::THREADS / nc;
+    P = P < 1 ? 1 : (P > G ? G : P);
+    const bool quads = (ldc % 4) == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0;
+    auto store4 = [&](int c, float4 t) {
+      const int e = 4 * c, gm = m0 + e / BN, gn = n0 + e % BN;
+      if (gm >= M || gn >= N) return;
+      elem_t* out = C + size_t(gm) * ldc + gn;
+      if (quads && gn + 3 < N) {
+        elem2_t lo = pack2(t.x, t.y), hi = pack2(t.z, t.w);
+        *reinterpret_cast<uint2*>(out) =
+            make_uint2(*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi));
+      } else {
+        const float vals[4] = {t.x, t.y, t.z, t.w};
+        for (int e2 = 0; e2 < 4 && gn + e2 < N; ++e2) out[e2] = pack1(vals[e2]);
+      }
+    };
+    if (P == 1) {
+      for (int c = c0 + tid; c < c1; c += T::THREADS) {
+        float4 t = __ldcg(base + c);
+#pragma unroll 8
+        for (int q = 1; q < G; ++q) t = add4(t, __ldcg(base + size_t(q) * E4 + c));
+        store4(c, t);
+      }
+    } else {
+      float4* scratch = reinterpret_cast<float4*>(smem);        // the ring is idle: every stage was consumed
+      const int chunk = tid / P, q0 = tid % P;
+      const bool active = chunk < nc;
+      float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (active) {
+        t = __ldcg(base + size_t(q0) * E4 + c0 + chunk);
+#pragma unroll 4
+        for (int q = q0 + P; q < G; q += P) t = add4(t, __ldcg(base + size_t(q) * E4 + c0 + chunk));
+      }
+      scratch[tid] = t;
+      __syncthreads();
+      if (active && q0 == 0) {
+        for (int r = 1; r < P; ++r) t = add4(t, scratch[tid + r]);
+        store4(c0 + chunk, t);
       }
     }
   }
@@ -477,10 +593,29 @@ cudaLaunchConfig_t launch_config(dim3 grid, int stages, cudaStream_t stream, cud
   return cfg;
 }
 
+// bytes of workspace a global split of G needs: per tile a count and a generation word (256-byte aligned region),
+// then G fp32 partials of BM x BN per tile; 0 without a global split
+size_t workspace_bytes(int wg, int bn, int g, int M, int N) {
+  if (g <= 1 || (wg != 1 && wg != 2) || bn <= 0) return 0;
+  const int bm = 64 * wg;
+  const size_t tiles = size_t((M + bm - 1) / bm) * size_t((N + bn - 1) / bn);
+  return ((tiles * 8 + 255) / 256) * 256 + tiles * size_t(g) * size_t(bm) * size_t(bn) * 4;
+}
+
 template <int WG, int BN, int S>
 cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc, int stages,
-                   cudaStream_t stream) {
+                   int G, void* workspace, size_t ws_bytes, cudaStream_t stream) {
   if (smem_bytes<WG, BN>(S, stages) > SMEM_LIMIT) return cudaErrorInvalidValue;
+  if (G < 1 || (G > 1 && S != 1) || G > (K + BK - 1) / BK) return cudaErrorInvalidValue;
+  unsigned* sync = nullptr;
+  float* part = nullptr;
+  if (G > 1) {
+    const size_t need = workspace_bytes(WG, BN, G, M, N);
+    if (!workspace || ws_bytes < need || (reinterpret_cast<uintptr_t>(workspace) & 255)) return cudaErrorInvalidValue;
+    const size_t tiles = size_t((M + Tile<WG, BN>::BM - 1) / Tile<WG, BN>::BM) * size_t((N + BN - 1) / BN);
+    sync = static_cast<unsigned*>(workspace);
+    part = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + ((tiles * 8 + 255) / 256) * 256);
+  }
   cudaError_t e = configure<WG, BN, S>();
   if (e != cudaSuccess) return e;
   CUtensorMap map_a, map_b;
@@ -489,10 +624,10 @@ cudaError_t launch(const void* A, const void* B, void* C, int M, int N, int K, i
   const int a_rows = M < Tile<WG, BN>::BM ? ((M + 7) / 8) * 8 : Tile<WG, BN>::BM;
   if (!maps_for(MapKey{A, B, M, N, K, lda, ldb, a_rows, BN}, &map_a, &map_b)) return cudaErrorInvalidValue;
   cudaLaunchAttribute attr[1];
-  dim3 grid((N + BN - 1) / BN, (M + Tile<WG, BN>::BM - 1) / Tile<WG, BN>::BM, S);
+  dim3 grid((N + BN - 1) / BN, (M + Tile<WG, BN>::BM - 1) / Tile<WG, BN>::BM, S * G);
   cudaLaunchConfig_t cfg = launch_config<WG, BN, S>(grid, stages, stream, attr);
   return cudaLaunchKernelEx(&cfg, wgmma_splitk_kernel<WG, BN, S>, map_a, map_b, static_cast<elem_t*>(C), M, N,
-                            ldc, (K + BK - 1) / BK, stages, a_rows);
+                            ldc, (K + BK - 1) / BK, stages, a_rows, part, sync, G);
 }
 
 template <int WG, int BN, int S>
@@ -536,8 +671,8 @@ auto dispatch(int wg, int bn, int s, Args... args) -> decltype(F<1, 64, 1>::run(
 template <int WG, int BN, int S>
 struct Launch {
   static cudaError_t run(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
-                         int stages, cudaStream_t stream) {
-    return launch<WG, BN, S>(A, B, C, M, N, K, lda, ldb, ldc, stages, stream);
+                         int stages, int G, void* workspace, size_t ws_bytes, cudaStream_t stream) {
+    return launch<WG, BN, S>(A, B, C, M, N, K, lda, ldb, ldc, stages, G, workspace, ws_bytes, stream);
   }
   static cudaError_t bad() { return cudaErrorInvalidValue; }
 };
@@ -579,14 +714,19 @@ void pick(int M, int N, int K, int* wg, int* bn, int* s, int* stages) {
 
 }  // namespace
 
+// g > 1 (with s = 1): the global split, which needs gemmrl_wgmma_workspace_bytes of ``workspace`` (256-byte aligned,
+// zeroed when allocated, not shared by calls that may run at the same time) and every CTA of the grid resident at once
 extern "C" int gemmrl_wgmma_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
                                  void* workspace, size_t workspace_bytes, cudaStream_t stream, int wg, int bn, int s,
-                                 int stages) {
-  (void)workspace;
-  (void)workspace_bytes;
+                                 int stages, int g) {
   if (!operands_ok(A, B, M, N, K, lda, ldb, ldc) || stages < 2 || stages > MAX_STAGES)
     return static_cast<int>(cudaErrorInvalidValue);
-  return static_cast<int>(dispatch<Launch>(wg, bn, s, A, B, C, M, N, K, lda, ldb, ldc, stages, stream));
+  return static_cast<int>(dispatch<Launch>(wg, bn, s, A, B, C, M, N, K, lda, ldb, ldc, stages, g, workspace,
+                                           workspace_bytes, stream));
+}
+
+extern "C" size_t gemmrl_wgmma_workspace_bytes(int wg, int bn, int g, int M, int N) {
+  return workspace_bytes(wg, bn, g, M, N);
 }
 
 // clusters of this config that fit on the device at once (> 0), 0 if its shared memory does not fit, < 0 an error
@@ -601,5 +741,5 @@ extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, 
   if (!operands_ok(A, B, M, N, K, lda, ldb, ldc)) return static_cast<int>(cudaErrorInvalidValue);
   int wg, bn, s, stages;
   pick(M, N, K, &wg, &bn, &s, &stages);
-  return gemmrl_wgmma_gemm(A, B, C, M, N, K, lda, ldb, ldc, workspace, workspace_bytes, stream, wg, bn, s, stages);
+  return gemmrl_wgmma_gemm(A, B, C, M, N, K, lda, ldb, ldc, workspace, workspace_bytes, stream, wg, bn, s, stages, 1);
 }
