@@ -64,6 +64,11 @@ constexpr int BK = 64;                // 64 16-bit elements = one 128-byte swizz
 constexpr int MAX_STAGES = 8;
 constexpr int SMEM_LIMIT = 232448;    // opt-in shared memory per block on H100/H200
 
+#ifndef GEMMRL_PACE
+#define GEMMRL_PACE 0  // an experiment's knob (scripts/wgmma_pace.py), wrong results when set: 1 the consumers skip the
+                       // MMAs (the TMA feed alone), 2 the producer skips the TMA loads (the MMAs on stale shared memory)
+#endif
+
 #ifndef GEMMRL_L2_PROMOTION
 #define GEMMRL_L2_PROMOTION 3  // CU_TENSOR_MAP_L2_PROMOTION_L2_256B (0 none, 1 64B, 2 128B): an experiment's knob
 #endif
@@ -309,10 +314,15 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
         const int s = it % stages;
         if (it >= stages) mbar_wait(empty + s, ((it / stages) - 1) & 1);
         unsigned char* st = smem + s * T::STAGE_BYTES;
+#if GEMMRL_PACE == 2
+        (void)st;
+        mbar_arrive(full + s);
+#else
         mbar_expect_tx(full + s, a_rows * BK * 2 + T::B_BYTES);
         const int k = (kt0 + it) * BK;
         tma_load(st, &map_a, full + s, k, m0);
         tma_load(st + T::A_BYTES, &map_b, full + s, k, n0);
+#endif
       }
     }
     __syncwarp();
@@ -331,6 +341,10 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
     for (int it = 0; it < nk; ++it) {
       const int s = it % stages;
       mbar_wait(full + s, (it / stages) & 1);
+#if GEMMRL_PACE == 1
+      mbar_arrive(empty + s);
+      continue;
+#endif
       const uint32_t a_addr = smem_u32(smem + s * T::STAGE_BYTES) + g * 64 * 128;
       const uint32_t b_addr = smem_u32(smem + s * T::STAGE_BYTES + T::A_BYTES);
 #pragma unroll
