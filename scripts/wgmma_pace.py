@@ -1,10 +1,13 @@
 """Where the wgmma family's time goes (kernels/csrc/wgmma_splitk.cu): the per-K-step pace and the fixed cost of a call,
 under build variants that take one side of the main loop away.
 
-Variants (``-DGEMMRL_PACE``; results are wrong on purpose in 1 and 2, so nothing is checked there):
-  base     the kernel as shipped
-  no_mma   the consumers wait for each stage and free it without an MMA: the TMA feed's pace alone
-  no_tma   the producer marks each stage full without loading it: the MMAs' pace alone, on stale shared memory
+Variants (``-DGEMMRL_PACE``; results are wrong on purpose in all but base, so nothing is checked there):
+  base              the kernel as shipped
+  no_mma            the consumers wait for each stage and free it without an MMA: the TMA feed's pace alone
+  no_tma            the producer marks each stage full without loading it: the MMAs' pace alone, on stale shared memory
+  launch_only       every CTA returns at once: the launch of that grid, shared memory and cluster shape alone
+  prologue_only     returns after the mbarrier init, the tensor-map prefetch and the first __syncthreads
+  no_gsplit_reduce  a global split writes its partials but skips the barrier and the reduction
 Cases (M_N_K with WG, BN, cluster split S, stages, global split G) span 1 to 256 K steps per CTA, one CTA to 128, the
 cluster and the global reductions. Each is timed in the graph protocol (calls captured back to back in one CUDA graph,
 warm L2; short settings) and written in the results schema, candidate ``wgmma-pace:<variant>:<config>``; ``info``
@@ -29,7 +32,9 @@ from gemmrl.kernels import cuda_source as cs  # noqa: E402
 from gemmrl.kernels.wgmma_gemm import SOURCE, WgmmaConfig  # noqa: E402
 from gemmrl.problem import GemmProblem  # noqa: E402
 
-VARIANTS = {"base": (), "no_mma": ("-DGEMMRL_PACE=1",), "no_tma": ("-DGEMMRL_PACE=2",)}
+VARIANTS = {"base": (), "no_mma": ("-DGEMMRL_PACE=1",), "no_tma": ("-DGEMMRL_PACE=2",),
+            "launch_only": ("-DGEMMRL_PACE=3",), "prologue_only": ("-DGEMMRL_PACE=4",),
+            "no_gsplit_reduce": ("-DGEMMRL_PACE=6",)}
 CASES = [  # (mnk, (wg, bn, s, stages, g))
     ("64_64_64", (1, 64, 1, 2, 1)), ("64_64_1024", (1, 64, 1, 8, 1)), ("64_64_16384", (1, 64, 1, 8, 1)),
     ("64_64_16384", (1, 64, 1, 3, 1)), ("64_64_16384", (1, 256, 1, 5, 1)), ("64_64_16384", (2, 128, 1, 6, 1)),
@@ -84,6 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="results CSV (schema of DESIGN.md)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--cases", nargs="*", help="M_N_K:wg,bn,s,stages,g (default: the built-in list)")
+    ap.add_argument("--tag", default="", help="appended to each candidate name (tells runs apart in one file)")
     ap.add_argument("--once", help="one case, called --calls times eagerly with the base build (for ncu), then exit")
     ap.add_argument("--calls", type=int, default=3)
     args = ap.parse_args(argv)
@@ -105,6 +111,20 @@ def main(argv=None) -> int:
     meta = collect_meta().row()
     writer = ResultsWriter(args.out) if args.out else None
     timing = replace(SCREEN_TIMING, graph_replays=10)
+    for mnk in dict.fromkeys(m for m, _ in cases):  # torch.matmul at each shape, the same protocol: a reference
+        M, N, K = map(int, mnk.split("_"))
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        bt = torch.randn(N, K, device="cuda", dtype=torch.float16)
+        c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        t = time_graph({"torch": lambda: torch.matmul(a, bt.t(), out=c)}, GemmProblem(M, N, K, layout="tn"), timing,
+                       c=c)["torch"]
+        print(f"torch   {mnk:15} {'torch.matmul':24} {t.time_ms * 1e3:9.2f} us/call", flush=True)
+        if writer:
+            writer.write_batch([{"mnk": mnk, "dtype": "fp16", "acc": "fp32", "layout": "tn", "candidate": "torch",
+                                 "protocol": "graph", "time_ms": t.time_ms, "tflops": t.tflops, "n": t.n,
+                                 "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "verified": "", "reason": t.reason, **meta,
+                                 "sm_clock_mhz": sm_clock_mhz(), "timestamp": now(), "M": M, "N": N, "K": K,
+                                 "info": f"reference for the pace probe{args.tag}"}])
     for vname in args.variants.split(","):
         lib = build(VARIANTS[vname])
         for mnk, cfg in cases:
@@ -119,7 +139,7 @@ def main(argv=None) -> int:
             if vname == "base":
                 ref = a.float() @ bt.float().t()
                 err = f"{float((c.float() - ref).norm() / ref.norm()):.2g}"
-            t = time_graph({"x": call}, p, timing, c=c)["x"]
+            t = time_graph({"x": call}, p, timing, c=c if vname == "base" else None)["x"]
             steps = -(-K // 64) // (s * g)
             us = t.time_ms * 1e3
             print(f"{vname:7} {mnk:15} {str(conf):24} {us:9.2f} us/call {us / max(steps, 1):7.3f} us/K-step "
@@ -127,7 +147,7 @@ def main(argv=None) -> int:
             if writer:
                 writer.write_batch([{
                     "mnk": mnk, "dtype": "fp16", "acc": "fp32", "layout": "tn",
-                    "candidate": f"wgmma-pace:{vname}:{conf}", "protocol": "graph", "time_ms": t.time_ms,
+                    "candidate": f"wgmma-pace:{vname}:{conf}{args.tag}", "protocol": "graph", "time_ms": t.time_ms,
                     "tflops": t.tflops, "n": t.n, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
                     "verified": vname == "base" and err != "" and float(err) < 1e-2,
                     "reason": "" if vname == "base" else f"{vname}: wrong results on purpose (a pace probe)",

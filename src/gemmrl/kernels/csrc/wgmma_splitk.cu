@@ -66,7 +66,9 @@ constexpr int SMEM_LIMIT = 232448;    // opt-in shared memory per block on H100/
 
 #ifndef GEMMRL_PACE
 #define GEMMRL_PACE 0  // an experiment's knob (scripts/wgmma_pace.py), wrong results when set: 1 the consumers skip the
-                       // MMAs (the TMA feed alone), 2 the producer skips the TMA loads (the MMAs on stale shared memory)
+                       // MMAs (the TMA feed alone), 2 the producer skips the TMA loads (the MMAs on stale shared memory),
+                       // 3 every CTA returns at once (the launch alone), 4 returns after the prologue (mbarrier init,
+                       // tensor-map prefetch, __syncthreads), 6 a global split skips its barrier and reduction
 #endif
 
 #ifndef GEMMRL_L2_PROMOTION
@@ -286,6 +288,9 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
   uint64_t* empty = full + stages;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+#if GEMMRL_PACE == 3
+  return;
+#endif
   const int m0 = blockIdx.y * T::BM, n0 = blockIdx.x * BN;
   const int split = blockIdx.z;       // the CTA's rank in its cluster (clusters along z), or in the global split (G)
   const int nsplit = S * G;                                   // G > 1 only with S = 1
@@ -306,6 +311,9 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
     prefetch_map(&map_b);
   }
   __syncthreads();
+#if GEMMRL_PACE == 4
+  return;
+#endif
 
   if (warp == 4 * WG) {
     // ---- producer: one thread streams the CTA's K range through the ring ----
@@ -420,7 +428,7 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
     }
   }
 
-  if (S == 1 && G > 1) {
+  if (S == 1 && G > 1 && GEMMRL_PACE != 6) {
     __syncthreads();                                          // every partial store of this CTA is fenced
     if (tid == 0) tile_barrier(sync + 2 * tile, G);           // ... and every partial of the tile
     __syncthreads();
