@@ -126,6 +126,9 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, uint
       : "memory");
 }
 
+#ifndef GEMMRL_SPIN_SLEEP_NS
+#define GEMMRL_SPIN_SLEEP_NS 64  // the barrier's back-off between polls (0: spin)
+#endif
 #ifndef GEMMRL_SPIN_NS
 #define GEMMRL_SPIN_NS 4000000000ull  // a global-split barrier waiting longer than this traps (a bug, never a result)
 #endif
@@ -163,7 +166,7 @@ __device__ __forceinline__ void tile_barrier(unsigned* sync, int G) {
   } else {
     const uint64_t t0 = globaltimer();
     while (ld_acquire(gen) == g0) {
-      __nanosleep(64);
+      if (GEMMRL_SPIN_SLEEP_NS) __nanosleep(GEMMRL_SPIN_SLEEP_NS);
       if (globaltimer() - t0 > GEMMRL_SPIN_NS) __trap();
     }
   }
