@@ -137,6 +137,11 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   asm volatile("ld.acquire.gpu.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ unsigned atom_add_acq_rel(unsigned* p, unsigned v) {
   unsigned old;
   asm volatile("atom.acq_rel.gpu.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -154,12 +159,14 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b) {
   return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
 }
 
-// the G CTAs of one tile meet here (one thread per CTA): a count that the last arrival resets and a generation word it
-// advances; the others wait for the generation to move. Self-resetting, so the workspace is zeroed only once.
-__device__ __forceinline__ void tile_barrier(unsigned* sync, int G) {
+// the G CTAs of one tile meet here (one thread per CTA, after a __syncthreads that orders its CTA's partial stores
+// before the release: CUTLASS's GenericBarrier pattern, no per-thread fences): a count that the last arrival resets and
+// a generation word it advances; the others wait for the generation to move. Self-resetting, so the workspace is
+// zeroed only once. ``g0`` is the generation read at the CTA's start (it cannot move before this CTA arrives), so
+// no load round trip precedes the arrival.
+__device__ __forceinline__ void tile_barrier(unsigned* sync, int G, unsigned g0) {
   unsigned* count = sync;
   unsigned* gen = sync + 1;
-  const unsigned g0 = ld_acquire(gen);
   if (atom_add_acq_rel(count, 1u) == unsigned(G - 1)) {
     *reinterpret_cast<volatile unsigned*>(count) = 0u;  // ordered before the next launch by the kernel boundary
     red_release_add(gen, 1u);
@@ -317,6 +324,8 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
 #if GEMMRL_PACE == 4
   return;
 #endif
+  unsigned gen0 = 0;                                          // the global split's barrier generation at the start
+  if (S == 1 && G > 1 && tid == 0) gen0 = ld_relaxed(sync + 2 * tile + 1);
 
   if (warp == 4 * WG) {
     // ---- producer: one thread streams the CTA's K range through the ring ----
@@ -387,14 +396,13 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
     const int wc = 2 * (lane % 4);
     if (S == 1 && G > 1) {
       // the fp32 partial, row-major BM x BN, to this CTA's slot of the workspace (8-byte stores: 4 lanes fill a
-      // 32-byte sector of one row), made visible device-wide before the tile's barrier
+      // 32-byte sector of one row), released device-wide by the tile's barrier
       float* mine = part + (size_t(tile) * G + split) * (T::BM * BN);
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         *reinterpret_cast<float2*>(mine + wr * BN + 8 * j + wc) = make_float2(acc[4 * j], acc[4 * j + 1]);
         *reinterpret_cast<float2*>(mine + (wr + 8) * BN + 8 * j + wc) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
       }
-      __threadfence();
     } else if constexpr (S == 1) {
       // through shared memory, so that global stores are whole 16-byte runs of a row (register order would write
       // 4 bytes per thread across 8 rows: half of every 32-byte sector wasted on write-bound shapes)
@@ -432,8 +440,8 @@ __global__ void __launch_bounds__(Tile<WG, BN>::THREADS, 1)
   }
 
   if (S == 1 && G > 1 && GEMMRL_PACE != 6) {
-    __syncthreads();                                          // every partial store of this CTA is fenced
-    if (tid == 0) tile_barrier(sync + 2 * tile, G);           // ... and every partial of the tile
+    __syncthreads();                                          // every partial store of this CTA is issued
+    if (tid == 0) tile_barrier(sync + 2 * tile, G, gen0);     // released, and every partial of the tile acquired
     __syncthreads();
     // CTA ``split`` sums float4 chunks [c0, c1) of the tile over the G partials. P threads share a chunk when the slice
     // is narrower than the CTA (each sums partials q, q + P, ...; then the P sums in thread order): a fixed order
