@@ -219,7 +219,7 @@ if [ "${ISSUE4:-0}" = 1 ]; then
   tag=${ISSUE4_TAG:-grid100s1}
   csel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
   crem="$GEMMRL_OUT/${gpu}_${tag}_cutlass-triton-selected-remeasure_graph-cold_${day}.csv"
-  tsel=${ISSUE4_TRITON_SEL:-benchmarks/results/h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv}
+  tsel=${ISSUE4_TRITON_SEL:-benchmarks/results/h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}
   if [ -n "${CSEL_CSV:-}" ] && [ -f "$CSEL_CSV" ]; then cp "$CSEL_CSV" "$csel"; fi
   if [ -n "${CREM_CSV:-}" ] && [ -f "$CREM_CSV" ]; then cp "$CREM_CSV" "$crem"; fi
   if [[ $stages == *compile* ]]; then

@@ -134,6 +134,24 @@ def test_read_rows_refuses_malformed(tmp_path):
         read_rows([q])
 
 
+def test_read_rows_reads_gzipped_results(tmp_path):
+    """Large committed runs are stored as .csv.gz: they read back row for row as the .csv they came from, and a file
+    named .gz that is not gzip is refused with the file named."""
+    import gzip
+
+    p = tmp_path / "r.csv"
+    row = {"mnk": "8_16_24", "dtype": "fp16", "acc": "fp32", "layout": "tn", "protocol": "graph"}
+    ResultsWriter(p).write_batch([{**row, "candidate": "torch", "time_ms": 0.001},
+                                  {**row, "candidate": "x", "time_ms": 0.002}])
+    z = tmp_path / "r.csv.gz"
+    z.write_bytes(gzip.compress(p.read_bytes()))
+    assert read_rows([z]) == read_rows([p]) and len(read_rows([z])) == 2
+    bad = tmp_path / "bad.csv.gz"
+    bad.write_bytes(p.read_bytes())
+    with pytest.raises(ResultsError, match="bad.csv.gz: not a gemmrl results file"):
+        read_rows([bad])
+
+
 def test_stats():
     s = Stats.of([0.5, 2.0, 1.0, 4.0])
     assert s.n == 4 and s.geomean == pytest.approx(math.sqrt(2))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .results import ResultsError, read_rows
+from .results import ResultsError, open_text, read_rows
 from .summary import AGGREGATES, BASELINES, REFERENCE_COLUMNS, Stats, speed, table
 
 PROTO_ORDER = ("graph", "cold", "offline", "server")
@@ -51,7 +51,7 @@ class Report:
 def _check_numeric(path: Path) -> None:
     """Rows marked verified=true must carry time_ms and tflops that parse as numbers (empty only
     where a reason says why the row was not timed)."""
-    with open(path, newline="") as fh:
+    with open_text(path) as fh:
         rd = csv.DictReader(fh)
         for r in rd:
             if r.get("verified") != "true":

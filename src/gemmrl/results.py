@@ -6,6 +6,7 @@ protocol) go out in one write and are flushed to disk, so a killed sweep loses n
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import math
 import os
@@ -194,12 +195,21 @@ class ResultsWriter:
         self.done.add(self.key({k: _fmt(v) for k, v in rows[0].items()}))
 
 
+def open_text(path: str | os.PathLike):
+    """A results file for reading as text: ``.csv`` as it is, ``.csv.gz`` through gzip (large selection runs are
+    committed compressed: everything the GPU machine is sent, results included, must stay under 64 MiB)."""
+    if str(path).endswith(".gz"):
+        return gzip.open(path, "rt", newline="")
+    return open(path, newline="")
+
+
 def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict[str, str]]:
-    """Read result CSVs; a file missing a required column is refused with the column named."""
+    """Read result CSVs (``.csv`` or ``.csv.gz``); a file missing a required column is refused with the column
+    named."""
     out: list[dict[str, str]] = []
     for p in paths:
         try:
-            with open(p, newline="") as fh:
+            with open_text(p) as fh:
                 rd = csv.DictReader(fh)
                 miss = [c for c in REQUIRED if c not in (rd.fieldnames or [])]
                 if miss:
@@ -208,6 +218,6 @@ def read_rows(paths: Iterable[str | os.PathLike]) -> list[dict[str, str]]:
                     if None in r or any(v is None for v in r.values()):
                         raise ResultsError(f"{p}:{i}: row has a different number of fields than the header")
                     out.append(r)
-        except UnicodeDecodeError:
+        except (UnicodeDecodeError, gzip.BadGzipFile, EOFError):
             raise ResultsError(f"{p}: not a gemmrl results file (not text)") from None
     return out

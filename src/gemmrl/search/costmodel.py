@@ -41,7 +41,7 @@ from .space import VARIANTS, enumerate_space
 class CostParams:
     """The model's constants. The first guesses (datasheet peaks, latencies from microbenchmark lore) were
     refitted against measured H100 times: ``scripts/costmodel_fit.py --fit 400 --all`` on the screen of 38 shapes
-    (``h100_probe38_triton-select-top24-explore24_2026-11-22.csv``, 48 configs each, graph and cold), maximizing
+    (``h100_probe38_triton-select-top24-explore24_2026-11-22.csv.gz``, 48 configs each, graph and cold), maximizing
     the mean Spearman minus the log of the top-4 regret, each constant kept within x3 of its first guess. With
     the first guesses: median Spearman 0.853 cold / 0.871 graph, top-4 regret (best measured of the model's 4
     best / best measured) 1.099 / 1.100; fitted on half the shapes and scored on the other half, regret
