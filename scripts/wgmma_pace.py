@@ -22,7 +22,6 @@ benchmarks/results/h100_wgmma-pace-variants_back-to-back-events_5f752d6_2026-11-
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.kernels import cuda_source as cs  # noqa: E402
-from gemmrl.kernels.wgmma_gemm import SOURCE, WgmmaConfig  # noqa: E402
+from gemmrl.kernels.wgmma_gemm import SOURCE, WgmmaConfig, typed  # noqa: E402
 from gemmrl.problem import GemmProblem  # noqa: E402
 
 VARIANTS = {"base": (), "no_mma": ("-DGEMMRL_PACE=1",), "no_tma": ("-DGEMMRL_PACE=2",),
@@ -53,14 +52,7 @@ def build(flags: tuple[str, ...]):
     b = cs.build(cs.CudaSource(SOURCE.read_text(), entry="gemmrl_gemm", shapes=cs.ShapeRange(k_mult=8), flags=flags))
     if not b.ok:
         raise SystemExit(f"wgmma_splitk.cu {flags}: {b.error}")
-    lib = ctypes.CDLL(b.so)
-    fn = lib.gemmrl_wgmma_gemm
-    fn.restype = ctypes.c_int
-    fn.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-                   + [ctypes.c_int] * 5)
-    lib.gemmrl_wgmma_workspace_bytes.restype = ctypes.c_size_t
-    lib.gemmrl_wgmma_workspace_bytes.argtypes = [ctypes.c_int] * 5
-    return lib
+    return typed(cs.load_library(b.so))
 
 
 def caller(lib, mnk: str, cfg: tuple[int, ...]):

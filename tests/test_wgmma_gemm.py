@@ -6,7 +6,6 @@ no spills whose host-side shared-memory sizes match the predicate's. GPU tier: c
 stages (global splits too) through the battery and graph capture on odd, tiny and few-tile long-K shapes, both
 dtypes; the global split bit-for-bit deterministic over repeated calls and graph replays."""
 
-import ctypes
 
 import pytest
 
@@ -138,10 +137,7 @@ def test_builds_without_spills_and_sizes_agree(dtype, tmp_path, monkeypatch):
     assert b.ptxas.kernels == len(wg.WGS) * len(wg.BNS) * len(wg.SPLITS)
     assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers <= 255
     assert not any("C7510" in w or "wgmma" in w for w in b.ptxas.perf_warnings)  # wgmma not serialized
-    lib = cs.load_library(b.so)  # host code only below: no GPU needed
-    lib.gemmrl_wgmma_smem_bytes.restype = ctypes.c_int
-    lib.gemmrl_wgmma_workspace_bytes.restype = ctypes.c_size_t
-    lib.gemmrl_wgmma_workspace_bytes.argtypes = [ctypes.c_int] * 5
+    lib = wg.typed(cs.load_library(b.so))  # host code only below: no GPU needed
     for c in wg.all_configs([dtype]):
         assert lib.gemmrl_wgmma_smem_bytes(c.wg, c.bn, c.split, c.stages) == c.smem_bytes, str(c)
         for M, N in ((1, 8), (129, 641), (4096, 128256)):

@@ -241,10 +241,11 @@ def build_dtype(dtype: str = "fp16", arch: str | None = None) -> Build:
     return b
 
 
-def _lib(dtype: str):
-    lib = load_library(build_dtype(dtype).so)
-    fn = lib.gemmrl_wgmma_gemm
+def typed(lib):
+    """``lib`` (a loaded wgmma_splitk.cu, any build flags) with the C signatures of its entries set, once: the one
+    place that knows them, so callers (this module, scripts/wgmma_pace.py, the tests) follow an ABI change together."""
     if not getattr(lib, "_gemmrl_typed", False):  # (ctypes' default restype is already c_int: a flag, not a test)
+        fn = lib.gemmrl_wgmma_gemm
         fn.restype = ctypes.c_int
         fn.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t,
                                                                        ctypes.c_void_p] + [ctypes.c_int] * 5)
@@ -256,6 +257,10 @@ def _lib(dtype: str):
         lib.gemmrl_wgmma_smem_bytes.argtypes = [ctypes.c_int] * 4
         lib._gemmrl_typed = True
     return lib
+
+
+def _lib(dtype: str):
+    return typed(load_library(build_dtype(dtype).so))
 
 
 def max_active_clusters(cfg: WgmmaConfig) -> int:
@@ -346,5 +351,5 @@ def selected_candidates(problem: GemmProblem, selection: dict) -> list[WgmmaCand
 
 
 __all__ = ["WgmmaConfig", "WgmmaCandidate", "WgmmaConfigError", "valid_config", "valid", "check", "all_configs",
-           "screen_configs", "space_size", "source", "build_dtype", "max_active_clusters", "load_selection",
+           "screen_configs", "space_size", "source", "build_dtype", "typed", "max_active_clusters", "load_selection",
            "selected_candidates"]
