@@ -9,7 +9,8 @@
 #   5. only with TRITON_SHAPES=FILE: gemmrl select (the cost model's TRITON_TOP configs + TRITON_EXPLORE more per
 #      shape, screened in graph and cold), then the selection re-measured by gemmrl bench --triton-from
 #      (limits TRITON_SELECT_S, TRITON_REMEASURE_S; SKIP_SELECT / SKIP_REMEASURE; SEL_CSV / REM_CSV resume;
-#      TRITON_PROTOCOL / TRITON_LAYOUTS: what the selection screens, default graph,cold and tn,nn)
+#      TRITON_PROTOCOL / TRITON_LAYOUTS: what the selection screens, default graph,cold and tn,nn; TRITON_PDL:
+#      gemmrl select --pdl off|on|both, default off; TRITON_TAG: added to both files' names)
 #   6. only with SERVE_SHAPES=FILE (issue 6, serving), the stages named in SERVE_STAGES (default all, in order):
 #      select   gemmrl select on SERVE_SELECT_SHAPES (default SERVE_SHAPES; graph only; TRITON_TOP/TRITON_EXPLORE)
 #      build    gemmrl bench --triton-from (the selection + SERVE_SEL_EXTRA CSVs) in graph,offline: the library's
@@ -57,6 +58,8 @@
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
+# PDL_PROBE=1: first, scripts/pdl_probe.py (PDL_PROBE_ARGS; limit PDL_PROBE_S): Triton configs without and with
+#   programmatic dependent launch, beside torch.matmul, in graph, graph after a foreign kernel, and cold.
 # PROBE_SPECS="M_N_K:layout ...": first, the offline crowd probe (scripts/offline_host_probe.py, PROBE_CROWD=2).
 # Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments), GPU_TESTS (test
 # paths, default tests), SKIP_HOTPATH=1 (no gemmrl.mm hot-path build: a round that times no gemmrl.mm call).
@@ -91,6 +94,14 @@ echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs, $(nvidia-smi -
 [ "${SKIP_HOTPATH:-0}" = 1 ] || python3 -c "import time; from gemmrl import fastpath as f; t = time.time(); m = f.load_kind('torch'); \
 print(f'hot path torch: {\"built\" if m else f.why(\"torch\")[:300]} in {time.time() - t:.0f} s')"
 
+day=$(date +%F)
+if [ "${PDL_PROBE:-0}" = 1 ]; then
+  # shellcheck disable=SC2086
+  timeout "${PDL_PROBE_S:-150}" python3 scripts/pdl_probe.py ${PDL_PROBE_ARGS:-} \
+    --out "$GEMMRL_OUT/pdl-probe_graph-foreign-cold_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/pdl_probe.log" 2>&1
+  echo "pdl probe: exit $?"; cut -c1-170 "$GEMMRL_OUT/pdl_probe.log" | tail -n 40
+fi
+
 if [ -n "${PROBE_SPECS:-}" ]; then  # the offline crowd probe (scripts/offline_host_probe.py) on "M_N_K:layout ..."
   # shellcheck disable=SC2086
   PROBE_CROWD=${PROBE_CROWD:-2} timeout "${PROBE_S:-90}" python3 scripts/offline_host_probe.py \
@@ -106,7 +117,6 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   grep -E "^(FAILED|ERROR)" "$GEMMRL_OUT/gpu_tests.log" | head -20
 fi
 
-day=$(date +%F)
 gpu=$(python3 -c "import torch; n=torch.cuda.get_device_name().lower(); print(next((k for k in ('h200','h100','a100') if k in n), 'gpu'))")
 tables=()
 if [ "${SKIP_SWEEP:-0}" != 1 ]; then
@@ -147,15 +157,15 @@ if [ -n "${TRITON_SHAPES:-}" ]; then
   # configs plus TRITON_EXPLORE from a shared random pool (gemmrl select), then re-measure only the selected ones
   # against the vendor paths in a second run (gemmrl bench --triton-from): that second run is what counts.
   # SEL_CSV / REM_CSV: partial files of an earlier call to resume; SKIP_REMEASURE=1 stops after the selection.
-  tag=$(basename "${TRITON_SHAPES%.*}")
-  sel="$GEMMRL_OUT/${gpu}_${tag}_triton-select-top${TRITON_TOP:-24}-explore${TRITON_EXPLORE:-16}_${day}.csv"
-  rem="$GEMMRL_OUT/${gpu}_${tag}_triton-selected-remeasure_graph-cold_${day}.csv"
+  tag=$(basename "${TRITON_SHAPES%.*}")${TRITON_TAG:+_$TRITON_TAG}
+  sel="$GEMMRL_OUT/${gpu}_${tag}_triton-select-top${TRITON_TOP:-24}-explore${TRITON_EXPLORE:-16}-pdl-${TRITON_PDL:-off}_${GEMMRL_GIT_SHA}_${day}.csv"
+  rem="$GEMMRL_OUT/${gpu}_${tag}_triton-selected-remeasure_graph-cold_${GEMMRL_GIT_SHA}_${day}.csv"
   if [ -n "${SEL_CSV:-}" ] && [ -f "$SEL_CSV" ]; then cp "$SEL_CSV" "$sel"; fi
   if [ -n "${REM_CSV:-}" ] && [ -f "$REM_CSV" ]; then cp "$REM_CSV" "$rem"; fi
   if [ "${SKIP_SELECT:-0}" != 1 ]; then
     timeout "${TRITON_SELECT_S:-300}" python3 -m gemmrl.cli select --shapes "$TRITON_SHAPES" --top "${TRITON_TOP:-24}" \
       --explore "${TRITON_EXPLORE:-16}" --protocol "${TRITON_PROTOCOL:-graph,cold}" --layouts "${TRITON_LAYOUTS:-tn,nn}" \
-      --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
+      --pdl "${TRITON_PDL:-off}" --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
     echo "triton selection: exit $? ($(grep -c . "$sel" 2>/dev/null) lines)"
     tail -n 3 "$GEMMRL_OUT/triton_select.log"
   fi

@@ -415,6 +415,12 @@ COMPILE_CASES = [
      (64, 64, 4096), "fp16", "tn", "fp32"),
     (SmallMConfig(BM=32, BN=64, BK=128, warps=4, stages=4, split=2, reduction="two_pass", tma=True),
      (17, 4096, 4096), "fp16", "nn", "fp32"),
+    # programmatic dependent launch: every kernel of the plan (both of a two-pass split) waits on the previous grid
+    (PersistentConfig(BM=128, BN=128, BK=64, warps=4, stages=3, ws=True, pdl=True), (1024, 1024, 1024), "fp16",
+     "tn", "fp32"),
+    (SplitKConfig(BM=64, BN=64, BK=64, warps=4, stages=4, split=4, reduction="two_pass", pdl=True), (256, 512, 1024),
+     "fp16", "nn", "fp32"),
+    (TiledConfig(BM=64, BN=64, BK=64, warps=4, stages=3, pdl=True), (64, 64, 64), "bf16", "tn", "fp32"),
 ]
 
 
@@ -465,6 +471,7 @@ def test_compiles_for_sm90(compiled, case):
     if getattr(cfg, "ws", False):  # warp specialization really happened: producer + consumer warpgroups
         assert main.warps > cfg.warps, rep
     assert len(rep.kernels) == (2 if getattr(cfg, "reduction", "") == "two_pass" else 1)
+    assert all(k.pdl == cfg.pdl for k in rep.kernels), rep  # launch_pdl set and griddepcontrol.wait in the PTX
 
 
 # ----------------------------------------------------------------------------------------------------

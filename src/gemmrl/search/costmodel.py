@@ -19,6 +19,8 @@ For a config on a GPU (``Arch``: 132 SMs, 989 TFLOP/s, 3.35 TB/s on an H100) the
   overlap their loads with the previous epilogue).
 * reduction: two-pass split-K adds a launch and a pass over the fp32 workspace; fused adds the last program's
   read of the partials; atomic, the atomics' traffic.
+* pdl (programmatic dependent launch): with ``warm_l2`` (calls back to back in a graph) part of each launch's
+  latency overlaps the previous call; a single call after a flush (cold) gains nothing.
 
 The constants are rough (datasheet peaks, latencies from microbenchmark lore); the model's job is the
 ranking. ``prune(problem, k)`` keeps the k configs predicted fastest, with a few slots reserved for each
@@ -56,6 +58,8 @@ class CostParams:
     tma_bonus: float = 1.07         # descriptor loads: fewer address instructions and registers
     ws_bonus: float = 3.09          # warp specialization: producer and consumers overlap
     atomic_us: float = 1.5          # one counter atomic and its fence
+    pdl_us: float = 0.9             # launch latency PDL hides behind the previous kernel, per launch, in a graph
+                                    # (first guess: the H100's empty kernel node, 0.95 us, session 14's pace probe)
     scalar_load_eff: float = 0.30   # share of load bandwidth left with 2-byte scalar loads (unaligned rows)
 
 
@@ -155,6 +159,8 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     elif red == "atomic":
         reduction = cfg.BM * cfg.BN * 4.0 / l2_sm + params.atomic_us * 1e-6
     launch = launches * params.launch_us * 1e-6
+    if warm_l2 and getattr(cfg, "pdl", False):  # back to back (graph): the launch overlaps the previous call
+        launch = max(0.0, launch - launches * params.pdl_us * 1e-6)
     total = launch + fill + max(mainloop, hbm) + reduction
     return Estimate(total, mainloop, hbm, fill, launch, reduction, programs)
 

@@ -47,6 +47,7 @@ SCREEN_TIMING = TimingConfig(graph_min_work_ms=1.0, graph_replays=5, graph_min_t
                              settle_ms=30.0, settle_max_ms=30.0)
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
 FAMILIES = {"triton": "triton:", "cutlass": "cutlass:", "wgmma": "wgmma:"}  # family -> candidate-name prefix of its screened rows
+PDL_CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}  # --pdl: the Triton configs' pdl values screened
 QUICK_REASON = "screen: quick check only (one input vs fp32), the battery runs when the selection is re-measured"
 
 
@@ -65,6 +66,7 @@ class ScreenSpec:
     workers: int | None = None
     timing: TimingConfig = SCREEN_TIMING
     family: str = "triton"     # or "cutlass" (its configs x knobs), "wgmma" (its configs): top/explore unused
+    pdl: str = "off"           # Triton: each config screened without PDL ("off"), with it ("on"), or both, side by side
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -76,6 +78,10 @@ class ScreenSpec:
             raise ValueError(f"layouts {self.layouts}: use tn, nn or both")
         if self.chunk < 1:
             raise ValueError("chunk must be >= 1")
+        if self.pdl not in PDL_CHOICES:
+            raise ValueError(f"pdl={self.pdl!r}: use {', '.join(PDL_CHOICES)}")
+        if self.pdl != "off" and self.family != "triton":
+            raise ValueError(f"pdl={self.pdl!r} is a Triton launch option; the {self.family} family has none")
         bad = [p for p in self.protocols if p not in ("graph", "cold")]
         if bad:
             raise ValueError(f"screening times the device protocols graph and cold, not {bad}")
@@ -179,12 +185,15 @@ def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[C
     out = []
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
-        for c, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed):
-            name = f"triton:{c}:{pl.layout}"
-            info = (f"screen;source={src};rank={rank};pred_us={estimate(c, pl, arch).seconds * 1e6:.4g};"
-                    f"pred_warm_us={estimate(c, pl, arch, warm_l2=True).seconds * 1e6:.4g}")
-            out.append(ScreenEntry(name, pl.layout, c, partial(TritonGemm, c, layout=pl.layout, acc=problem.acc, name=name),
-                                   info, str(c)))
+        for c0, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed):
+            for c in (replace(c0, pdl=v) for v in PDL_CHOICES[spec.pdl]):  # twins side by side, in one chunk
+                if not valid(c, pl, arch)[0]:
+                    continue
+                name = f"triton:{c}:{pl.layout}"
+                info = (f"screen;source={src};rank={rank};pred_us={estimate(c, pl, arch).seconds * 1e6:.4g};"
+                        f"pred_warm_us={estimate(c, pl, arch, warm_l2=True).seconds * 1e6:.4g}")
+                out.append(ScreenEntry(name, pl.layout, c, partial(TritonGemm, c, layout=pl.layout, acc=problem.acc,
+                                                                   name=name), info, str(c)))
     return out
 
 

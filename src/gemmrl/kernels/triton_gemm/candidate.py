@@ -121,8 +121,7 @@ class TritonGemm:
             runtime.set_tma_allocator()
         compiled = []
         for L in plan.launches:
-            compiled.append(L.kernel[L.grid](*plans.resolve(L.args, ops), num_warps=L.num_warps,
-                                             num_stages=L.num_stages))
+            compiled.append(L.kernel[L.grid](*plans.resolve(L.args, ops), **L.options()))
         if cuda and self._direct is None and runtime.launch_mode() == "direct" and not self.launch_note:
             aligned = not (a.data_ptr() | bm.data_ptr() | c.data_ptr()) & 15
             if aligned:

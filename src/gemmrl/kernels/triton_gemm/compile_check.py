@@ -35,6 +35,7 @@ class KernelReport:
     wgmma: bool
     tma: bool
     seconds: float
+    pdl: bool = False         # launched with PDL (metadata) and waiting on the previous grid (griddepcontrol.wait)
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,12 @@ def compile_only(cfg: Config, problem: GemmProblem, arch: Arch = H100) -> Compil
         sig, consts, attrs = _signature(launch.kernel, launch.args, problem.dtype)
         t0 = time.perf_counter()
         ck = triton.compile(ASTSource(launch.kernel, sig, consts, attrs), target=GPUTarget("cuda", arch.cc, 32),
-                            options={"num_warps": launch.num_warps, "num_stages": launch.num_stages})
+                            options=launch.options())
         ptx = ck.asm.get("ptx", "")
         regs, spills, serialized = _ptxas_report(ptx, arch.cc)
         reports.append(KernelReport(launch.kernel.__name__, int(ck.metadata.shared), int(ck.metadata.num_warps),
                                     regs, spills, serialized,
                                     "wgmma" in ptx, "cp.async.bulk.tensor" in ptx,
-                                    time.perf_counter() - t0))
+                                    time.perf_counter() - t0,
+                                    bool(getattr(ck.metadata, "launch_pdl", False)) and "griddepcontrol.wait" in ptx))
     return CompileReport(cfg, problem, tuple(reports))

@@ -21,7 +21,7 @@ Nothing here imports torch or triton.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Union
 
 from ...problem import GemmProblem
@@ -87,9 +87,18 @@ class _Base:
         return {"variant": self.variant, **asdict(self)}
 
     def __str__(self) -> str:
-        """``tiled(BM=64,BN=64,...)``: the string ``info()`` reports and ``parse_config`` reads back."""
-        body = ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        """``tiled(BM=64,BN=64,...)``: the string ``info()`` reports and ``parse_config`` reads back. Fields added
+        after configs were first named (``pdl``) are left out at their default, so earlier names stay valid."""
+        body = ",".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                        if not (f.metadata.get("omit_default") and getattr(self, f.name) == f.default))
         return f"{self.variant}({body})"
+
+
+def _pdl():
+    """``pdl``: programmatic dependent launch (Hopper). The kernel waits (griddepcontrol.wait) for the grid before
+    it in the stream to finish before it touches memory, then lets the next grid launch; launched with the
+    programmatic-serialization attribute, its own launch overlaps the previous kernel instead of following it."""
+    return field(default=False, metadata={"omit_default": True})
 
 
 WS_MAX_STAGES = 4  # see the ws rule in the persistent predicate: stages=5 raced on the H100
@@ -106,6 +115,7 @@ class TiledConfig(_Base):
     warps: int = 4
     stages: int = 3
     group_m: int = 8
+    pdl: bool = _pdl()
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,7 @@ class PersistentConfig(_Base):
     ws: bool = False
     subtile: bool = False
     ctas_per_sm: int = 1
+    pdl: bool = _pdl()
 
 
 @dataclass(frozen=True)
@@ -150,6 +161,7 @@ class SplitKConfig(_Base):
     reduction: str = "two_pass"
     tma: bool = False
     nondeterministic: bool = False
+    pdl: bool = _pdl()
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,7 @@ class SmallMConfig(_Base):
     split: int = 1
     reduction: str = "none"
     tma: bool = False
+    pdl: bool = _pdl()
 
 
 Config = Union[TiledConfig, PersistentConfig, SplitKConfig, SmallMConfig]
@@ -283,6 +296,8 @@ def _common(cfg: Config, problem: GemmProblem, arch: Arch, out: list[str]) -> No
         out.append(f"stages={cfg.stages} must be in 1..8")
     if getattr(cfg, "group_m", 1) < 1:
         out.append("group_m must be >= 1")
+    if cfg.pdl and arch.cc < 90:
+        out.append(f"pdl (programmatic dependent launch) needs sm_90+, {arch.name} is sm_{arch.cc}; use pdl=False")
     big = max(problem.M * problem.K, problem.K * problem.N, problem.M * problem.N)
     if big >= 1 << 31:
         out.append(f"an operand of {big} elements overflows the kernels' int32 offsets; split the GEMM")

@@ -33,6 +33,15 @@ class Launch:
     args: list                  # every parameter in signature order; A, B, C where the call's operands go
     num_warps: int
     num_stages: int
+    pdl: bool = False           # launched with programmatic stream serialization (the kernel's PDL constexpr)
+
+    def options(self) -> dict:
+        """The compile/launch options Triton takes beside the arguments (``launch_pdl`` only where set, so a plan
+        without PDL compiles to the same cache entry as before the option existed)."""
+        opts = dict(num_warps=self.num_warps, num_stages=self.num_stages)
+        if self.pdl:
+            opts["launch_pdl"] = True
+        return opts
 
     def slots(self) -> tuple[tuple[int, int], ...]:
         return tuple((i, int(x)) for i, x in enumerate(self.args) if isinstance(x, Operand))
@@ -74,21 +83,23 @@ def build(cfg: Config, problem: GemmProblem, device, arch: Arch) -> Plan:
     ks = runtime.kernels(interpret)
     p = problem
     upcast = interpret and p.dtype == "bf16"
+    pdl = cfg.pdl and not interpret  # the interpreter has no grids to overlap (nor griddepcontrol)
     common = dict(a_ptr=A, b_ptr=B, c_ptr=C, **_strides(p), BM=cfg.BM, BN=cfg.BN, BK=cfg.BK,
-                  EVEN_K=p.K % cfg.BK == 0, ACC_FP16=p.acc == "fp16", UPCAST=upcast)
+                  EVEN_K=p.K % cfg.BK == 0, ACC_FP16=p.acc == "fp16", UPCAST=upcast, PDL=pdl)
     tiles = _cdiv(p.M, cfg.BM) * _cdiv(p.N, cfg.BN)
     keep: list = []
     launches: list[Launch] = []
     tma = bool(getattr(cfg, "tma", False))
     if cfg.variant == "tiled":
         k = ks.tiled.tiled_kernel
-        launches.append(Launch(k, (tiles, 1, 1), _bind(k, {**common, "GROUP_M": cfg.group_m}), cfg.warps, cfg.stages))
+        launches.append(Launch(k, (tiles, 1, 1), _bind(k, {**common, "GROUP_M": cfg.group_m}), cfg.warps, cfg.stages,
+                               pdl))
     elif cfg.variant == "persistent":
         k = ks.persistent.persistent_kernel
         programs = min(tiles, arch.num_sms * cfg.ctas_per_sm)
         vals = {**common, "GROUP": cfg.group_m, "N_MAJOR": cfg.order == "n", "TMA": cfg.tma,
                 "B_NN": p.layout == "nn", "FLATTEN": cfg.flatten, "WS": cfg.ws, "SUBTILE": cfg.subtile}
-        launches.append(Launch(k, (programs, 1, 1), _bind(k, vals), cfg.warps, cfg.stages))
+        launches.append(Launch(k, (programs, 1, 1), _bind(k, vals), cfg.warps, cfg.stages, pdl))
     else:  # splitk, smallm: one kernel, SWAP_AB for smallm
         k = ks.splitk.splitk_kernel
         split = cfg.split
@@ -106,12 +117,12 @@ def build(cfg: Config, problem: GemmProblem, device, arch: Arch) -> Plan:
         vals = {**common, "ws_ptr": ws, "cnt_ptr": cnt, "k_per_split": k_per_split,
                 "GROUP_M": getattr(cfg, "group_m", 1), "SPLIT": split, "MODE": mode,
                 "SWAP_AB": cfg.variant == "smallm", "TMA": cfg.tma, "B_NN": p.layout == "nn"}
-        launches.append(Launch(k, (tiles, split, 1), _bind(k, vals), cfg.warps, cfg.stages))
+        launches.append(Launch(k, (tiles, split, 1), _bind(k, vals), cfg.warps, cfg.stages, pdl))
         if mode == 1:
             r = ks.splitk.reduce_kernel
             rvals = dict(ws_ptr=ws, c_ptr=C, M=p.M, N=p.N, s_cm=p.N, s_cn=1, SPLIT=split, BLOCK=REDUCE_BLOCK,
-                         UPCAST=upcast)
-            launches.append(Launch(r, (_cdiv(p.M * p.N, REDUCE_BLOCK), 1, 1), _bind(r, rvals), 4, 1))
+                         UPCAST=upcast, PDL=pdl)
+            launches.append(Launch(r, (_cdiv(p.M * p.N, REDUCE_BLOCK), 1, 1), _bind(r, rvals), 4, 1, pdl))
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[p.dtype]
     return Plan(cfg, problem, launches, tma, upcast, dt, keep)
 

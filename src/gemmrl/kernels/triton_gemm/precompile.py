@@ -23,7 +23,7 @@ def _spec_key(plan: plans.Plan) -> tuple:
     """What Triton's JIT specializes a launch on: constexpr values, int arguments' (==1, %16==0), dtypes."""
     out = [str(plan.cfg), plan.problem.dtype]
     for L in plan.launches:
-        out.append((L.kernel.__name__, L.num_warps, L.num_stages))
+        out.append((L.kernel.__name__, L.num_warps, L.num_stages, L.pdl))
         for x in L.args:
             if isinstance(x, plans.Operand):
                 out.append("op")
@@ -41,7 +41,7 @@ def _warm(plan: plans.Plan) -> None:
     for L in plan.launches:
         args = [dt if isinstance(x, plans.Operand) else (x.dtype if isinstance(x, torch.Tensor) else x)
                 for x in L.args]
-        L.kernel.warmup(*args, grid=L.grid, num_warps=L.num_warps, num_stages=L.num_stages)
+        L.kernel.warmup(*args, grid=L.grid, **L.options())
 
 
 def _plan(cfg: Config, problem: GemmProblem, arch: Arch) -> plans.Plan:

@@ -1,5 +1,6 @@
 """Helpers shared by the kernels: tile order (GROUP swizzle along M or N), the accumulator (its zero and one
-multiply-accumulate step, fp32 or the explicit fp16 mode) and the output cast.
+multiply-accumulate step, fp32 or the explicit fp16 mode), the output cast, and the programmatic-dependent-launch
+entry (``pdl_enter``).
 
 UPCAST is set only under the Triton interpreter with bf16 data: the interpreter cannot multiply bf16 and its
 fp32->bf16 cast truncates, so operands are widened (exactly) to fp32 and C, passed as an int16 view, is
@@ -8,6 +9,19 @@ rounded to bf16 here (round to nearest even), as planted.py does.
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+
+@triton.jit
+def pdl_enter(PDL: tl.constexpr):
+    """With PDL (the launch carries the programmatic-serialization attribute), this grid may start while the one
+    before it in the stream still runs: wait here, before any memory access (operands, workspaces, counters and
+    the descriptors' global scratch may all be what the previous grid reads or writes), until that grid has
+    finished and its writes are visible; then let the next grid launch, so its launch overlaps this one's work.
+    Called first in every kernel of the family; a no-op without the attribute."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit

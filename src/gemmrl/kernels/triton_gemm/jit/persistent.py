@@ -12,7 +12,7 @@ TMA=False: the same loop with masked pointer loads and stores, for any shape (th
 import triton
 import triton.language as tl
 
-from .common import mma, tile_mn, to_out, zero_acc
+from .common import mma, pdl_enter, tile_mn, to_out, zero_acc
 
 
 @triton.jit
@@ -20,7 +20,8 @@ def persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm
                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr,
                       N_MAJOR: tl.constexpr, TMA: tl.constexpr, B_NN: tl.constexpr, FLATTEN: tl.constexpr,
                       WS: tl.constexpr, SUBTILE: tl.constexpr, EVEN_K: tl.constexpr, ACC_FP16: tl.constexpr,
-                      UPCAST: tl.constexpr):
+                      UPCAST: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     start = tl.program_id(0)
     step = tl.num_programs(0)
     num_m = (M + BM - 1) // BM

@@ -20,14 +20,16 @@ MODE (what a program does with its partial):
 import triton
 import triton.language as tl
 
-from .common import mma, tile_mn, to_out, zero_acc
+from .common import mma, pdl_enter, tile_mn, to_out, zero_acc
 
 
 @triton.jit
 def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, k_per_split,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                   SPLIT: tl.constexpr, MODE: tl.constexpr, SWAP_AB: tl.constexpr, TMA: tl.constexpr,
-                  B_NN: tl.constexpr, EVEN_K: tl.constexpr, ACC_FP16: tl.constexpr, UPCAST: tl.constexpr):
+                  B_NN: tl.constexpr, EVEN_K: tl.constexpr, ACC_FP16: tl.constexpr, UPCAST: tl.constexpr,
+                  PDL: tl.constexpr):
+    pdl_enter(PDL)
     tile = tl.program_id(0)
     sid = tl.program_id(1)
     num_m = (M + BM - 1) // BM
@@ -120,8 +122,10 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_b
 
 
 @triton.jit
-def reduce_kernel(ws_ptr, c_ptr, M, N, s_cm, s_cn, SPLIT: tl.constexpr, BLOCK: tl.constexpr, UPCAST: tl.constexpr):
+def reduce_kernel(ws_ptr, c_ptr, M, N, s_cm, s_cn, SPLIT: tl.constexpr, BLOCK: tl.constexpr, UPCAST: tl.constexpr,
+                  PDL: tl.constexpr):
     """C = sum over s = 0..SPLIT-1 (in this order) of ws[s], cast to C's dtype."""
+    pdl_enter(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mn = M * N
     mask = offs < mn

@@ -9,13 +9,14 @@ K is masked only when K % BK != 0 (EVEN_K). The store is masked.
 import triton
 import triton.language as tl
 
-from .common import mma, tile_mn, to_out, zero_acc
+from .common import mma, pdl_enter, tile_mn, to_out, zero_acc
 
 
 @triton.jit
 def tiled_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                 EVEN_K: tl.constexpr, ACC_FP16: tl.constexpr, UPCAST: tl.constexpr):
+                 EVEN_K: tl.constexpr, ACC_FP16: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr):
+    pdl_enter(PDL)
     num_m = (M + BM - 1) // BM
     num_n = (N + BN - 1) // BN
     pid_m, pid_n = tile_mn(tl.program_id(0), num_m, num_n, GROUP_M, False)
