@@ -25,6 +25,8 @@
 #      select     gemmrl select --family cutlass on ISSUE4_SHAPES (default the 100 grid shapes --sample 100 --seed 1)
 #      remeasure  gemmrl bench --triton-from <issue 3's selection> --cutlass-from <select> in graph,cold: the run
 #                 that counts; then scripts/issue4_table.py (limits ISSUE4_SELECT_S, ISSUE4_REMEASURE_S;
+#                 ISSUE4_SELECT_ARGS / TRITON_SELECT_ARGS: extra gemmrl select arguments, e.g. --timing full;
+#                 the Triton selection re-measured is stage 5's when it ran, else ISSUE4_TRITON_SEL;
 #                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from)
 #      Carried: .whl/nvidia_cutlass-*.whl (the CUTLASS headers) and .carry/gemmrl_cache (prebuilt CUTLASS objects).
 #   8. only with ISSUE5=1 (issue 5, the tuning loop) on ISSUE5_SHAPES (default benchmarks/shapes/held50_grid_seed2.txt,
@@ -162,10 +164,12 @@ if [ -n "${TRITON_SHAPES:-}" ]; then
   rem="$GEMMRL_OUT/${gpu}_${tag}_triton-selected-remeasure_graph-cold_${GEMMRL_GIT_SHA}_${day}.csv"
   if [ -n "${SEL_CSV:-}" ] && [ -f "$SEL_CSV" ]; then cp "$SEL_CSV" "$sel"; fi
   if [ -n "${REM_CSV:-}" ] && [ -f "$REM_CSV" ]; then cp "$REM_CSV" "$rem"; fi
+  triton_sel_out=$sel  # the ISSUE4 stage re-measures this selection beside its own unless ISSUE4_TRITON_SEL is set
   if [ "${SKIP_SELECT:-0}" != 1 ]; then
+    # shellcheck disable=SC2086
     timeout "${TRITON_SELECT_S:-300}" python3 -m gemmrl.cli select --shapes "$TRITON_SHAPES" --top "${TRITON_TOP:-24}" \
       --explore "${TRITON_EXPLORE:-16}" --protocol "${TRITON_PROTOCOL:-graph,cold}" --layouts "${TRITON_LAYOUTS:-tn,nn}" \
-      --pdl "${TRITON_PDL:-off}" --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
+      --pdl "${TRITON_PDL:-off}" ${TRITON_SELECT_ARGS:-} --no-progress --out "$sel" >"$GEMMRL_OUT/triton_select.log" 2>&1
     echo "triton selection: exit $? ($(grep -c . "$sel" 2>/dev/null) lines)"
     tail -n 3 "$GEMMRL_OUT/triton_select.log"
   fi
@@ -229,7 +233,7 @@ if [ "${ISSUE4:-0}" = 1 ]; then
   tag=${ISSUE4_TAG:-grid100s1}
   csel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
   crem="$GEMMRL_OUT/${gpu}_${tag}_cutlass-triton-selected-remeasure_graph-cold_${day}.csv"
-  tsel=${ISSUE4_TRITON_SEL:-benchmarks/results/h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}
+  tsel=${ISSUE4_TRITON_SEL:-${triton_sel_out:-benchmarks/results/h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}}
   if [ -n "${CSEL_CSV:-}" ] && [ -f "$CSEL_CSV" ]; then cp "$CSEL_CSV" "$csel"; fi
   if [ -n "${CREM_CSV:-}" ] && [ -f "$CREM_CSV" ]; then cp "$CREM_CSV" "$crem"; fi
   if [[ $stages == *compile* ]]; then
@@ -239,7 +243,7 @@ if [ "${ISSUE4:-0}" = 1 ]; then
   if [[ $stages == *select* ]]; then
     # shellcheck disable=SC2086
     timeout "${ISSUE4_SELECT_S:-300}" python3 -m gemmrl.cli select --family cutlass $shapes_args --layouts tn \
-      --protocol graph,cold --no-progress --out "$csel" >"$GEMMRL_OUT/cutlass_select.log" 2>&1
+      --protocol graph,cold ${ISSUE4_SELECT_ARGS:-} --no-progress --out "$csel" >"$GEMMRL_OUT/cutlass_select.log" 2>&1
     echo "cutlass selection: exit $? ($(grep -c . "$csel" 2>/dev/null) lines)"
     grep -E "^screen:|Error" "$GEMMRL_OUT/cutlass_select.log" | head -5
   fi

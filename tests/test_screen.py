@@ -91,15 +91,25 @@ def test_cli_select_errors_are_clear(tmp_path, capsys):
         assert rc == 2 and "CUDA GPU" in capsys.readouterr().err
     rc = main(["select", "--mnk", "64_64_64", "--protocol", "offline", "--out", str(tmp_path)])
     assert rc == 2
+    rc = main(["select", "--mnk", "64_64_64", "--pdl", "on", "--family", "cutlass", "--out", str(tmp_path)])
+    assert rc == 2 and "Triton launch option" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: not a choice
+        main(["select", "--mnk", "64_64_64", "--timing", "long", "--out", str(tmp_path)])
+    if not HAS_CUDA:  # the flags are taken; only the GPU is missing
+        rc = main(["select", "--mnk", "64_64_64", "--timing", "full", "--pdl", "both", "--out", str(tmp_path)])
+        assert rc == 2 and "CUDA GPU" in capsys.readouterr().err
 
 
 @pytest.mark.gpu
 def test_select_then_remeasure_on_gpu(tmp_path):
     sel = tmp_path / "sel.csv"
     assert main(["select", "--mnk", "64_256_128,1_512_256", "--top", "4", "--explore", "2", "--workers", "2",
-                 "--out", str(sel), "--no-progress"]) == 0
+                 "--pdl", "both", "--out", str(sel), "--no-progress"]) == 0
     rows = read_rows([sel])
     assert {r["mnk"] for r in rows} == {"64_256_128", "1_512_256"}
+    ours = {r["candidate"] for r in rows if r["candidate"].startswith("triton:")}
+    twins = {n.replace(",pdl=True)", ")") for n in ours if ",pdl=True)" in n}
+    assert twins and twins <= ours  # every PDL config screened beside the same config without it
     table = selection_table(rows)
     assert {(t["mnk"], t["protocol"]) for t in table} == {(m, p) for m in ("64_256_128", "1_512_256")
                                                           for p in ("graph", "cold")}

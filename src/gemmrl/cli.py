@@ -258,7 +258,8 @@ def cmd_select(args) -> int:
         spec = ScreenSpec(problems=tuple(problems), out=out, top=args.top, explore=args.explore, chunk=args.chunk or 16,
                           layouts=tuple(x.strip() for x in args.layouts.split(",") if x.strip()),
                           protocols=protocols, seed=args.seed, device=args.gpu_device_id, workers=args.workers,
-                          family=args.family, pdl=args.pdl)
+                          family=args.family, pdl=args.pdl,
+                          **({"timing": TimingConfig()} if args.timing == "full" else {}))
     except ValueError as e:
         raise CliError(str(e)) from None
     require_cuda(args.gpu_device_id)
@@ -267,7 +268,7 @@ def cmd_select(args) -> int:
 
         torch.cuda.set_device(args.gpu_device_id)
         tag = (f"triton-select-top{args.top}-explore{args.explore}" + ("" if args.pdl == "off" else f"-pdl-{args.pdl}")
-               if args.family == "triton" else f"{args.family}-select")
+               if args.family == "triton" else f"{args.family}-select") + ("-full-timing" if args.timing == "full" else "")
         spec = replace(spec, out=out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv")
     path = run_screen(spec, progress=not args.no_progress)
     from .results import read_rows
@@ -456,6 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--explore", type=int, default=8, help="more configs per shape and layout from a shared random pool")
     s.add_argument("--layouts", default="tn,nn", help="the layouts our kernels are screened in: tn (reads B^T), nn, or both")
     s.add_argument("--chunk", type=int, default=16, help="configs timed together (interleaved with the references)")
+    s.add_argument("--timing", default="screen", choices=("screen", "full"),
+                   help="screen: short settings (1 ms graphs, 5 replays, 7 cold calls, 30 ms settle); full: the bench's "
+                        "own settings (10 ms graphs, >= 500 ms timed, 25 cold calls, settled clocks), for shapes where "
+                        "the short run's boosted clock picks configs that lose under the power cap")
     s.add_argument("--pdl", default="off", choices=("off", "on", "both"),
                    help="Triton: screen each config without programmatic dependent launch, with it, or both side by "
                         "side (Hopper: a call's launch overlaps the previous kernel)")

@@ -42,6 +42,10 @@ DECOMPOSITIONS = ("heuristic", "dp", "splitk", "streamk")
 SMEM_BYTES = 232448          # H100/H200 opt-in shared memory per block
 EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (auto epilogue tile, 2 stages), rounded up
 MAX_ACC_REGS = 128           # fp32 accumulators per consumer thread that leave room for the rest
+# Tile widths: wgmma takes any N that is a multiple of 8 up to 256; the auto epilogue tile is 32 wide, so N % 32.
+# 160 is the width cuBLASLt's own large-shape kernels use on the H100 (128x160, cluster 2x1: tiles that fill the
+# last wave better than 128 or 256 at N = 4096).
+BNS = (64, 128, 160, 192, 256)
 PREFIX, SELECTED = "cutlass:", "cutlass-sel:"
 
 
@@ -139,8 +143,8 @@ def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
         return False, "layout tn|nn and dtype fp16|bf16"
     if cfg.bk not in (32, 64, 128):
         return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
-    if cfg.bn not in (64, 128, 192, 256) or cfg.bm not in (64, 128, 256):
-        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN in 64/128/192/256"
+    if cfg.bn not in BNS or cfg.bm not in (64, 128, 256):
+        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN in {'/'.join(map(str, BNS))}"
     wgs = 2 if cfg.schedule == "coop" else 1
     if cfg.schedule == "coop" and cfg.bm % 128:
         return False, f"the cooperative schedule splits BM over two warpgroups: BM={cfg.bm} must be 128 or 256 (or use pingpong)"
@@ -194,7 +198,7 @@ def all_configs(layouts: Iterable[str] = ("tn", "nn"), dtypes: Iterable[str] = (
     """Every valid compile-time config."""
     out = []
     for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn) in itertools.product(
-            layouts, dtypes, SCHEDULES, SCHEDULERS, (64, 128, 256), (64, 128, 192, 256), (32, 64, 128),
+            layouts, dtypes, SCHEDULES, SCHEDULERS, (64, 128, 256), BNS, (32, 64, 128),
             ((1, 1), (2, 1), (1, 2), (2, 2))):
         c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype)
         if valid_config(c)[0]:
@@ -230,6 +234,8 @@ _FAMILY_SPECS = (
     ("pingpong", 128, 64, 64, 1, 1, "persistent"),
     ("coop", 128, 192, 64, 1, 1, "persistent"), ("coop", 128, 192, 64, 2, 1, "persistent"),
     ("pingpong", 64, 192, 64, 1, 1, "persistent"),
+    ("coop", 128, 160, 64, 1, 1, "persistent"), ("coop", 128, 160, 64, 2, 1, "persistent"),
+    ("coop", 128, 160, 64, 1, 2, "persistent"),
     ("coop", 128, 128, 64, 1, 1, "streamk"), ("coop", 128, 256, 64, 1, 1, "streamk"),
     ("coop", 128, 64, 64, 1, 1, "streamk"),
 )
