@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.kernels.triton_gemm.configs import parse_config  # noqa: E402
-from gemmrl.problem import GemmProblem, parse_mnk  # noqa: E402
+from gemmrl.problem import parse_mnk, read_shapes  # noqa: E402
 
 SETTINGS = ("graph", "graph_foreign", "cold")
 CASES = [  # (mnk, layout, config): tiny, few-tile long K, decode, mid-size persistent
@@ -75,10 +75,7 @@ def main(argv=None) -> int:
     from gemmrl.timing import floor_ms, l2_bytes, measure
 
     if args.from_remeasure:
-        shapes = None
-        if args.shapes:
-            shapes = {ln.split()[0] for ln in Path(args.shapes).read_text().splitlines() if ln.strip()
-                      and not ln.startswith("#")}
+        shapes = {p.mnk for p in read_shapes(args.shapes)} if args.shapes else None
         cases = cases_from_remeasure(args.from_remeasure, args.select_protocol, shapes)
     elif args.cases:
         cases = [tuple(c.split(":", 2)) for c in args.cases]
