@@ -9,7 +9,7 @@
   cold           the cold protocol: one call after the L2 flush, between events
 
 Cases are (M_N_K, layout, config) triples: ``--from-remeasure CSV`` takes the configs a re-measure run served in
-``--select-protocol`` (candidate ``triton-sel:<protocol>``), ``--cases`` gives them by hand, else a built-in list.
+``--select-protocol`` (candidate ``triton-sel:<protocols>``, e.g. ``triton-sel:cold+graph``), ``--cases`` gives them by hand, else a built-in list.
 Rows are in the results schema; candidates ``pdl-probe:<setting>:<off|on>:<config>:<layout>`` and
 ``pdl-probe:<setting>:torch``; ``info`` holds the setting.
 
@@ -51,7 +51,8 @@ def cases_from_remeasure(path: str, protocol: str, shapes: set[str] | None) -> l
 
     out = {}
     for r in read_rows([Path(path)]):
-        if r["candidate"] == f"triton-sel:{protocol}" and r["protocol"] == protocol and r.get("algo"):
+        sel, _, picked_in = r["candidate"].partition(":")  # triton-sel:graph, triton-sel:cold+graph, ...
+        if sel == "triton-sel" and protocol in picked_in.split("+") and r["protocol"] == protocol and r.get("algo"):
             if shapes is None or r["mnk"] in shapes:
                 out[r["mnk"]] = (r["mnk"], r["layout"], r["algo"])
     return list(out.values())

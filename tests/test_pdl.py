@@ -213,3 +213,23 @@ def test_gpu_pdl_dependent_chain_eager_and_graph(case):
     for pdl in (False, True):
         for graph, y in zip((False, True), outs[pdl]):
             assert torch.equal(y.view(torch.int16), ref.view(torch.int16)), (pdl, graph)
+
+
+def test_pdl_probe_takes_the_configs_a_remeasure_served():
+    """scripts/pdl_probe.py --from-remeasure: per shape, the config served in the protocol asked (parseable), only
+    the shapes of the file; its built-in cases parse too."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("pdl_probe", root / "scripts" / "pdl_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rem = root / "benchmarks" / "results" / "h100_issue3_120_triton-selected-remeasure_graph-cold_2026-11-22.csv.gz"
+    shapes = {"512_256_2048", "256_512_4096", "1_4096_4096"}
+    cases = probe.cases_from_remeasure(str(rem), "graph", shapes)
+    assert {m for m, _, _ in cases} == shapes
+    for mnk, layout, text in cases + probe.CASES:
+        cfg = parse_config(text)
+        assert layout in ("tn", "nn") and not cfg.pdl
+        assert valid(dataclasses.replace(cfg, pdl=True), parse_mnk(mnk).with_(layout=layout), H100)[0], (mnk, text)
