@@ -23,7 +23,7 @@ def _spec_key(plan: plans.Plan) -> tuple:
     """What Triton's JIT specializes a launch on: constexpr values, int arguments' (==1, %16==0), dtypes."""
     out = [str(plan.cfg), plan.problem.dtype]
     for L in plan.launches:
-        out.append((L.kernel.__name__, L.num_warps, L.num_stages, L.pdl))
+        out.append((L.kernel.__name__, *sorted(L.options().items())))  # the options it compiles with
         for x in L.args:
             if isinstance(x, plans.Operand):
                 out.append("op")
