@@ -4,6 +4,7 @@ and the nvidia-cutlass headers exist; on a GPU, configs through the battery and 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -91,7 +92,44 @@ def test_names_round_trip(cfg, i):
     assert cs.parse_name(f"{cfg}:{k}") == (cfg, k)
 
 
-@pytest.mark.parametrize("text", ["coop_128x128", "coop_128x128x64_c1x1_persistent_tn", "x:y"])
+def test_swap_names_and_tiles():
+    """A swapped config is its own name; its BM runs along our N (160 rows of C along M, as cuBLASLt's 128x160)."""
+    cfg = cs.CutlassConfig(128, 160, 64, 2, 1, swap=True)
+    assert str(cfg) == "coop_128x160x64_c2x1_persistent_tn_fp16_swap"
+    assert cs.CutlassConfig.parse(str(cfg)) == cfg and cs.CutlassConfig.parse(str(replace(cfg, swap=False))) != cfg
+    assert cfg.tiles(12288, 4096) == 77 * 32 and replace(cfg, swap=False).tiles(12288, 4096) == 96 * 26
+    assert cs.valid_config(cfg)[0] and cs.valid_config(replace(cfg, bn=176))[0]
+    assert not cs.valid_config(replace(cfg, bn=168))[0] and not cs.valid_config(replace(cfg, bn=272))[0]
+    assert any(c.swap for c in cs.all_configs()) and any(c.bn == 160 for c in cs.all_configs())
+
+
+def test_swap_costmodel_sees_the_swapped_tile():
+    from gemmrl.search.costmodel import estimate_cutlass
+
+    p = GemmProblem(64, 16384, 4096)  # 64 rows: 128-row tiles waste half their MMA (256 of them: 2 waves) unless along N
+    plain, swapped = cs.CutlassConfig(128, 64, 64), cs.CutlassConfig(128, 64, 64, swap=True)
+    assert estimate_cutlass(swapped, cs.Knobs(), p).seconds < estimate_cutlass(plain, cs.Knobs(), p).seconds
+
+
+def test_screen_config_list():
+    from pathlib import Path
+
+    from gemmrl.search.screen import ScreenSpec, cutlass_configs
+
+    got = cutlass_configs(["family", "coop_128x160x64_c2x1_persistent_tn_fp16_swap"], "nn", "bf16")
+    assert len(got) == len(cs.family()) + 1 and all((c.layout, c.dtype) == ("nn", "bf16") for c in got)
+    assert got[-1].swap and got[-1].bn == 160
+    ScreenSpec(problems=(GemmProblem(64, 64, 64),), out=Path("x.csv"), family="cutlass",
+               configs=("coop_128x160x64_c2x1_persistent_tn_fp16_swap",))
+    for configs, family, match in [(("coop_128x160",), "cutlass", "cannot read"),
+                                   (("coop_64x128x64_c1x1_persistent_tn_fp16",), "cutlass", "BM=64"),
+                                   (("family",), "triton", "cutlass family")]:
+        with pytest.raises(ValueError, match=match):
+            ScreenSpec(problems=(GemmProblem(64, 64, 64),), out=Path("x.csv"), family=family, configs=configs)
+
+
+@pytest.mark.parametrize("text", ["coop_128x128", "coop_128x128x64_c1x1_persistent_tn", "x:y",
+                                  "coop_128x128x64_c1x1_persistent_tn_fp16_swapped"])
 def test_bad_names(text):
     with pytest.raises(cs.CutlassConfigError):
         cs.parse_name(text)
@@ -126,7 +164,8 @@ def test_rendering_flags():
     src = cfg.source()
     assert set(cfg.flags()) == {"-DGEMMRL_BF16=1", "-DGEMMRL_B_ROW=1", "-DGEMMRL_BM=256", "-DGEMMRL_BN=128",
                                 "-DGEMMRL_BK=64", "-DGEMMRL_CM=2", "-DGEMMRL_CN=1", "-DGEMMRL_PINGPONG=0",
-                                "-DGEMMRL_STREAMK=1"}
+                                "-DGEMMRL_STREAMK=1", "-DGEMMRL_SWAP=0"}
+    assert "-DGEMMRL_SWAP=1" in replace(cfg, swap=True).flags()
     assert src.layout == "nn" and src.dtype == "bf16" and src.includes == ("cutlass",)
     assert "gemmrl_cutlass_gemm" in src.code and src.shapes.admits(1, 8, 8) and not src.shapes.admits(1, 12, 8)
     # one template for every config: the sources differ only in their flags
@@ -154,15 +193,18 @@ def test_selection_round_trip(tmp_path):
 @pytest.mark.skipif(not find_nvcc() or not _have_cutlass(), reason="needs nvcc and the nvidia-cutlass headers")
 def test_one_config_compiles_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMRL_CACHE_DIR", os.environ.get("GEMMRL_TEST_CUTLASS_CACHE", str(tmp_path)))
-    b = cs.build_config(cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong"), "90a")
-    assert b.ok, b.error
-    assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers > 0
-    assert not any("C7510" in w for w in b.ptxas.perf_warnings)  # wgmma not serialized
+    for cfg in (cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong"), cs.CutlassConfig(128, 160, 64, 2, 1, swap=True)):
+        b = cs.build_config(cfg, "90a")
+        assert b.ok, b.error
+        assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers > 0
+        assert not any("C7510" in w for w in b.ptxas.perf_warnings)  # wgmma not serialized
 
 
 # -- GPU ------------------------------------------------------------------------------------------------------
 GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong"),
-               cs.CutlassConfig(128, 128, 64, 2, 1), cs.CutlassConfig(scheduler="streamk")]
+               cs.CutlassConfig(128, 128, 64, 2, 1), cs.CutlassConfig(scheduler="streamk"),
+               cs.CutlassConfig(128, 160, 64, 2, 1, swap=True), cs.CutlassConfig(64, 256, 64, 1, 1, "pingpong", swap=True),
+               cs.CutlassConfig(128, 128, 64, 1, 2, layout="nn", swap=True)]
 
 
 @pytest.mark.gpu
@@ -173,7 +215,7 @@ def test_configs_pass_battery(cfg, shape):
     from gemmrl.kernels.cuda_source import graph_safety
     from gemmrl.verify import verify
 
-    p = GemmProblem(*shape)
+    p = GemmProblem(*shape, layout=cfg.layout)
     knobs = cs.knobs_for(cfg, p)[-1]
     cand = cs.CutlassCandidate(cfg, knobs)
     bufs = make_buffers(p, "cuda")

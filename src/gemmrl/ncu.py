@@ -102,6 +102,12 @@ def run_child(mnk: str, which: str, config: str, layout: str, vendor: str, proto
         from .kernels.triton_gemm import TritonGemm, parse_config
 
         cand = TritonGemm(parse_config(config), layout=layout, acc=problem.acc)
+    elif which == "cutlass":  # config "<config>:<knobs>" (kernels/cutlass_sm90.py names)
+        from .kernels import cutlass_sm90 as cs
+
+        cfg, knobs = cs.parse_name(config)
+        problem = problem.with_(layout=cfg.layout)
+        cand = cs.CutlassCandidate(cfg, knobs)
     else:
         from .kernels.vendor import vendor_candidates
 

@@ -42,10 +42,11 @@ DECOMPOSITIONS = ("heuristic", "dp", "splitk", "streamk")
 SMEM_BYTES = 232448          # H100/H200 opt-in shared memory per block
 EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (auto epilogue tile, 2 stages), rounded up
 MAX_ACC_REGS = 128           # fp32 accumulators per consumer thread that leave room for the rest
-# Tile widths. 160 compiles (wgmma takes N % 8 up to 256) but ran at 0.61-0.71x of the family's best on all 7 large
-# shapes (session 15, large7 screen at full timing): cuBLASLt's "128x160" is in its column-major view, i.e. 160 rows
-# of our C along M with the MMA's 64-row dimension along N (swapped operands), which this template does not do.
-BNS = (64, 128, 192, 256)
+# Tile widths of the space (wgmma takes N % 8 up to 256; the predicate admits N % 16 in 64..256). Unswapped 128x160
+# ran at 0.61-0.71x of the family's best on all 7 large shapes (session 15, large7 screen at full timing).
+# cuBLASLt's "128x160" and "176x128" are in its column-major view (m = our N): with swap=True the kernel computes
+# C^T = B^T A^T, so its BM (the MMA's 64-row dimension) runs along our N and its BN along our M.
+BNS = (64, 128, 160, 176, 192, 256)
 PREFIX, SELECTED = "cutlass:", "cutlass-sel:"
 
 
@@ -66,20 +67,29 @@ class CutlassConfig:
     scheduler: str = "persistent"
     layout: str = "tn"
     dtype: str = "fp16"
+    # swap: the kernel computes C^T[N,M] = B^T A^T (operands swapped, column-major output), so BM and CM run along
+    # our N and BN and CN along our M; the memory the caller passes is the same. Named with a ``_swap`` suffix.
+    swap: bool = False
 
     def __str__(self) -> str:
         return (f"{self.schedule}_{self.bm}x{self.bn}x{self.bk}_c{self.cm}x{self.cn}_{self.scheduler}_"
-                f"{self.layout}_{self.dtype}")
+                f"{self.layout}_{self.dtype}" + ("_swap" if self.swap else ""))
 
     @classmethod
     def parse(cls, text: str) -> "CutlassConfig":
-        m = re.fullmatch(r"(coop|pingpong)_(\d+)x(\d+)x(\d+)_c(\d)x(\d)_(persistent|streamk)_(tn|nn)_(fp16|bf16)",
+        m = re.fullmatch(r"(coop|pingpong)_(\d+)x(\d+)x(\d+)_c(\d)x(\d)_(persistent|streamk)_(tn|nn)_(fp16|bf16)(_swap)?",
                          text.strip())
         if not m:
             raise CutlassConfigError(f"cannot read CUTLASS config {text!r}; expected e.g. "
-                                     f"{CutlassConfig()} (schedule_BMxBNxBK_cCMxCN_scheduler_layout_dtype)")
-        s, bm, bn, bk, cm, cn, sched, layout, dtype = m.groups()
-        return cls(int(bm), int(bn), int(bk), int(cm), int(cn), s, sched, layout, dtype)
+                                     f"{CutlassConfig()} (schedule_BMxBNxBK_cCMxCN_scheduler_layout_dtype[_swap])")
+        s, bm, bn, bk, cm, cn, sched, layout, dtype, swap = m.groups()
+        return cls(int(bm), int(bn), int(bk), int(cm), int(cn), s, sched, layout, dtype, bool(swap))
+
+    def tiles(self, M: int, N: int) -> int:
+        """Output tiles of an M x N problem (the kernel's BM runs along N when swapped)."""
+        if self.swap:
+            M, N = N, M
+        return -(-M // self.bm) * -(-N // self.bn)
 
     @property
     def stage_bytes(self) -> int:
@@ -94,7 +104,7 @@ class CutlassConfig:
                 f"-DGEMMRL_BM={self.bm}", f"-DGEMMRL_BN={self.bn}", f"-DGEMMRL_BK={self.bk}",
                 f"-DGEMMRL_CM={self.cm}", f"-DGEMMRL_CN={self.cn}",
                 f"-DGEMMRL_PINGPONG={int(self.schedule == 'pingpong')}",
-                f"-DGEMMRL_STREAMK={int(self.scheduler == 'streamk')}")
+                f"-DGEMMRL_STREAMK={int(self.scheduler == 'streamk')}", f"-DGEMMRL_SWAP={int(self.swap)}")
 
     def source(self) -> CudaSource:
         return CudaSource(code=_template(), entry="gemmrl_cutlass_gemm", layout=self.layout, dtype=self.dtype,
@@ -143,8 +153,8 @@ def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
         return False, "layout tn|nn and dtype fp16|bf16"
     if cfg.bk not in (32, 64, 128):
         return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
-    if cfg.bn not in BNS or cfg.bm not in (64, 128, 256):
-        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN in {'/'.join(map(str, BNS))}"
+    if cfg.bn % 16 or not 64 <= cfg.bn <= 256 or cfg.bm not in (64, 128, 256):
+        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN a multiple of 16 in 64..256"
     wgs = 2 if cfg.schedule == "coop" else 1
     if cfg.schedule == "coop" and cfg.bm % 128:
         return False, f"the cooperative schedule splits BM over two warpgroups: BM={cfg.bm} must be 128 or 256 (or use pingpong)"
@@ -197,10 +207,10 @@ def check(cfg: CutlassConfig, knobs: Knobs, problem: GemmProblem, cc: int = 90) 
 def all_configs(layouts: Iterable[str] = ("tn", "nn"), dtypes: Iterable[str] = ("fp16", "bf16")) -> list[CutlassConfig]:
     """Every valid compile-time config."""
     out = []
-    for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn) in itertools.product(
+    for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn), swap in itertools.product(
             layouts, dtypes, SCHEDULES, SCHEDULERS, (64, 128, 256), BNS, (32, 64, 128),
-            ((1, 1), (2, 1), (1, 2), (2, 2))):
-        c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype)
+            ((1, 1), (2, 1), (1, 2), (2, 2)), (False, True)):
+        c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype, swap)
         if valid_config(c)[0]:
             out.append(c)
     return out
@@ -248,7 +258,7 @@ def knobs_for(cfg: CutlassConfig, problem: GemmProblem, sms: int = 132) -> list[
     large enough for it to matter; for stream-K configs, split-K where there are fewer output tiles than
     SMs (2, 4, 8, 16 while tiles x splits <= 2 x SMs: few-tile long-K shapes need more than 4, where the vendor
     runs split 5-9), and the stream-K decomposition wherever the last wave of tiles leaves SMs idle."""
-    tiles = -(-problem.M // cfg.bm) * -(-problem.N // cfg.bn)
+    tiles = cfg.tiles(problem.M, problem.N)
     out = [Knobs()]
     if tiles >= 4 * sms:
         out.append(Knobs(swizzle=8))

@@ -236,6 +236,8 @@ def estimate_cutlass(cfg, knobs, problem: GemmProblem, arch: Arch = H100, warm_l
     tiles; with the stream-K scheduler's split-K decomposition, ``splits`` programs per tile reduced in place."""
     from ..kernels.triton_gemm.configs import PersistentConfig, SplitKConfig
 
+    if cfg.swap:  # C^T = B^T A^T: the kernel's tile runs BM along N
+        problem = problem.with_(M=problem.N, N=problem.M)
     stages = max(2, min(4, cfg.stages))
     warps = 12 if cfg.schedule == "coop" else 8
     if cfg.scheduler == "streamk" and knobs.splits > 1:

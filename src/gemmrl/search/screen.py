@@ -67,6 +67,7 @@ class ScreenSpec:
     timing: TimingConfig = SCREEN_TIMING
     family: str = "triton"     # or "cutlass" (its configs x knobs), "wgmma" (its configs): top/explore unused
     pdl: str = "off"           # Triton: each config screened without PDL ("off"), with it ("on"), or both, side by side
+    configs: tuple[str, ...] = ()  # CUTLASS: the configs to screen instead of the family ("family" stands for it)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -85,6 +86,33 @@ class ScreenSpec:
         bad = [p for p in self.protocols if p not in ("graph", "cold")]
         if bad:
             raise ValueError(f"screening times the device protocols graph and cold, not {bad}")
+        if self.configs:
+            if self.family != "cutlass":
+                raise ValueError(f"a config list is for the cutlass family; the {self.family} family screens its own")
+            cutlass_configs(self.configs)  # every name read and checked before the GPU is asked for
+
+
+def cutlass_configs(names: Iterable[str], layout: str | None = None, dtype: str | None = None) -> list:
+    """The CUTLASS configs a list of names stands for (``family`` expands to ``cutlass_sm90.family``), in the given
+    layout and dtype when those are set; ValueError naming the first unreadable or invalid one."""
+    from ..kernels import cutlass_sm90 as cs
+
+    out = []
+    for name in names:
+        if name == "family":
+            out += cs.family(layout or "tn", dtype or "fp16")
+            continue
+        try:
+            cfg = cs.CutlassConfig.parse(name)
+        except cs.CutlassConfigError as e:
+            raise ValueError(str(e)) from None
+        ok, why = cs.valid_config(cfg)
+        if not ok:
+            raise ValueError(f"{cfg}: {why}")
+        if layout and dtype:
+            cfg = replace(cfg, layout=layout, dtype=dtype)
+        out.append(cfg)
+    return list(dict.fromkeys(out))
 
 
 def exploration_pool(seed: int, per_variant: int) -> list[Config]:
@@ -205,7 +233,8 @@ def cutlass_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[
     out = []
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
-        for cfg, knobs in cs.screen_entries(pl, cs.family(layout, problem.dtype), arch.num_sms):
+        cfgs = cutlass_configs(spec.configs, layout, problem.dtype) if spec.configs else cs.family(layout, problem.dtype)
+        for cfg, knobs in cs.screen_entries(pl, cfgs, arch.num_sms):
             name = f"{cs.PREFIX}{cfg}:{knobs}"
             out.append(ScreenEntry(name, layout, cfg, partial(cs.CutlassCandidate, cfg, knobs, name=name), "screen;source=family",
                                    f"{cfg}:{knobs}"))

@@ -8,7 +8,9 @@
 // Compile-time config (all required):
 //   GEMMRL_BF16 (0|1), GEMMRL_B_ROW (0|1), GEMMRL_BM, GEMMRL_BN, GEMMRL_BK, GEMMRL_CM, GEMMRL_CN (cluster),
 //   GEMMRL_PINGPONG (0: TMA warp-specialized cooperative, 1: ping-pong), GEMMRL_STREAMK (0: persistent
-//   data-parallel scheduler, 1: stream-K scheduler; cooperative only).
+//   data-parallel scheduler, 1: stream-K scheduler; cooperative only), GEMMRL_SWAP (1: the kernel computes
+//   D^T[N,M] = B^T A^T: its problem is (N, M, K), its A is our B, its B is our A (K-major), its D column-major;
+//   BM and CM then run along our N. Callers pass the same arguments either way).
 // Runtime knobs (gemmrl_cutlass_gemm's last arguments): max swizzle (1, 2, 4, 8), raster order (0 heuristic,
 // 1 along M, 2 along N), and for stream-K the decomposition (0 heuristic, 1 data-parallel, 2 split-K,
 // 3 stream-K) and the split count. Stream-K's reduction is the deterministic one (CUTLASS's default).
@@ -44,7 +46,7 @@
 
 #if !defined(GEMMRL_BF16) || !defined(GEMMRL_B_ROW) || !defined(GEMMRL_BM) || !defined(GEMMRL_BN) || \
     !defined(GEMMRL_BK) || !defined(GEMMRL_CM) || !defined(GEMMRL_CN) || !defined(GEMMRL_PINGPONG) ||   \
-    !defined(GEMMRL_STREAMK)
+    !defined(GEMMRL_STREAMK) || !defined(GEMMRL_SWAP)
 #error "cutlass_sm90_gemm.cu is a template: render it with kernels/cutlass_sm90.py (every GEMMRL_* flag)"
 #endif
 #if GEMMRL_PINGPONG && GEMMRL_STREAMK
@@ -59,6 +61,16 @@ using Element = cutlass::bfloat16_t;
 using Element = cutlass::half_t;
 #endif
 using ElementAcc = float;
+#if GEMMRL_SWAP
+// the kernel's A is our B ([N,K] K-major for tn, N-major for nn), its B our A ([M,K] K-major), its D = D^T
+#if GEMMRL_B_ROW
+using LayoutA = cutlass::layout::ColumnMajor;
+#else
+using LayoutA = cutlass::layout::RowMajor;
+#endif
+using LayoutB = cutlass::layout::ColumnMajor;
+using LayoutD = cutlass::layout::ColumnMajor;
+#else
 using LayoutA = cutlass::layout::RowMajor;
 #if GEMMRL_B_ROW
 using LayoutB = cutlass::layout::RowMajor;
@@ -66,6 +78,7 @@ using LayoutB = cutlass::layout::RowMajor;
 using LayoutB = cutlass::layout::ColumnMajor;
 #endif
 using LayoutD = cutlass::layout::RowMajor;
+#endif
 constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte TMA alignment
 
 using TileShape = Shape<Int<GEMMRL_BM>, Int<GEMMRL_BN>, Int<GEMMRL_BK>>;
@@ -120,6 +133,22 @@ bool make_args(typename Gemm::Arguments& args, const void* A, const void* B, voi
                int lda, int ldb, int ldd, int swizzle, int raster, int decomposition, int splits) {
   if (swizzle != 1 && swizzle != 2 && swizzle != 4 && swizzle != 8) return false;
   if (raster < 0 || raster > 2 || decomposition < 0 || decomposition > 3 || splits < 1) return false;
+#if GEMMRL_SWAP
+  // the kernel's problem is (N, M, K): A' = our B as (N,K), B' = our A as (M,K), D' = our D as (N,M)
+  StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(N, K, 1));
+  StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(M, K, 1));
+  StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(N, M, 1));
+#if GEMMRL_B_ROW
+  get<1>(sa) = ldb;  // B [K,N] row-major as (N,K) N-major: K stride
+#else
+  get<0>(sa) = ldb;  // B^T [N,K] row-major as (N,K) K-major: N stride
+#endif
+  get<0>(sb) = lda;  // A [M,K] row-major as (M,K) K-major: M stride
+  get<1>(sd) = ldd;  // D [M,N] row-major as (N,M) column-major: M stride
+  const void* opA = B;
+  const void* opB = A;
+  const int pm = N, pn = M;
+#else
   StrideA sa = cutlass::make_cute_packed_stride(StrideA{}, make_shape(M, K, 1));
   StrideB sb = cutlass::make_cute_packed_stride(StrideB{}, make_shape(N, K, 1));
   StrideD sd = cutlass::make_cute_packed_stride(StrideD{}, make_shape(M, N, 1));
@@ -130,13 +159,17 @@ bool make_args(typename Gemm::Arguments& args, const void* A, const void* B, voi
   get<0>(sb) = ldb;  // B^T [N,K] row-major as (N,K): N stride
 #endif
   get<0>(sd) = ldd;
+  const void* opA = A;
+  const void* opB = B;
+  const int pm = M, pn = N;
+#endif
   int device = 0;
   cudaGetDevice(&device);
   cutlass::KernelHardwareInfo hw{device, sm_count(device)};
   args = typename Gemm::Arguments{
       cutlass::gemm::GemmUniversalMode::kGemm,
-      {M, N, K, 1},
-      {static_cast<const Element*>(A), sa, static_cast<const Element*>(B), sb},
+      {pm, pn, K, 1},
+      {static_cast<const Element*>(opA), sa, static_cast<const Element*>(opB), sb},
       {{1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(D), sd},
       hw};
   args.scheduler.max_swizzle_size = swizzle;
@@ -176,9 +209,10 @@ extern "C" {
 
 const char* gemmrl_cutlass_describe() {
   static char buf[160];
-  std::snprintf(buf, sizeof(buf), "%s %s %dx%dx%d cluster %dx%d %s %s", GEMMRL_BF16 ? "bf16" : "fp16",
+  std::snprintf(buf, sizeof(buf), "%s %s %dx%dx%d cluster %dx%d %s %s%s", GEMMRL_BF16 ? "bf16" : "fp16",
                 GEMMRL_B_ROW ? "nn" : "tn", GEMMRL_BM, GEMMRL_BN, GEMMRL_BK, GEMMRL_CM, GEMMRL_CN,
-                GEMMRL_PINGPONG ? "pingpong" : "cooperative", GEMMRL_STREAMK ? "streamk" : "persistent");
+                GEMMRL_PINGPONG ? "pingpong" : "cooperative", GEMMRL_STREAMK ? "streamk" : "persistent",
+                GEMMRL_SWAP ? " swapped" : "");
   return buf;
 }
 
