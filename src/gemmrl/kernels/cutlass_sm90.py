@@ -247,10 +247,20 @@ _FAMILY_SPECS = (
     ("coop", 128, 128, 64, 1, 1, "streamk"), ("coop", 128, 256, 64, 1, 1, "streamk"),
     ("coop", 128, 64, 64, 1, 1, "streamk"),
 )
+# Swapped twins (C^T = B^T A^T; session 16's probe, h100_swap-probe7_*: pingpong 128x128 swapped was the fastest
+# config on 11 of 14 shape x protocol cells of large-M*N shapes, 3-9% ahead of its unswapped twin), and 128x64
+# swapped for few rows and many columns (BM=128 along N, 64 along M).
+_SWAP_SPECS = (
+    ("pingpong", 128, 128, 64, 1, 1, "persistent"), ("pingpong", 64, 256, 64, 1, 1, "persistent"),
+    ("coop", 128, 192, 64, 2, 1, "persistent"), ("coop", 256, 128, 64, 1, 2, "persistent"),
+    ("coop", 128, 256, 64, 1, 1, "streamk"), ("coop", 128, 64, 64, 1, 1, "persistent"),
+)
 
 
 def family(layout: str = "tn", dtype: str = "fp16") -> list[CutlassConfig]:
-    return [CutlassConfig(bm, bn, bk, cm, cn, s, sched, layout, dtype) for s, bm, bn, bk, cm, cn, sched in _FAMILY_SPECS]
+    return ([CutlassConfig(bm, bn, bk, cm, cn, s, sched, layout, dtype) for s, bm, bn, bk, cm, cn, sched in _FAMILY_SPECS]
+            + [CutlassConfig(bm, bn, bk, cm, cn, s, sched, layout, dtype, True)
+               for s, bm, bn, bk, cm, cn, sched in _SWAP_SPECS])
 
 
 def knobs_for(cfg: CutlassConfig, problem: GemmProblem, sms: int = 132) -> list[Knobs]:

@@ -65,7 +65,7 @@ def _action(family: str, payload: str, layout: str) -> dict:
         split = k.splits if c.scheduler == "streamk" else 1
         return dict(kind=f"cutlass:{c.schedule}:{c.scheduler}", BM=c.bm, BN=c.bn, BK=c.bk,
                     warps=12 if c.schedule == "coop" else 8, stages=max(2, min(8, c.stages)), split=split, tma=True,
-                    ws=True, cluster=c.cm * c.cn, group_m=k.swizzle, ctas=1, swap=False, persistent=True,
+                    ws=True, cluster=c.cm * c.cn, group_m=k.swizzle, ctas=1, swap=c.swap, persistent=True,
                     tn=layout == "tn")
     raise ValueError(f"the policy proposes Triton and CUTLASS configs, not {family!r} candidates")
 
