@@ -166,6 +166,8 @@ def test_rendering_flags():
                                 "-DGEMMRL_BK=64", "-DGEMMRL_CM=2", "-DGEMMRL_CN=1", "-DGEMMRL_PINGPONG=0",
                                 "-DGEMMRL_STREAMK=1", "-DGEMMRL_SWAP=0"}
     assert "-DGEMMRL_SWAP=1" in replace(cfg, swap=True).flags()
+    # a 160-wide tile needs CuTe's extended wgmma shapes, or it runs 64x32 atoms (session 16's ncu)
+    assert "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in replace(cfg, bn=160).flags()
     assert src.layout == "nn" and src.dtype == "bf16" and src.includes == ("cutlass",)
     assert "gemmrl_cutlass_gemm" in src.code and src.shapes.admits(1, 8, 8) and not src.shapes.admits(1, 12, 8)
     # one template for every config: the sources differ only in their flags

@@ -42,8 +42,10 @@ DECOMPOSITIONS = ("heuristic", "dp", "splitk", "streamk")
 SMEM_BYTES = 232448          # H100/H200 opt-in shared memory per block
 EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (auto epilogue tile, 2 stages), rounded up
 MAX_ACC_REGS = 128           # fp32 accumulators per consumer thread that leave room for the rest
-# Tile widths of the space (wgmma takes N % 8 up to 256; the predicate admits N % 16 in 64..256). Unswapped 128x160
-# ran at 0.61-0.71x of the family's best on all 7 large shapes (session 15, large7 screen at full timing).
+# Tile widths of the space (wgmma takes N % 8 up to 256; the predicate admits N % 16 in 64..256). CuTe picks the
+# MMA atom by the largest N that divides the tile, but N other than 64/128/192/256 (and 8..56) only with
+# CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: without it a 160-wide tile ran five 64x32x16 wgmma per k-step (ncu, session
+# 16: 2.4x the issued instructions, L1 at 97%) at 0.61-0.71x of the family's best (session 15); ``flags`` sets it.
 # cuBLASLt's "128x160" and "176x128" are in its column-major view (m = our N): with swap=True the kernel computes
 # C^T = B^T A^T, so its BM (the MMA's 64-row dimension) runs along our N and its BN along our M.
 BNS = (64, 128, 160, 176, 192, 256)
@@ -104,7 +106,8 @@ class CutlassConfig:
                 f"-DGEMMRL_BM={self.bm}", f"-DGEMMRL_BN={self.bn}", f"-DGEMMRL_BK={self.bk}",
                 f"-DGEMMRL_CM={self.cm}", f"-DGEMMRL_CN={self.cn}",
                 f"-DGEMMRL_PINGPONG={int(self.schedule == 'pingpong')}",
-                f"-DGEMMRL_STREAMK={int(self.scheduler == 'streamk')}", f"-DGEMMRL_SWAP={int(self.swap)}")
+                f"-DGEMMRL_STREAMK={int(self.scheduler == 'streamk')}", f"-DGEMMRL_SWAP={int(self.swap)}") \
+            + (() if self.bn in (64, 128, 192, 256) else ("-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",))
 
     def source(self) -> CudaSource:
         return CudaSource(code=_template(), entry="gemmrl_cutlass_gemm", layout=self.layout, dtype=self.dtype,
