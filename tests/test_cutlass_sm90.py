@@ -116,9 +116,11 @@ def test_screen_config_list():
 
     from gemmrl.search.screen import ScreenSpec, cutlass_configs
 
-    got = cutlass_configs(["family", "coop_128x160x64_c2x1_persistent_tn_fp16_swap"], "nn", "bf16")
+    extra = "coop_128x160x64_c1x1_persistent_tn_fp16_swap"
+    assert cs.CutlassConfig.parse(extra) not in cs.family()
+    got = cutlass_configs(["family", extra, "family"], "nn", "bf16")  # duplicates dropped
     assert len(got) == len(cs.family()) + 1 and all((c.layout, c.dtype) == ("nn", "bf16") for c in got)
-    assert got[-1].swap and got[-1].bn == 160
+    assert got[-1].swap and got[-1].bn == 160 and got[-1].cm == 1
     ScreenSpec(problems=(GemmProblem(64, 64, 64),), out=Path("x.csv"), family="cutlass",
                configs=("coop_128x160x64_c2x1_persistent_tn_fp16_swap",))
     for configs, family, match in [(("coop_128x160",), "cutlass", "cannot read"),

@@ -246,17 +246,20 @@ _FAMILY_SPECS = (
     ("pingpong", 128, 128, 64, 1, 1, "persistent"), ("pingpong", 128, 128, 64, 2, 1, "persistent"),
     ("pingpong", 128, 64, 64, 1, 1, "persistent"),
     ("coop", 128, 192, 64, 1, 1, "persistent"), ("coop", 128, 192, 64, 2, 1, "persistent"),
-    ("pingpong", 64, 192, 64, 1, 1, "persistent"),
+    ("pingpong", 64, 192, 64, 1, 1, "persistent"), ("coop", 128, 176, 64, 2, 1, "persistent"),
     ("coop", 128, 128, 64, 1, 1, "streamk"), ("coop", 128, 256, 64, 1, 1, "streamk"),
     ("coop", 128, 64, 64, 1, 1, "streamk"),
 )
 # Swapped twins (C^T = B^T A^T; session 16's probe, h100_swap-probe7_*: pingpong 128x128 swapped was the fastest
-# config on 11 of 14 shape x protocol cells of large-M*N shapes, 3-9% ahead of its unswapped twin), and 128x64
-# swapped for few rows and many columns (BM=128 along N, 64 along M).
+# config on 11 of 14 shape x protocol cells of large-M*N shapes, 3-9% ahead of its unswapped twin), 128x64
+# swapped for few rows and many columns (BM=128 along N, 64 along M), and cuBLASLt's own large tiles read in our
+# view: its "128x160 c2x1" is 128x160 c2x1 swapped, its "176x128 c1x2" is 128x176 c2x1 unswapped (above); 128x176
+# c1x2 swapped was the best config on 2 of the large7 cells (session 16, run 3).
 _SWAP_SPECS = (
     ("pingpong", 128, 128, 64, 1, 1, "persistent"), ("pingpong", 64, 256, 64, 1, 1, "persistent"),
     ("coop", 128, 192, 64, 2, 1, "persistent"), ("coop", 256, 128, 64, 1, 2, "persistent"),
     ("coop", 128, 256, 64, 1, 1, "streamk"), ("coop", 128, 64, 64, 1, 1, "persistent"),
+    ("coop", 128, 160, 64, 2, 1, "persistent"), ("coop", 128, 176, 64, 1, 2, "persistent"),
 )
 
 
