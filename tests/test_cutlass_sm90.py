@@ -123,6 +123,12 @@ def test_screen_config_list():
     assert got[-1].swap and got[-1].bn == 160 and got[-1].cm == 1
     ScreenSpec(problems=(GemmProblem(64, 64, 64),), out=Path("x.csv"), family="cutlass",
                configs=("coop_128x160x64_c2x1_persistent_tn_fp16_swap",))
+    p = GemmProblem(8192, 8192, 1024)
+    few = cs.screen_entries(p, [cs.CutlassConfig()])
+    every = cs.screen_entries(p, [cs.CutlassConfig()], all_knob_settings=True)
+    assert set(few) < set(every) and len(every) == 12 and {k.raster for _, k in every} == set(cs.RASTERS)
+    with pytest.raises(ValueError, match="cutlass family"):
+        ScreenSpec(problems=(p,), out=Path("x.csv"), all_knobs=True)
     for configs, family, match in [(("coop_128x160",), "cutlass", "cannot read"),
                                    (("coop_64x128x64_c1x1_persistent_tn_fp16",), "cutlass", "BM=64"),
                                    (("family",), "triton", "cutlass family")]:

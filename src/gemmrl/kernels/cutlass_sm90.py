@@ -409,13 +409,18 @@ def selected_candidates(problem: GemmProblem, selection: dict) -> list[CutlassCa
     return out
 
 
-def screen_entries(problem: GemmProblem, cfgs: Iterable[CutlassConfig], sms: int = 132) -> list[tuple[CutlassConfig, Knobs]]:
-    """(config, knobs) pairs to screen at ``problem`` (configs in the problem's layout and dtype only)."""
+def screen_entries(problem: GemmProblem, cfgs: Iterable[CutlassConfig], sms: int = 132,
+                   all_knob_settings: bool = False) -> list[tuple[CutlassConfig, Knobs]]:
+    """(config, knobs) pairs to screen at ``problem`` (configs in the problem's layout and dtype only): the knobs
+    ``knobs_for`` picks, or with ``all_knob_settings`` every valid one of ``all_knobs`` (every swizzle and raster
+    order; for stream-K also each decomposition and split)."""
     out = []
     for cfg in cfgs:
         if (cfg.layout, cfg.dtype) != (problem.layout, problem.dtype) or not valid_config(cfg)[0]:
             continue
-        out += [(cfg, k) for k in knobs_for(cfg, problem, sms)]
+        knobs = ([k for k in all_knobs(cfg) if valid(cfg, k, problem)[0]] if all_knob_settings
+                 else knobs_for(cfg, problem, sms))
+        out += [(cfg, k) for k in knobs]
     return out
 
 

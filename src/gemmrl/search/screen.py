@@ -68,6 +68,7 @@ class ScreenSpec:
     family: str = "triton"     # or "cutlass" (its configs x knobs), "wgmma" (its configs): top/explore unused
     pdl: str = "off"           # Triton: each config screened without PDL ("off"), with it ("on"), or both, side by side
     configs: tuple[str, ...] = ()  # CUTLASS: the configs to screen instead of the family ("family" stands for it)
+    all_knobs: bool = False        # CUTLASS: every swizzle x raster setting (and stream-K's), not knobs_for's few
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -90,6 +91,8 @@ class ScreenSpec:
             if self.family != "cutlass":
                 raise ValueError(f"a config list is for the cutlass family; the {self.family} family screens its own")
             cutlass_configs(self.configs)  # every name read and checked before the GPU is asked for
+        if self.all_knobs and self.family != "cutlass":
+            raise ValueError(f"all_knobs is for the cutlass family's scheduler knobs; the {self.family} family has none")
 
 
 def cutlass_configs(names: Iterable[str], layout: str | None = None, dtype: str | None = None) -> list:
@@ -234,7 +237,7 @@ def cutlass_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
         cfgs = cutlass_configs(spec.configs, layout, problem.dtype) if spec.configs else cs.family(layout, problem.dtype)
-        for cfg, knobs in cs.screen_entries(pl, cfgs, arch.num_sms):
+        for cfg, knobs in cs.screen_entries(pl, cfgs, arch.num_sms, all_knob_settings=spec.all_knobs):
             name = f"{cs.PREFIX}{cfg}:{knobs}"
             out.append(ScreenEntry(name, layout, cfg, partial(cs.CutlassCandidate, cfg, knobs, name=name), "screen;source=family",
                                    f"{cfg}:{knobs}"))
