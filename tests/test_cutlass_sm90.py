@@ -100,6 +100,8 @@ def test_swap_names_and_tiles():
     assert cfg.tiles(12288, 4096) == 77 * 32 and replace(cfg, swap=False).tiles(12288, 4096) == 96 * 26
     assert cs.valid_config(cfg)[0] and cs.valid_config(replace(cfg, bn=176))[0]
     assert not cs.valid_config(replace(cfg, bn=168))[0] and not cs.valid_config(replace(cfg, bn=272))[0]
+    # narrow BN only where it runs along M (swapped): 16 rows of a decode call, not 16 columns of a wide output
+    assert cs.valid_config(replace(cfg, bn=16))[0] and not cs.valid_config(replace(cfg, bn=16, swap=False))[0]
     assert any(c.swap for c in cs.all_configs()) and any(c.bn == 160 for c in cs.all_configs())
 
 
@@ -214,7 +216,8 @@ def test_one_config_compiles_without_spills(tmp_path, monkeypatch):
 GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong"),
                cs.CutlassConfig(128, 128, 64, 2, 1), cs.CutlassConfig(scheduler="streamk"),
                cs.CutlassConfig(128, 160, 64, 2, 1, swap=True), cs.CutlassConfig(64, 256, 64, 1, 1, "pingpong", swap=True),
-               cs.CutlassConfig(128, 128, 64, 1, 2, layout="nn", swap=True)]
+               cs.CutlassConfig(128, 128, 64, 1, 2, layout="nn", swap=True),
+               cs.CutlassConfig(64, 16, 128, 1, 1, "pingpong", swap=True)]
 
 
 @pytest.mark.gpu

@@ -156,8 +156,9 @@ def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
         return False, "layout tn|nn and dtype fp16|bf16"
     if cfg.bk not in (32, 64, 128):
         return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
-    if cfg.bn % 16 or not 64 <= cfg.bn <= 256 or cfg.bm not in (64, 128, 256):
-        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN a multiple of 16 in 64..256"
+    if cfg.bn % 16 or not (16 if cfg.swap else 64) <= cfg.bn <= 256 or cfg.bm not in (64, 128, 256):
+        return False, (f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN a multiple of 16 in 64..256 (16..256 swapped, "
+                       "where BN runs along M)")
     wgs = 2 if cfg.schedule == "coop" else 1
     if cfg.schedule == "coop" and cfg.bm % 128:
         return False, f"the cooperative schedule splits BM over two warpgroups: BM={cfg.bm} must be 128 or 256 (or use pingpong)"
