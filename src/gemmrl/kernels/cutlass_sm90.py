@@ -261,6 +261,10 @@ _SWAP_SPECS = (
     ("coop", 128, 192, 64, 2, 1, "persistent"), ("coop", 256, 128, 64, 1, 2, "persistent"),
     ("coop", 128, 256, 64, 1, 1, "streamk"), ("coop", 128, 64, 64, 1, 1, "persistent"),
     ("coop", 128, 160, 64, 2, 1, "persistent"), ("coop", 128, 176, 64, 1, 2, "persistent"),
+    # decode and few-row shapes: 16 or 32 rows of C per tile, the MMA's 64 rows along N (session 16, decode20: every
+    # config the selection kept was one of these; unswapped, a 64-row tile wastes 48-63 of its rows there)
+    ("pingpong", 64, 16, 128, 1, 1, "persistent"), ("pingpong", 64, 32, 128, 1, 1, "persistent"),
+    ("coop", 128, 16, 128, 1, 1, "streamk"), ("coop", 128, 32, 128, 1, 1, "streamk"),
 )
 
 
