@@ -31,7 +31,9 @@ def _have_cutlass() -> bool:
     (cs.CutlassConfig(bm=256, bn=256), "accumulators"),
     (cs.CutlassConfig(bm=128, bn=256, schedule="pingpong"), "accumulators"),
     (cs.CutlassConfig(bm=256, bn=256, bk=128, schedule="coop"), "stage"),
-    (cs.CutlassConfig(cm=4), "cluster"),
+    (cs.CutlassConfig(cm=4, cn=4), "cluster"),
+    (cs.CutlassConfig(cm=3), "cluster"),
+    (cs.CutlassConfig(bn=12), "multiple of 8"),
     (cs.CutlassConfig(bm=128, schedule="pingpong", scheduler="streamk"), "cooperative"),
     (cs.CutlassConfig(bk=48), "BK"),
 ])
@@ -53,6 +55,7 @@ def test_family_valid_and_distinct():
     assert {c.schedule for c in fam} == {"coop", "pingpong"}
     assert {c.scheduler for c in fam} == {"persistent", "streamk"}
     assert any((c.cm, c.cn) != (1, 1) for c in fam)
+    assert {(2, 4), (1, 4)} <= {(c.cm, c.cn) for c in fam} and min(c.bn for c in fam) == 8
 
 
 def test_space_size_reported():
@@ -99,9 +102,14 @@ def test_swap_names_and_tiles():
     assert cs.CutlassConfig.parse(str(cfg)) == cfg and cs.CutlassConfig.parse(str(replace(cfg, swap=False))) != cfg
     assert cfg.tiles(12288, 4096) == 77 * 32 and replace(cfg, swap=False).tiles(12288, 4096) == 96 * 26
     assert cs.valid_config(cfg)[0] and cs.valid_config(replace(cfg, bn=176))[0]
-    assert not cs.valid_config(replace(cfg, bn=168))[0] and not cs.valid_config(replace(cfg, bn=272))[0]
-    # narrow BN only where it runs along M (swapped): 16 rows of a decode call, not 16 columns of a wide output
-    assert cs.valid_config(replace(cfg, bn=16))[0] and not cs.valid_config(replace(cfg, bn=16, swap=False))[0]
+    assert cs.valid_config(replace(cfg, bn=168, cm=1))[0]  # wgmma's N is any multiple of 8
+    assert not cs.valid_config(replace(cfg, bn=164))[0] and not cs.valid_config(replace(cfg, bn=272))[0]
+    # narrow BN either way: rows of a decode call (swapped) or columns of a skinny output (cuBLASLt's 64x8 c2x4)
+    assert all(cs.valid_config(replace(cfg, bn=bn, cm=1, swap=sw))[0] for bn in (8, 16, 24) for sw in (False, True))
+    # a 2-CTA multicast of a 24-row B tile gives each CTA 12 rows: not a whole 8-row swizzle atom (fails to compile)
+    assert cs.valid_config(replace(cfg, bn=8, cm=2))[0]
+    ok, why = cs.valid_config(replace(cfg, bn=24, cm=2))
+    assert not ok and "multicast slice" in why
     assert any(c.swap for c in cs.all_configs()) and any(c.bn == 160 for c in cs.all_configs())
 
 
@@ -150,12 +158,26 @@ def test_knobs_for_are_valid(shape):
     p = GemmProblem(*shape)
     for cfg in cs.family():
         ks = cs.knobs_for(cfg, p)
-        assert ks and ks[0] == cs.Knobs()
+        if not ks:  # only a tile under 64x64 on a grid of more than TINY_WAVES waves of tiles is left out
+            assert cfg.bm * cfg.bn < cs.TINY_TILE and cfg.tiles(p.M, p.N) > cs.TINY_WAVES * 132
+            continue
+        assert ks[0] == cs.Knobs()
         assert all(cs.valid(cfg, k, p)[0] for k in ks)
     assert any(k.decomposition == "splitk" for k in cs.knobs_for(cs.CutlassConfig(scheduler="streamk"),
                                                                  GemmProblem(128, 128, 16384)))
     entries = cs.screen_entries(p, cs.family())
     assert len(entries) >= len(cs.family())
+
+
+@pytest.mark.parametrize("shape,screened", [((64, 256, 256), True), ((1, 128256, 4096), True),
+                                            ((32, 128256, 4096), True), ((4096, 4096, 4096), False)])
+def test_tiny_tiles_screened_on_small_grids_only(shape, screened):
+    """A tile under 64x64 (cuBLASLt's small-class picks, the decode tiles) is screened where the grid of its tiles is
+    at most 32 waves: the small class and decode up to N = 128256, not a 4096^3 cube (16384 tiles of 64x16)."""
+    p = GemmProblem(*shape)
+    tiny = [c for c in cs.family() if c.bm * c.bn < cs.TINY_TILE and c.bn == 16]
+    assert tiny and all(bool(cs.knobs_for(c, p)) is screened for c in tiny)
+    assert cs.knobs_for(cs.CutlassConfig(), p)  # the rest always are
 
 
 @pytest.mark.parametrize("shape,splits", [((512, 256, 2048), {2, 4, 8, 16}), ((64, 64, 16384), {2, 4, 8, 16}),
@@ -217,7 +239,8 @@ GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong
                cs.CutlassConfig(128, 128, 64, 2, 1), cs.CutlassConfig(scheduler="streamk"),
                cs.CutlassConfig(128, 160, 64, 2, 1, swap=True), cs.CutlassConfig(64, 256, 64, 1, 1, "pingpong", swap=True),
                cs.CutlassConfig(128, 128, 64, 1, 2, layout="nn", swap=True),
-               cs.CutlassConfig(64, 16, 128, 1, 1, "pingpong", swap=True)]
+               cs.CutlassConfig(64, 16, 128, 1, 1, "pingpong", swap=True),
+               cs.CutlassConfig(64, 8, 64, 2, 4, "pingpong", swap=True), cs.CutlassConfig(64, 32, 64, 2, 4, "pingpong")]
 
 
 @pytest.mark.gpu

@@ -41,14 +41,19 @@ RASTERS = ("heuristic", "m", "n")
 DECOMPOSITIONS = ("heuristic", "dp", "splitk", "streamk")
 SMEM_BYTES = 232448          # H100/H200 opt-in shared memory per block
 EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (auto epilogue tile, 2 stages), rounded up
+MAX_STAGES = 16          # the pipeline's depth is capped here (tiles under 64x64 fit 17-25 stages; an odd count
+                         # with a 2-CTA multicast failed to compile, and more than 16 hides no more latency)
 MAX_ACC_REGS = 128           # fp32 accumulators per consumer thread that leave room for the rest
-# Tile widths of the space (wgmma takes N % 8 up to 256; the predicate admits N % 16 in 64..256). CuTe picks the
+# Tile widths of the space (wgmma takes N % 8 up to 256, and so does the predicate). CuTe picks the
 # MMA atom by the largest N that divides the tile, but N other than 64/128/192/256 (and 8..56) only with
 # CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: without it a 160-wide tile ran five 64x32x16 wgmma per k-step (ncu, session
 # 16: 2.4x the issued instructions, L1 at 97%) at 0.61-0.71x of the family's best (session 15); ``flags`` sets it.
 # cuBLASLt's "128x160" and "176x128" are in its column-major view (m = our N): with swap=True the kernel computes
 # C^T = B^T A^T, so its BM (the MMA's 64-row dimension) runs along our N and its BN along our M.
-BNS = (64, 128, 160, 176, 192, 256)
+BNS = (8, 16, 24, 32, 48, 64, 96, 128, 160, 176, 192, 256)
+CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4))  # at most 8 CTAs: the portable size
+TINY_TILE = 64 * 64      # tiles smaller than this are screened only where the grid of tiles is at most TINY_WAVES waves
+TINY_WAVES = 32
 PREFIX, SELECTED = "cutlass:", "cutlass-sel:"
 
 
@@ -99,7 +104,7 @@ class CutlassConfig:
 
     @property
     def stages(self) -> int:
-        return (SMEM_BYTES - EPILOGUE_SMEM) // self.stage_bytes
+        return min(MAX_STAGES, (SMEM_BYTES - EPILOGUE_SMEM) // self.stage_bytes)
 
     def flags(self) -> tuple[str, ...]:
         return (f"-DGEMMRL_BF16={int(self.dtype == 'bf16')}", f"-DGEMMRL_B_ROW={int(self.layout == 'nn')}",
@@ -107,7 +112,8 @@ class CutlassConfig:
                 f"-DGEMMRL_CM={self.cm}", f"-DGEMMRL_CN={self.cn}",
                 f"-DGEMMRL_PINGPONG={int(self.schedule == 'pingpong')}",
                 f"-DGEMMRL_STREAMK={int(self.scheduler == 'streamk')}", f"-DGEMMRL_SWAP={int(self.swap)}") \
-            + (() if self.bn in (64, 128, 192, 256) else ("-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",))
+            + (() if self.bn in (64, 128, 192, 256) else ("-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",)) \
+            + ((f"-DGEMMRL_STAGES={MAX_STAGES}",) if self.stages == MAX_STAGES else ())
 
     def source(self) -> CudaSource:
         return CudaSource(code=_template(), entry="gemmrl_cutlass_gemm", layout=self.layout, dtype=self.dtype,
@@ -156,21 +162,28 @@ def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
         return False, "layout tn|nn and dtype fp16|bf16"
     if cfg.bk not in (32, 64, 128):
         return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
-    if cfg.bn % 16 or not (16 if cfg.swap else 64) <= cfg.bn <= 256 or cfg.bm not in (64, 128, 256):
-        return False, (f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN a multiple of 16 in 64..256 (16..256 swapped, "
-                       "where BN runs along M)")
+    if cfg.bn % 8 or not 8 <= cfg.bn <= 256 or cfg.bm not in (64, 128, 256):
+        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN a multiple of 8 in 8..256 (wgmma's N)"
     wgs = 2 if cfg.schedule == "coop" else 1
     if cfg.schedule == "coop" and cfg.bm % 128:
         return False, f"the cooperative schedule splits BM over two warpgroups: BM={cfg.bm} must be 128 or 256 (or use pingpong)"
     if cfg.schedule == "pingpong" and cfg.bm > 128:
         return False, f"ping-pong gives one warpgroup a whole tile: BM={cfg.bm} must be <= 128 (or use coop)"
+    # a cluster's CTAs each load 1/CN of the A tile (BM rows) and 1/CM of the B tile (BN rows) and multicast it:
+    # those rows must be a multiple of 8 (the 128-byte swizzle's 8-row atom) or divide it (compile evidence: BN=24
+    # over CM=2 failed CuTe's stride divisibility, BN=8 over CM=2 compiled)
+    for rows, side in ((cfg.bm // cfg.cn, "BM / CN"), (cfg.bn // cfg.cm, "BN / CM")):
+        if rows % 8 and 8 % rows:
+            return False, (f"cluster {cfg.cm}x{cfg.cn} on tile {cfg.bm}x{cfg.bn}: {side} = {rows} rows per CTA's "
+                           "multicast slice must be a multiple of 8 or divide 8 (use a smaller cluster)")
     if cfg.stages < 2:
         return False, f"only {cfg.stages} pipeline stage(s) of {cfg.stage_bytes} bytes fit in shared memory: use a smaller BK"
     acc = cfg.bm * cfg.bn // (128 * wgs)
     if acc > MAX_ACC_REGS:
         return False, f"{acc} fp32 accumulators per thread (> {MAX_ACC_REGS}): use a smaller tile or the cooperative schedule"
-    if (cfg.cm, cfg.cn) not in ((1, 1), (2, 1), (1, 2), (2, 2)):
-        return False, f"cluster {cfg.cm}x{cfg.cn}: use 1x1, 2x1, 1x2 or 2x2"
+    if (cfg.cm, cfg.cn) not in CLUSTERS:
+        return False, (f"cluster {cfg.cm}x{cfg.cn}: use one of " + ", ".join(f"{m}x{n}" for m, n in CLUSTERS)
+                       + " (sides 1, 2 or 4, at most 8 CTAs)")
     if cfg.scheduler == "streamk" and cfg.schedule != "coop":
         return False, "stream-K needs the cooperative schedule"
     return True, ""
@@ -213,7 +226,7 @@ def all_configs(layouts: Iterable[str] = ("tn", "nn"), dtypes: Iterable[str] = (
     out = []
     for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn), swap in itertools.product(
             layouts, dtypes, SCHEDULES, SCHEDULERS, (64, 128, 256), BNS, (32, 64, 128),
-            ((1, 1), (2, 1), (1, 2), (2, 2)), (False, True)):
+            CLUSTERS, (False, True)):
         c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype, swap)
         if valid_config(c)[0]:
             out.append(c)
@@ -268,18 +281,36 @@ _SWAP_SPECS = (
 )
 
 
+# cuBLASLt's own picks on the small class (min(M, N) <= 256; its autotuned algo in the 2026-11-23 grid-100 re-measure,
+# read in our view: its tile is (along our N) x (along our M)): 8- to 48-wide tiles in clusters of 2x4, 4x2, 1x4 and
+# 1x2, a grid of 16-64 CTAs that share their operands by TMA multicast, where our family ran one 64x64 tile per SM.
+# (swap, tile, cluster): cuBLASLt's "64x8 c2x4" is pingpong 64x8 c2x4 swapped (BM=64 along N, BN=8 along M, CM=2
+# along N); its "32x64 c4x2" is 64x32 c2x4 unswapped (BM=64 along M, CN=4 along N).
+_SMALL_SPECS = (
+    (True, 64, 8, 2, 4), (True, 64, 8, 1, 4), (True, 64, 24, 1, 4), (True, 64, 32, 1, 2), (True, 64, 48, 1, 4),
+    (True, 64, 64, 2, 4),
+    (False, 64, 32, 2, 4), (False, 64, 24, 1, 4), (False, 64, 8, 2, 4), (False, 64, 32, 1, 2),
+)
+
+
 def family(layout: str = "tn", dtype: str = "fp16") -> list[CutlassConfig]:
     return ([CutlassConfig(bm, bn, bk, cm, cn, s, sched, layout, dtype) for s, bm, bn, bk, cm, cn, sched in _FAMILY_SPECS]
             + [CutlassConfig(bm, bn, bk, cm, cn, s, sched, layout, dtype, True)
-               for s, bm, bn, bk, cm, cn, sched in _SWAP_SPECS])
+               for s, bm, bn, bk, cm, cn, sched in _SWAP_SPECS]
+            + [CutlassConfig(bm, bn, 64, cm, cn, "pingpong", "persistent", layout, dtype, swap)
+               for swap, bm, bn, cm, cn in _SMALL_SPECS])
 
 
 def knobs_for(cfg: CutlassConfig, problem: GemmProblem, sms: int = 132) -> list[Knobs]:
     """The knob settings screened for ``cfg`` at ``problem``: the defaults, swizzle 8 where the grid of tiles is
     large enough for it to matter; for stream-K configs, split-K where there are fewer output tiles than
     SMs (2, 4, 8, 16 while tiles x splits <= 2 x SMs: few-tile long-K shapes need more than 4, where the vendor
-    runs split 5-9), and the stream-K decomposition wherever the last wave of tiles leaves SMs idle."""
+    runs split 5-9), and the stream-K decomposition wherever the last wave of tiles leaves SMs idle. None for a
+    tile smaller than 64x64 on a grid of more than ``TINY_WAVES`` waves of tiles (its fixed cost per tile is all it
+    adds there; 32 waves still admit the decode configs (4008 tiles of 64x16 at 32_128256))."""
     tiles = cfg.tiles(problem.M, problem.N)
+    if cfg.bm * cfg.bn < TINY_TILE and tiles > TINY_WAVES * sms:
+        return []
     out = [Knobs()]
     if tiles >= 4 * sms:
         out.append(Knobs(swizzle=8))

@@ -11,6 +11,7 @@
 //   data-parallel scheduler, 1: stream-K scheduler; cooperative only), GEMMRL_SWAP (1: the kernel computes
 //   D^T[N,M] = B^T A^T: its problem is (N, M, K), its A is our B, its B is our A (K-major), its D column-major;
 //   BM and CM then run along our N. Callers pass the same arguments either way).
+// Optional: GEMMRL_STAGES (the pipeline's depth; default: as many stages as shared memory holds).
 // Runtime knobs (gemmrl_cutlass_gemm's last arguments): max swizzle (1, 2, 4, 8), raster order (0 heuristic,
 // 1 along M, 2 along N), and for stream-K the decomposition (0 heuristic, 1 data-parallel, 2 split-K,
 // 3 stream-K) and the split count. Stream-K's reduction is the deterministic one (CUTLASS's default).
@@ -106,8 +107,12 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element, LayoutB, kAlign,
     ElementAcc, TileShape, ClusterShape,
+#ifdef GEMMRL_STAGES
+    cutlass::gemm::collective::StageCount<GEMMRL_STAGES>,  // a cap: tiny tiles fit 17-25 stages, odd counts fail
+#else
     cutlass::gemm::collective::StageCountAutoCarveout<
         static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+#endif
     MainloopSchedule>::CollectiveOp;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
