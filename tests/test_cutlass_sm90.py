@@ -33,7 +33,8 @@ def _have_cutlass() -> bool:
     (cs.CutlassConfig(bm=256, bn=256, bk=128, schedule="coop"), "stage"),
     (cs.CutlassConfig(cm=4, cn=4), "cluster"),
     (cs.CutlassConfig(cm=3), "cluster"),
-    (cs.CutlassConfig(bn=12), "multiple of 8"),
+    (cs.CutlassConfig(bn=12), "BN 8 or a multiple of 16"),
+    (cs.CutlassConfig(bn=24, cm=1), "BN 8 or a multiple of 16"),  # CuTe's stride divisibility fails to compile
     (cs.CutlassConfig(bm=128, schedule="pingpong", scheduler="streamk"), "cooperative"),
     (cs.CutlassConfig(bk=48), "BK"),
 ])
@@ -102,13 +103,13 @@ def test_swap_names_and_tiles():
     assert cs.CutlassConfig.parse(str(cfg)) == cfg and cs.CutlassConfig.parse(str(replace(cfg, swap=False))) != cfg
     assert cfg.tiles(12288, 4096) == 77 * 32 and replace(cfg, swap=False).tiles(12288, 4096) == 96 * 26
     assert cs.valid_config(cfg)[0] and cs.valid_config(replace(cfg, bn=176))[0]
-    assert cs.valid_config(replace(cfg, bn=168, cm=1))[0]  # wgmma's N is any multiple of 8
+    assert not cs.valid_config(replace(cfg, bn=168, cm=1))[0]  # wgmma takes it, CuTe's smem partition does not
     assert not cs.valid_config(replace(cfg, bn=164))[0] and not cs.valid_config(replace(cfg, bn=272))[0]
     # narrow BN either way: rows of a decode call (swapped) or columns of a skinny output (cuBLASLt's 64x8 c2x4)
-    assert all(cs.valid_config(replace(cfg, bn=bn, cm=1, swap=sw))[0] for bn in (8, 16, 24) for sw in (False, True))
-    # a 2-CTA multicast of a 24-row B tile gives each CTA 12 rows: not a whole 8-row swizzle atom (fails to compile)
+    assert all(cs.valid_config(replace(cfg, bn=bn, cm=1, swap=sw))[0] for bn in (8, 16, 32) for sw in (False, True))
+    # a 4-CTA multicast of a 48-row B tile gives each CTA 12 rows: not a whole 8-row swizzle atom, nor part of one
     assert cs.valid_config(replace(cfg, bn=8, cm=2))[0]
-    ok, why = cs.valid_config(replace(cfg, bn=24, cm=2))
+    ok, why = cs.valid_config(replace(cfg, bm=128, bn=48, cm=4))
     assert not ok and "multicast slice" in why
     assert any(c.swap for c in cs.all_configs()) and any(c.bn == 160 for c in cs.all_configs())
 
@@ -173,9 +174,10 @@ def test_knobs_for_are_valid(shape):
                                             ((32, 128256, 4096), True), ((4096, 4096, 4096), False)])
 def test_tiny_tiles_screened_on_small_grids_only(shape, screened):
     """A tile under 64x64 (cuBLASLt's small-class picks, the decode tiles) is screened where the grid of its tiles is
-    at most 32 waves: the small class and decode up to N = 128256, not a 4096^3 cube (16384 tiles of 64x16)."""
+    at most 32 waves: the small class and decode up to N = 128256 (swapped: 16 rows along M), not a 4096^3 cube (16384
+    tiles of 64x16)."""
     p = GemmProblem(*shape)
-    tiny = [c for c in cs.family() if c.bm * c.bn < cs.TINY_TILE and c.bn == 16]
+    tiny = [c for c in cs.family() if c.bm * c.bn < cs.TINY_TILE and c.bn == 16 and c.swap]  # 16 rows along M
     assert tiny and all(bool(cs.knobs_for(c, p)) is screened for c in tiny)
     assert cs.knobs_for(cs.CutlassConfig(), p)  # the rest always are
 

@@ -44,13 +44,13 @@ EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (aut
 MAX_STAGES = 16          # the pipeline's depth is capped here (tiles under 64x64 fit 17-25 stages; an odd count
                          # with a 2-CTA multicast failed to compile, and more than 16 hides no more latency)
 MAX_ACC_REGS = 128           # fp32 accumulators per consumer thread that leave room for the rest
-# Tile widths of the space (wgmma takes N % 8 up to 256, and so does the predicate). CuTe picks the
+# Tile widths of the space (wgmma takes N % 8 up to 256; the predicate 8 and N % 16). CuTe picks the
 # MMA atom by the largest N that divides the tile, but N other than 64/128/192/256 (and 8..56) only with
 # CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: without it a 160-wide tile ran five 64x32x16 wgmma per k-step (ncu, session
 # 16: 2.4x the issued instructions, L1 at 97%) at 0.61-0.71x of the family's best (session 15); ``flags`` sets it.
 # cuBLASLt's "128x160" and "176x128" are in its column-major view (m = our N): with swap=True the kernel computes
 # C^T = B^T A^T, so its BM (the MMA's 64-row dimension) runs along our N and its BN along our M.
-BNS = (8, 16, 24, 32, 48, 64, 96, 128, 160, 176, 192, 256)
+BNS = (8, 16, 32, 48, 64, 96, 128, 160, 176, 192, 256)
 CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4))  # at most 8 CTAs: the portable size
 TINY_TILE = 64 * 64      # tiles smaller than this are screened only where the grid of tiles is at most TINY_WAVES waves
 TINY_WAVES = 32
@@ -162,16 +162,18 @@ def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
         return False, "layout tn|nn and dtype fp16|bf16"
     if cfg.bk not in (32, 64, 128):
         return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
-    if cfg.bn % 8 or not 8 <= cfg.bn <= 256 or cfg.bm not in (64, 128, 256):
-        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN a multiple of 8 in 8..256 (wgmma's N)"
+    # BN: wgmma takes any multiple of 8, but CuTe's shared-memory partition of an odd multiple of 8 above 8 (24, 40)
+    # fails its stride divisibility (compile evidence, session 17): 8, or a multiple of 16 up to 256
+    if not (cfg.bn == 8 or (cfg.bn % 16 == 0 and 16 <= cfg.bn <= 256)) or cfg.bm not in (64, 128, 256):
+        return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN 8 or a multiple of 16 in 16..256"
     wgs = 2 if cfg.schedule == "coop" else 1
     if cfg.schedule == "coop" and cfg.bm % 128:
         return False, f"the cooperative schedule splits BM over two warpgroups: BM={cfg.bm} must be 128 or 256 (or use pingpong)"
     if cfg.schedule == "pingpong" and cfg.bm > 128:
         return False, f"ping-pong gives one warpgroup a whole tile: BM={cfg.bm} must be <= 128 (or use coop)"
     # a cluster's CTAs each load 1/CN of the A tile (BM rows) and 1/CM of the B tile (BN rows) and multicast it:
-    # those rows must be a multiple of 8 (the 128-byte swizzle's 8-row atom) or divide it (compile evidence: BN=24
-    # over CM=2 failed CuTe's stride divisibility, BN=8 over CM=2 compiled)
+    # those rows must be a multiple of 8 (the 128-byte swizzle's 8-row atom) or divide it (compile evidence: BN=8
+    # over CM=2 and 4 compiled; 12-row slices are refused unseen, as the 24-row tiles failed)
     for rows, side in ((cfg.bm // cfg.cn, "BM / CN"), (cfg.bn // cfg.cm, "BN / CM")):
         if rows % 8 and 8 % rows:
             return False, (f"cluster {cfg.cm}x{cfg.cn} on tile {cfg.bm}x{cfg.bn}: {side} = {rows} rows per CTA's "
@@ -287,9 +289,9 @@ _SWAP_SPECS = (
 # (swap, tile, cluster): cuBLASLt's "64x8 c2x4" is pingpong 64x8 c2x4 swapped (BM=64 along N, BN=8 along M, CM=2
 # along N); its "32x64 c4x2" is 64x32 c2x4 unswapped (BM=64 along M, CN=4 along N).
 _SMALL_SPECS = (
-    (True, 64, 8, 2, 4), (True, 64, 8, 1, 4), (True, 64, 24, 1, 4), (True, 64, 32, 1, 2), (True, 64, 48, 1, 4),
+    (True, 64, 8, 2, 4), (True, 64, 8, 1, 4), (True, 64, 16, 1, 4), (True, 64, 32, 1, 2), (True, 64, 48, 1, 4),
     (True, 64, 64, 2, 4),
-    (False, 64, 32, 2, 4), (False, 64, 24, 1, 4), (False, 64, 8, 2, 4), (False, 64, 32, 1, 2),
+    (False, 64, 32, 2, 4), (False, 64, 16, 2, 4), (False, 64, 8, 2, 4), (False, 64, 32, 1, 2),
 )
 
 
