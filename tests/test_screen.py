@@ -76,6 +76,11 @@ def test_selection_table_and_load_selection_pick_fastest_checked_config(tmp_path
     assert t[("64_64_64", "graph")]["config"] == "tiled(BM=32)" and t[("64_64_64", "graph")]["ref"] == "cublas_tn"
     assert math.isclose(t[("64_64_64", "graph")]["ratio"], 0.0033 / 0.003)
     assert math.isclose(t[("64_64_64", "cold")]["ratio"], 0.005 / 0.006)
+    # without BM=32 (a subset of the family), the screen would have picked BM=16; the references stay
+    sub = {(r["mnk"], r["protocol"]): r for r in selection_table(rows, keep=lambda algo: "BM=32" not in algo)}
+    assert sub[("64_64_64", "graph")]["config"] == "tiled(BM=16)" and sub[("64_64_64", "graph")]["ref"] == "cublas_tn"
+    assert math.isclose(sub[("64_64_64", "graph")]["ratio"], 0.0033 / 0.004)
+    assert not selection_table(rows, keep=lambda algo: False)
     path = tmp_path / "sel.csv"
     ResultsWriter(path).write_batch(rows)
     sel = load_selection([path])  # what bench --triton-from re-measures
@@ -119,3 +124,29 @@ def test_select_then_remeasure_on_gpu(tmp_path):
                  "--out", str(rem), "--no-progress"]) == 0
     got = [r for r in read_rows([rem]) if r["candidate"].startswith("triton-sel:")]
     assert got and all(r["verified"] == "true" for r in got)
+
+
+def test_screen_subsets_script(tmp_path, capsys):
+    """scripts/screen_subsets.py: the screen's geomean with and without named configs, and where they won."""
+    import importlib.util
+
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("screen_subsets", Path(__file__).parents[1] / "scripts" / "screen_subsets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a, b = "pingpong_64x8x64_c2x4_persistent_tn_fp16_swap", "coop_128x128x64_c1x1_persistent_tn_fp16"
+    rows = [_row("64_64_64", "graph", f"cutlass:{a}:s1", 0.002, algo=f"{a}:s1"),
+            _row("64_64_64", "graph", f"cutlass:{b}:s1", 0.004, algo=f"{b}:s1"),
+            _row("64_64_64", "graph", "cublas_tn", 0.003, info="screen_ref;chunk=0", algo="3"),
+            _row("128_64_64", "graph", f"cutlass:{a}:s1", 0.005, algo=f"{a}:s1"),
+            _row("128_64_64", "graph", f"cutlass:{b}:s1", 0.004, algo=f"{b}:s1"),
+            _row("128_64_64", "graph", "cublas_tn", 0.004, info="screen_ref;chunk=0", algo="3")]
+    path = tmp_path / "screen.csv"
+    ResultsWriter(path).write_batch(rows)
+    assert mod.main([str(path), "--configs", a, "--md", str(tmp_path / "t.md")]) == 0
+    out = capsys.readouterr().out
+    without, with_ = math.sqrt(0.75 * 1.0), math.sqrt(1.5 * 1.0)
+    assert f"| graph | 2 | {without:.3f} | {with_:.3f} | 1 |" in out and "| graph | 64_64_64 |" in out
+    assert "128_64_64 |" not in out.split("| gain |")[1]  # only the shapes where a named config was fastest
+    assert mod.main([str(path), "--configs", "coop_1x1"]) == 2 and "not in the screen" in capsys.readouterr().err

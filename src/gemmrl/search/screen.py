@@ -374,8 +374,10 @@ def _build_cutlass(plan: dict, progress: bool) -> None:
         print(f"screen: {len(bad)} CUTLASS config(s) failed to build; they are recorded as failed rows: {bad}")
 
 
-def selection_table(rows: Iterable[dict]) -> list[dict]:
-    """Per (mnk, protocol): the fastest quick-checked config and the fastest reference, with their ratio."""
+def selection_table(rows: Iterable[dict], keep: Callable[[str], bool] | None = None) -> list[dict]:
+    """Per (mnk, protocol): the fastest quick-checked config and the fastest reference, with their ratio.
+    ``keep(algo)``, if given, limits the configs to those it accepts (a subset of the screened family: what the
+    screen would have picked without the others); the references are unaffected."""
     best: dict[tuple, dict] = {}
     ref: dict[tuple, dict] = {}
     for r in rows:
@@ -383,7 +385,10 @@ def selection_table(rows: Iterable[dict]) -> list[dict]:
             continue
         t = float(r["time_ms"])
         key = (r["mnk"], r["protocol"])
-        d = best if r["candidate"].startswith(tuple(FAMILIES.values())) else ref
+        ours = r["candidate"].startswith(tuple(FAMILIES.values()))
+        if ours and keep is not None and not keep(r.get("algo") or r["candidate"].split(":", 1)[-1]):
+            continue
+        d = best if ours else ref
         if key not in d or t < float(d[key]["time_ms"]):
             d[key] = r
     out = []
