@@ -249,7 +249,9 @@ if [ "${ISSUE4:-0}" = 1 ]; then
   csel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
   crem="$GEMMRL_OUT/${gpu}_${tag}_cutlass-triton-selected-remeasure_graph-cold_${day}.csv"
   tsel=${ISSUE4_TRITON_SEL:-${triton_sel_out:-benchmarks/results/h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}}
-  if [ -n "${CSEL_CSV:-}" ] && [ -f "$CSEL_CSV" ]; then cp "$CSEL_CSV" "$csel"; fi
+  if [ -n "${CSEL_CSV:-}" ] && [ -f "$CSEL_CSV" ]; then  # a committed selection may be stored gzipped
+    if [[ $CSEL_CSV == *.gz ]]; then gunzip -c "$CSEL_CSV" >"$csel"; else cp "$CSEL_CSV" "$csel"; fi
+  fi
   if [ -n "${CREM_CSV:-}" ] && [ -f "$CREM_CSV" ]; then cp "$CREM_CSV" "$crem"; fi
   if [[ $stages == *compile* ]]; then
     timeout "${ISSUE4_COMPILE_S:-240}" python3 scripts/compile_throughput.py --jobs "$(nproc)" --out "$GEMMRL_OUT" \
