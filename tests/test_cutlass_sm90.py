@@ -37,6 +37,8 @@ def _have_cutlass() -> bool:
     (cs.CutlassConfig(bn=24, cm=1), "BN 8 or a multiple of 16"),  # CuTe's stride divisibility fails to compile
     (cs.CutlassConfig(bm=128, schedule="pingpong", scheduler="streamk"), "cooperative"),
     (cs.CutlassConfig(bk=48), "BK"),
+    (cs.CutlassConfig(scheduler="streamk", epilogue="nosmem"), "persistent scheduler only"),
+    (cs.CutlassConfig(epilogue="smem"), "epilogue"),
 ])
 def test_invalid_configs_say_why(cfg, why):
     ok, reason = cs.valid_config(cfg)
@@ -200,6 +202,12 @@ def test_rendering_flags():
                                 "-DGEMMRL_BK=64", "-DGEMMRL_CM=2", "-DGEMMRL_CN=1", "-DGEMMRL_PINGPONG=0",
                                 "-DGEMMRL_STREAMK=1", "-DGEMMRL_SWAP=0"}
     assert "-DGEMMRL_SWAP=1" in replace(cfg, swap=True).flags()
+    nosmem = cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong", epilogue="nosmem")
+    assert "-DGEMMRL_EPI_NOSMEM=1" in nosmem.flags() and not any("NOSMEM" in f for f in cfg.flags())
+    assert str(nosmem).endswith("_nosmem") and cs.CutlassConfig.parse(str(nosmem)) == nosmem
+    assert cs.CutlassConfig.parse(str(replace(nosmem, swap=True))).swap  # suffixes in the order _swap_nosmem
+    # without the epilogue's shared memory more stages fit (capped at MAX_STAGES)
+    assert replace(nosmem, bm=128, bn=128, bk=64).stages == 7 and replace(nosmem, bm=128, bn=128, bk=64, epilogue="tma").stages == 6
     # a 160-wide tile needs CuTe's extended wgmma shapes, or it runs 64x32 atoms (session 16's ncu)
     assert "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in replace(cfg, bn=160).flags()
     assert src.layout == "nn" and src.dtype == "bf16" and src.includes == ("cutlass",)
@@ -229,7 +237,8 @@ def test_selection_round_trip(tmp_path):
 @pytest.mark.skipif(not find_nvcc() or not _have_cutlass(), reason="needs nvcc and the nvidia-cutlass headers")
 def test_one_config_compiles_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMRL_CACHE_DIR", os.environ.get("GEMMRL_TEST_CUTLASS_CACHE", str(tmp_path)))
-    for cfg in (cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong"), cs.CutlassConfig(128, 160, 64, 2, 1, swap=True)):
+    for cfg in (cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong"), cs.CutlassConfig(128, 160, 64, 2, 1, swap=True),
+                cs.CutlassConfig(64, 16, 64, 2, 4, "pingpong", epilogue="nosmem")):
         b = cs.build_config(cfg, "90a")
         assert b.ok, b.error
         assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers > 0
@@ -242,7 +251,9 @@ GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong
                cs.CutlassConfig(128, 160, 64, 2, 1, swap=True), cs.CutlassConfig(64, 256, 64, 1, 1, "pingpong", swap=True),
                cs.CutlassConfig(128, 128, 64, 1, 2, layout="nn", swap=True),
                cs.CutlassConfig(64, 16, 128, 1, 1, "pingpong", swap=True),
-               cs.CutlassConfig(64, 8, 64, 2, 4, "pingpong", swap=True), cs.CutlassConfig(64, 32, 64, 2, 4, "pingpong")]
+               cs.CutlassConfig(64, 8, 64, 2, 4, "pingpong", swap=True), cs.CutlassConfig(64, 32, 64, 2, 4, "pingpong"),
+               cs.CutlassConfig(64, 16, 64, 2, 4, "pingpong", epilogue="nosmem"),
+               cs.CutlassConfig(64, 32, 64, 1, 2, "pingpong", swap=True, epilogue="nosmem")]
 
 
 @pytest.mark.gpu

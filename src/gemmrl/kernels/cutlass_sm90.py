@@ -38,6 +38,7 @@ TEMPLATE = Path(__file__).with_name("csrc") / "cutlass_sm90_gemm.cu"
 SCHEDULES = ("coop", "pingpong")
 SCHEDULERS = ("persistent", "streamk")
 RASTERS = ("heuristic", "m", "n")
+EPILOGUES = ("tma", "nosmem")
 DECOMPOSITIONS = ("heuristic", "dp", "splitk", "streamk")
 SMEM_BYTES = 232448          # H100/H200 opt-in shared memory per block
 EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (auto epilogue tile, 2 stages), rounded up
@@ -77,20 +78,26 @@ class CutlassConfig:
     # swap: the kernel computes C^T[N,M] = B^T A^T (operands swapped, column-major output), so BM and CM run along
     # our N and BN and CN along our M; the memory the caller passes is the same. Named with a ``_swap`` suffix.
     swap: bool = False
+    # epilogue: "tma" (the accumulators staged through shared memory and stored by TMA) or "nosmem" (stored from
+    # registers, CUTLASS's NoSmemWarpSpecialized: no staging and no TMA store to wait for; persistent scheduler
+    # only). Named with a ``_nosmem`` suffix.
+    epilogue: str = "tma"
 
     def __str__(self) -> str:
         return (f"{self.schedule}_{self.bm}x{self.bn}x{self.bk}_c{self.cm}x{self.cn}_{self.scheduler}_"
-                f"{self.layout}_{self.dtype}" + ("_swap" if self.swap else ""))
+                f"{self.layout}_{self.dtype}" + ("_swap" if self.swap else "")
+                + ("_nosmem" if self.epilogue == "nosmem" else ""))
 
     @classmethod
     def parse(cls, text: str) -> "CutlassConfig":
-        m = re.fullmatch(r"(coop|pingpong)_(\d+)x(\d+)x(\d+)_c(\d)x(\d)_(persistent|streamk)_(tn|nn)_(fp16|bf16)(_swap)?",
-                         text.strip())
+        m = re.fullmatch(r"(coop|pingpong)_(\d+)x(\d+)x(\d+)_c(\d)x(\d)_(persistent|streamk)_(tn|nn)_(fp16|bf16)(_swap)?"
+                         r"(_nosmem)?", text.strip())
         if not m:
-            raise CutlassConfigError(f"cannot read CUTLASS config {text!r}; expected e.g. "
-                                     f"{CutlassConfig()} (schedule_BMxBNxBK_cCMxCN_scheduler_layout_dtype[_swap])")
-        s, bm, bn, bk, cm, cn, sched, layout, dtype, swap = m.groups()
-        return cls(int(bm), int(bn), int(bk), int(cm), int(cn), s, sched, layout, dtype, bool(swap))
+            raise CutlassConfigError(f"cannot read CUTLASS config {text!r}; expected e.g. {CutlassConfig()} "
+                                     "(schedule_BMxBNxBK_cCMxCN_scheduler_layout_dtype[_swap][_nosmem])")
+        s, bm, bn, bk, cm, cn, sched, layout, dtype, swap, nosmem = m.groups()
+        return cls(int(bm), int(bn), int(bk), int(cm), int(cn), s, sched, layout, dtype, bool(swap),
+                   "nosmem" if nosmem else "tma")
 
     def tiles(self, M: int, N: int) -> int:
         """Output tiles of an M x N problem (the kernel's BM runs along N when swapped)."""
@@ -104,7 +111,8 @@ class CutlassConfig:
 
     @property
     def stages(self) -> int:
-        return min(MAX_STAGES, (SMEM_BYTES - EPILOGUE_SMEM) // self.stage_bytes)
+        epilogue = EPILOGUE_SMEM if self.epilogue == "tma" else 0
+        return min(MAX_STAGES, (SMEM_BYTES - epilogue) // self.stage_bytes)
 
     def flags(self) -> tuple[str, ...]:
         return (f"-DGEMMRL_BF16={int(self.dtype == 'bf16')}", f"-DGEMMRL_B_ROW={int(self.layout == 'nn')}",
@@ -113,7 +121,8 @@ class CutlassConfig:
                 f"-DGEMMRL_PINGPONG={int(self.schedule == 'pingpong')}",
                 f"-DGEMMRL_STREAMK={int(self.scheduler == 'streamk')}", f"-DGEMMRL_SWAP={int(self.swap)}") \
             + (() if self.bn in (64, 128, 192, 256) else ("-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",)) \
-            + ((f"-DGEMMRL_STAGES={MAX_STAGES}",) if self.stages == MAX_STAGES else ())
+            + ((f"-DGEMMRL_STAGES={MAX_STAGES}",) if self.stages == MAX_STAGES else ()) \
+            + (("-DGEMMRL_EPI_NOSMEM=1",) if self.epilogue == "nosmem" else ())
 
     def source(self) -> CudaSource:
         return CudaSource(code=_template(), entry="gemmrl_cutlass_gemm", layout=self.layout, dtype=self.dtype,
@@ -160,6 +169,10 @@ def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
         return False, f"schedule must be one of {SCHEDULES} and scheduler one of {SCHEDULERS}"
     if cfg.layout not in ("tn", "nn") or cfg.dtype not in ("fp16", "bf16"):
         return False, "layout tn|nn and dtype fp16|bf16"
+    if cfg.epilogue not in EPILOGUES:
+        return False, f"epilogue {cfg.epilogue!r}: one of {EPILOGUES}"
+    if cfg.epilogue == "nosmem" and cfg.scheduler != "persistent":
+        return False, "the register epilogue (nosmem) is built with the persistent scheduler only: use the tma epilogue"
     if cfg.bk not in (32, 64, 128):
         return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
     # BN: wgmma takes any multiple of 8, but CuTe's shared-memory partition of an odd multiple of 8 above 8 (24, 40)
@@ -226,10 +239,10 @@ def check(cfg: CutlassConfig, knobs: Knobs, problem: GemmProblem, cc: int = 90) 
 def all_configs(layouts: Iterable[str] = ("tn", "nn"), dtypes: Iterable[str] = ("fp16", "bf16")) -> list[CutlassConfig]:
     """Every valid compile-time config."""
     out = []
-    for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn), swap in itertools.product(
+    for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn), swap, epi in itertools.product(
             layouts, dtypes, SCHEDULES, SCHEDULERS, (64, 128, 256), BNS, (32, 64, 128),
-            CLUSTERS, (False, True)):
-        c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype, swap)
+            CLUSTERS, (False, True), EPILOGUES):
+        c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype, swap, epi)
         if valid_config(c)[0]:
             out.append(c)
     return out

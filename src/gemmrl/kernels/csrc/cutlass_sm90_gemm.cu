@@ -11,7 +11,8 @@
 //   data-parallel scheduler, 1: stream-K scheduler; cooperative only), GEMMRL_SWAP (1: the kernel computes
 //   D^T[N,M] = B^T A^T: its problem is (N, M, K), its A is our B, its B is our A (K-major), its D column-major;
 //   BM and CM then run along our N. Callers pass the same arguments either way).
-// Optional: GEMMRL_STAGES (the pipeline's depth; default: as many stages as shared memory holds).
+// Optional: GEMMRL_STAGES (the pipeline's depth; default: as many stages as shared memory holds), GEMMRL_EPI_NOSMEM
+// (1: the epilogue stores from registers, CUTLASS's NoSmemWarpSpecialized; default 0, the TMA store epilogue).
 // Runtime knobs (gemmrl_cutlass_gemm's last arguments): max swizzle (1, 2, 4, 8), raster order (0 heuristic,
 // 1 along M, 2 along N), and for stream-K the decomposition (0 heuristic, 1 data-parallel, 2 split-K,
 // 3 stream-K) and the split count. Stream-K's reduction is the deterministic one (CUTLASS's default).
@@ -84,12 +85,25 @@ constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte T
 
 using TileShape = Shape<Int<GEMMRL_BM>, Int<GEMMRL_BN>, Int<GEMMRL_BK>>;
 using ClusterShape = Shape<Int<GEMMRL_CM>, Int<GEMMRL_CN>, _1>;
+#ifndef GEMMRL_EPI_NOSMEM
+#define GEMMRL_EPI_NOSMEM 0
+#endif
+#if GEMMRL_EPI_NOSMEM && GEMMRL_STREAMK
+#error "the register epilogue (GEMMRL_EPI_NOSMEM) is built with the persistent scheduler only"
+#endif
 #if GEMMRL_PINGPONG
 using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 #else
 using MainloopSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#endif
+#if GEMMRL_EPI_NOSMEM
+// stores straight from the accumulators' registers: no shared-memory staging, no TMA store and no wait for it
+// before the CTA exits (on a tiny problem the epilogue is part of every call's fixed cost)
+using EpilogueScheduleUsed = cutlass::epilogue::NoSmemWarpSpecialized;
+#else
+using EpilogueScheduleUsed = EpilogueSchedule;
 #endif
 #if GEMMRL_STREAMK
 using TileScheduler = cutlass::gemm::StreamKScheduler;
@@ -102,7 +116,7 @@ using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBui
     cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
     void, LayoutD, kAlign,      // no C source
     Element, LayoutD, kAlign,   // D
-    EpilogueSchedule>::CollectiveOp;
+    EpilogueScheduleUsed>::CollectiveOp;
 
 using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element, LayoutB, kAlign,
@@ -214,10 +228,10 @@ extern "C" {
 
 const char* gemmrl_cutlass_describe() {
   static char buf[160];
-  std::snprintf(buf, sizeof(buf), "%s %s %dx%dx%d cluster %dx%d %s %s%s", GEMMRL_BF16 ? "bf16" : "fp16",
+  std::snprintf(buf, sizeof(buf), "%s %s %dx%dx%d cluster %dx%d %s %s%s%s", GEMMRL_BF16 ? "bf16" : "fp16",
                 GEMMRL_B_ROW ? "nn" : "tn", GEMMRL_BM, GEMMRL_BN, GEMMRL_BK, GEMMRL_CM, GEMMRL_CN,
                 GEMMRL_PINGPONG ? "pingpong" : "cooperative", GEMMRL_STREAMK ? "streamk" : "persistent",
-                GEMMRL_SWAP ? " swapped" : "");
+                GEMMRL_SWAP ? " swapped" : "", GEMMRL_EPI_NOSMEM ? " register-epilogue" : "");
   return buf;
 }
 
