@@ -181,3 +181,21 @@ def name_thread(args, ctx):
     finally:
         done.set()
         t.join()
+
+
+def leave_thread(args, ctx):
+    """Hands work to a thread that outlives the job (a candidate that returns before its work is done)."""
+    import threading
+
+    threading.Thread(target=time.sleep, args=(args,), name="late-work", daemon=True).start()
+    return {"pid": os.getpid()}
+
+
+def join_thread(args, ctx):
+    """Uses a thread and waits for it: nothing is left running."""
+    import threading
+
+    t = threading.Thread(target=time.sleep, args=(args,), name="joined")
+    t.start()
+    t.join()
+    return {"pid": os.getpid()}

@@ -169,6 +169,20 @@ def test_poisoned_cuda_context_replaces_the_worker(pool):
     assert nxt.status == "ok" and nxt.worker_pid != r.worker_pid
 
 
+def test_job_that_leaves_a_thread_retires_its_worker(pool):
+    """A job whose thread is still running when it returns (its value still comes back) retires the worker, so the
+    thread cannot run into the next job; a job that joins its threads keeps the worker."""
+    r = run1(pool, job("join_thread", 0.05))
+    assert r.status == "ok" and r.replaced is False and r.retired == ""
+    r = run1(pool, job("leave_thread", 30.0))
+    assert r.status == "ok" and r.value["pid"] == r.worker_pid, r
+    assert r.replaced is True and "left 1 Python thread(s) running (late-work)" in r.retired
+    assert gone(r.worker_pid)  # the thread died with it
+    nxt = run1(pool, job("double", 3))
+    assert nxt.status == "ok" and nxt.worker_pid != r.worker_pid and nxt.replaced is False
+    assert pool.replaced == 1
+
+
 def test_reply_cannot_run_code_in_the_parent(pool, tmp_path):
     marker = tmp_path / "pwned"
     r = run1(pool, job("return_evil_pickle", str(marker)))

@@ -16,6 +16,11 @@ A ``Job`` names a function ``"package.module:function"`` that a worker imports a
 - ``cuda_fault``  after the job, ``torch.cuda.synchronize()`` or a tiny allocation and copy failed (a
                   sticky error such as an illegal address); the worker exits and is replaced.
 
+Whatever the status, a job that leaves Python threads of its own running (a candidate that hands its work to a
+thread and returns) retires its worker once its reply is sent: ``JobResult.retired`` says why and ``replaced`` is
+set, so the thread dies with that process instead of running into the next job (seen: such a thread's late Triton
+launch raised inside the next candidate's call, which then failed as a crash).
+
 Workers are ``python -m gemmrl.sandbox`` subprocesses (a fresh interpreter, so no CUDA context is
 inherited), one per visible GPU by default, each in its own session with ``CUDA_VISIBLE_DEVICES`` set to
 its GPU. Each owns a scratch dir ``scratch_root/worker-<n>-<pid>``: its cwd, TMPDIR, HOME and the
@@ -104,6 +109,7 @@ class JobResult:
     gpu: int | None = None
     wall_s: float = 0.0
     replaced: bool = False
+    retired: str = ""        # why a worker was retired after an otherwise normal reply (threads the job left)
 
 
 @dataclass(frozen=True)
@@ -314,8 +320,22 @@ def _cuda_health() -> str | None:
     return None
 
 
+def _left_threads(before: set) -> str:
+    """The Python threads started since ``before`` that are still alive, as a reason to retire the worker, or ''."""
+    # threads started through Python; a foreign (C/C++) thread that merely called into Python shows up as a dummy,
+    # which is never "alive" in a way that can be judged, so it is left out
+    left = [t for t in threading.enumerate()
+            if t not in before and t.is_alive() and not isinstance(t, threading._DummyThread)]
+    if not left:
+        return ""
+    names = ", ".join(t.name for t in left[:4]) + (", ..." if len(left) > 4 else "")
+    return f"the job left {len(left)} Python thread(s) running ({names}); the worker is retired so they cannot " \
+           "touch the next job"
+
+
 def _run_job(fn_name: str, args_pickle: bytes, ctx: JobContext) -> dict:
     status, error, value = "ok", "", None
+    before = set(threading.enumerate())
     try:
         value = _resolve(fn_name)(pickle.loads(args_pickle), ctx)
     except BaseException as e:  # SystemExit and KeyboardInterrupt from job code are job errors too
@@ -332,7 +352,7 @@ def _run_job(fn_name: str, args_pickle: bytes, ctx: JobContext) -> dict:
             status, error = "error", f"return value is not picklable: {type(e).__name__}: {e}"
     _flush_all()
     os.chdir(ctx.scratch)
-    return {"status": status, "error": error, "value": payload}
+    return {"status": status, "error": error, "value": payload, "retire": _left_threads(before)}
 
 
 def _worker_main(fd: int) -> int:
@@ -359,8 +379,8 @@ def _worker_main(fd: int) -> int:
             return 0
         reply = _run_job(msg[2], msg[3], ctx)
         _send(sock, ("result", reply))
-        if reply["status"] == "cuda_fault":
-            os._exit(0)  # a poisoned context cannot be recovered; the parent starts a new worker
+        if reply["status"] == "cuda_fault" or reply["retire"]:
+            os._exit(0)  # a poisoned context (or a job's live threads) cannot be undone; the parent starts a new worker
 
 
 # -------------------------------------------------------------------------------------- parent side
@@ -467,11 +487,11 @@ class _Worker:
         os.ftruncate(self.log_fd, 0)  # the worker writes with O_APPEND: output starts at 0 again
         t0 = time.monotonic()
         deadline = t0 + job.timeout_s
-        status, value, error = "crash", None, ""
+        status, value, error, retired = "crash", None, "", ""
         try:
             _send(self.sock, ("job", job.job_id, job.fn, args_pickle), deadline)
             kind, reply = _recv(self.sock, deadline)
-            status, error = str(reply["status"]), str(reply["error"])
+            status, error, retired = str(reply["status"]), str(reply["error"]), str(reply.get("retire") or "")
             if kind != "result" or status not in STATUSES:
                 raise pickle.UnpicklingError(f"malformed reply {kind!r}/{status!r}")
             if status == "ok":
@@ -485,16 +505,18 @@ class _Worker:
             status, error = "crash", ""
         except (OSError, pickle.UnpicklingError, struct.error, KeyError, TypeError, ValueError) as e:
             status, error = "crash", f"bad reply ({type(e).__name__}: {e}), worker killed"
-        replaced = status in REPLACING
+        if status in ("timeout", "crash"):
+            retired = ""
+        replaced = status in REPLACING or bool(retired)
         if replaced:
-            dying = status == "cuda_fault" or (status == "crash" and not error)
+            dying = status == "cuda_fault" or bool(retired) or (status == "crash" and not error)
             rc = self.kill(grace_s=_EXIT_GRACE_S if dying else 0.0)
             if status == "crash" and not error:
                 error = _exit_text(rc)
             self.sock.close()
         return JobResult(job_id=job.job_id, status=status, value=value, error=error, output=self.tail(),
                          isolation=self.isolation, worker_pid=self.pid, gpu=self.gpu,
-                         wall_s=time.monotonic() - t0, replaced=replaced)
+                         wall_s=time.monotonic() - t0, replaced=replaced, retired=retired)
 
     def stop(self, keep_scratch: bool) -> None:
         if self.alive():
@@ -610,7 +632,7 @@ class SandboxPool:
                 result = worker.run(job, args_pickle)
                 if result.replaced:
                     log.warning("job %s on worker %d pid %d: %s (%s); replacing the worker",
-                                job.job_id, index, result.worker_pid, result.status, result.error)
+                                job.job_id, index, result.worker_pid, result.status, result.retired or result.error)
                     worker.stop(self.keep_scratch)
                     worker = None
                     with self._lock:
