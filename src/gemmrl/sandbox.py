@@ -568,7 +568,7 @@ class SandboxPool:
         self.scratch_root.mkdir(parents=True, exist_ok=True)
         self.isolate, self.start_timeout_s, self.keep_scratch = isolate, start_timeout_s, keep_scratch
         self.env = dict(env or {})
-        self.replaced = 0  # workers replaced after a timeout, crash or CUDA fault
+        self.replaced = 0  # workers replaced after a timeout, crash or CUDA fault, or retired (threads left running)
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
