@@ -11,7 +11,6 @@ A config name matches the part of a row's algo before its knobs (e.g. pingpong_6
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -19,11 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.results import read_rows  # noqa: E402
 from gemmrl.search.screen import selection_table  # noqa: E402
-
-
-def geomean(xs) -> float:
-    xs = list(xs)
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+from gemmrl.summary import Stats  # noqa: E402
 
 
 def compare(rows: list[dict], names: set[str]) -> list[str]:
@@ -40,8 +35,8 @@ def compare(rows: list[dict], names: set[str]) -> list[str]:
         if not keys:
             continue
         wins = [k for k in keys if named(every[k]["config"])]
-        lines.append(f"| {proto} | {len(keys)} | {geomean(without[k]['ratio'] for k in keys):.3f} | "
-                     f"{geomean(every[k]['ratio'] for k in keys):.3f} | {len(wins)} |")
+        lines.append(f"| {proto} | {len(keys)} | {Stats.of(without[k]['ratio'] for k in keys).geomean:.3f} | "
+                     f"{Stats.of(every[k]['ratio'] for k in keys).geomean:.3f} | {len(wins)} |")
         for k in wins:
             e, w = every[k], without[k]
             per_shape.append(f"| {proto} | {k[1]} | {e['ref_ms'] * 1e3:.2f} ({e['ref']}) | {w['best_ms'] * 1e3:.2f} | "

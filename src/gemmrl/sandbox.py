@@ -491,9 +491,10 @@ class _Worker:
         try:
             _send(self.sock, ("job", job.job_id, job.fn, args_pickle), deadline)
             kind, reply = _recv(self.sock, deadline)
-            status, error, retired = str(reply["status"]), str(reply["error"]), str(reply.get("retire") or "")
+            status, error = str(reply["status"]), str(reply["error"])
             if kind != "result" or status not in STATUSES:
                 raise pickle.UnpicklingError(f"malformed reply {kind!r}/{status!r}")
+            retired = str(reply.get("retire") or "")
             if status == "ok":
                 try:
                     value = _loads_plain(reply["value"], self.value_types)
@@ -505,8 +506,6 @@ class _Worker:
             status, error = "crash", ""
         except (OSError, pickle.UnpicklingError, struct.error, KeyError, TypeError, ValueError) as e:
             status, error = "crash", f"bad reply ({type(e).__name__}: {e}), worker killed"
-        if status in ("timeout", "crash"):
-            retired = ""
         replaced = status in REPLACING or bool(retired)
         if replaced:
             dying = status == "cuda_fault" or bool(retired) or (status == "crash" and not error)
