@@ -34,7 +34,9 @@
 #      sweep    the exhaustive reference: gemmrl select, Triton (top 16 + explore 8, tn and nn) and CUTLASS (tn)
 #      tune     gemmrl tune --proposer rl (ISSUE5_GROUP x ISSUE5_ROUNDS per shape; trials in $GEMMRL_OUT)
 #      remeasure gemmrl bench --triton-from/--cutlass-from the tuned rows, every vendor path: the run that counts
-#      (T5SEL_CSV / C5SEL_CSV / T5ROWS_CSV / T5REM_CSV: files of an earlier call to resume from)
+#      (T5SEL_CSV / C5SEL_CSV / T5ROWS_CSV / T5REM_CSV: files of an earlier call to resume from; T5TRIALS: the
+#      trials store a cut-off tune resumes; T5POLICY: the policy to start from; any may be .gz)
+#      ISSUE5_SHAPES_ARGS replaces --shapes ISSUE5_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks)
 #   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
 #      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
 #  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
@@ -283,22 +285,32 @@ if [ "${ISSUE5:-0}" = 1 ]; then
   t5rows="$GEMMRL_OUT/${gpu}_${tag}_tune-rl-rows_graph-cold_${day}.csv"
   t5sum="$GEMMRL_OUT/${gpu}_${tag}_tune-rl-outcomes_${day}.csv"
   t5rem="$GEMMRL_OUT/${gpu}_${tag}_tuned-remeasure_graph-cold_${day}.csv"
-  for v in T5SEL_CSV:t5sel C5SEL_CSV:c5sel T5ROWS_CSV:t5rows T5REM_CSV:t5rem; do
+  shapes5=${ISSUE5_SHAPES_ARGS:---shapes $shapes}  # e.g. "--grid cuda-l2 --part 1/5" (tag grid1000-part1of5)
+  t5trials="$GEMMRL_OUT/trials.sqlite"
+  t5policy="$GEMMRL_OUT/policy.json"
+  # carried in: earlier files of this run (T5TRIALS, the trials store a cut-off tune resumes from; T5POLICY, the
+  # policy the last chunk left), each may be stored gzipped
+  for v in T5SEL_CSV:t5sel C5SEL_CSV:c5sel T5ROWS_CSV:t5rows T5REM_CSV:t5rem T5TRIALS:t5trials T5POLICY:t5policy; do
     src=${v%%:*}; dst=${v##*:}
-    if [ -n "${!src:-}" ] && [ -f "${!src}" ]; then cp "${!src}" "${!dst}"; fi
+    if [ -n "${!src:-}" ] && [ -f "${!src}" ]; then
+      if [[ ${!src} == *.gz ]]; then gunzip -c "${!src}" >"${!dst}"; else cp "${!src}" "${!dst}"; fi
+    fi
   done
   if [[ $stages == *sweep* ]]; then
-    timeout "${ISSUE5_TSEL_S:-300}" python3 -m gemmrl.cli select --shapes "$shapes" --top 16 --explore 8 \
+    # shellcheck disable=SC2086
+    timeout "${ISSUE5_TSEL_S:-300}" python3 -m gemmrl.cli select $shapes5 --top 16 --explore 8 \
       --layouts tn,nn --protocol graph,cold --no-progress --out "$t5sel" >"$GEMMRL_OUT/issue5_triton_select.log" 2>&1
     echo "sweep triton: exit $? ($(grep -c . "$t5sel" 2>/dev/null) lines)"
-    timeout "${ISSUE5_CSEL_S:-240}" python3 -m gemmrl.cli select --family cutlass --shapes "$shapes" --layouts tn \
+    # shellcheck disable=SC2086
+    timeout "${ISSUE5_CSEL_S:-240}" python3 -m gemmrl.cli select --family cutlass $shapes5 --layouts tn \
       --protocol graph,cold --no-progress --out "$c5sel" >"$GEMMRL_OUT/issue5_cutlass_select.log" 2>&1
     echo "sweep cutlass: exit $? ($(grep -c . "$c5sel" 2>/dev/null) lines)"
   fi
   if [[ $stages == *tune* ]]; then
-    timeout "${ISSUE5_TUNE_S:-300}" python3 -m gemmrl.cli tune --shapes "$shapes" --proposer rl \
+    # shellcheck disable=SC2086
+    timeout "${ISSUE5_TUNE_S:-300}" python3 -m gemmrl.cli tune $shapes5 --proposer rl \
       --group "${ISSUE5_GROUP:-4}" --rounds "${ISSUE5_ROUNDS:-1}" --run "$tag" --resume \
-      --trials "$GEMMRL_OUT/trials.sqlite" --policy "$GEMMRL_OUT/policy.json" --summary-out "$t5sum" \
+      --trials "$t5trials" --policy "$t5policy" --summary-out "$t5sum" \
       --rows-out "$t5rows" --baselines "${ISSUE5_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
       --budget-wall-minutes "${ISSUE5_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/issue5_tune.log" 2>&1
     echo "tune: exit $?"; grep -E "^tune:|Error" "$GEMMRL_OUT/issue5_tune.log" | tail -n 4
@@ -307,7 +319,8 @@ if [ "${ISSUE5:-0}" = 1 ]; then
       "$GEMMRL_OUT/trials.sqlite" && rm -f "$GEMMRL_OUT"/trials.sqlite-wal "$GEMMRL_OUT"/trials.sqlite-shm
   fi
   if [[ $stages == *remeasure* ]]; then
-    timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench --shapes "$shapes" --triton-from "$t5rows" \
+    # shellcheck disable=SC2086
+    timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench $shapes5 --triton-from "$t5rows" \
       --cutlass-from "$t5rows" --protocol graph,cold --no-progress --out "$t5rem" >"$GEMMRL_OUT/issue5_remeasure.log" 2>&1
     echo "re-measure of the tuned winners: exit $? ($(grep -c . "$t5rem" 2>/dev/null) lines)"
   fi

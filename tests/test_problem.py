@@ -1,7 +1,7 @@
 import pytest
 
-from gemmrl.problem import (GRID_DIMS, GemmProblem, ProblemError, grid, parse_mnk, peaks_for, read_shapes,
-                            sample_grid)
+from gemmrl.problem import (GRID_DIMS, GemmProblem, ProblemError, grid, parse_mnk, parse_part, part_of,
+                            peaks_for, read_shapes, sample_grid)
 
 
 @pytest.mark.parametrize("text,mnk", [("64_4096_64", (64, 4096, 64)), ("1x7x13", (1, 7, 13)), (" 3_5_7 ", (3, 5, 7))])
@@ -57,6 +57,32 @@ def test_grid_and_sample():
         sample_grid(0)
     with pytest.raises(ProblemError):
         sample_grid(1001)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 1000])
+def test_parts_are_disjoint_cover_and_mixed(n):
+    g = grid()
+    parts = [part_of(g, k, n) for k in range(1, n + 1)]
+    assert sum(len(p) for p in parts) == 1000
+    assert set().union(*map(set, parts)) == set(g)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    # the order the shapes come in does not change the parts; within a part, smallest first
+    assert part_of(list(reversed(g)), 1, n) == parts[0]
+    assert [p.flops for p in parts[-1]] == sorted(p.flops for p in parts[-1])
+    if n == 5:  # each part a like mix: its FLOPs within 25% of the mean part's
+        total = [sum(p.flops for p in part) for part in parts]
+        assert max(total) < 1.25 * sum(total) / n and min(total) > 0.75 * sum(total) / n
+
+
+@pytest.mark.parametrize("text, want", [("1/5", (1, 5)), (" 5 / 5 ", (5, 5)), ("1/1", (1, 1))])
+def test_parse_part(text, want):
+    assert parse_part(text) == want
+
+
+@pytest.mark.parametrize("text", ["0/5", "6/5", "1/0", "a/b", "1", "1/5/2", "-1/5", ""])
+def test_parse_part_refuses(text):
+    with pytest.raises(ProblemError, match="K/N with 1 <= K <= N"):
+        parse_part(text)
 
 
 def test_read_shapes(tmp_path):

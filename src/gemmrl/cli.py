@@ -12,7 +12,7 @@ from datetime import date
 from pathlib import Path
 
 from .library import LibraryError
-from .problem import ProblemError, parse_mnk, read_shapes, sample_grid, grid
+from .problem import ProblemError, grid, parse_mnk, parse_part, part_of, read_shapes, sample_grid
 from .results import COLUMNS, ResultsError
 from .timing import PROTOCOLS, TimingConfig
 
@@ -42,18 +42,26 @@ def _problems(args) -> tuple[list, str]:
         raise CliError("--sample N draws N shapes of --grid cuda-l2; with --mnk or --shapes leave it out")
     if args.gpu_device_id is not None and args.gpu_device_id < 0:
         raise CliError(f"--gpu-device-id takes a GPU index >= 0 (as nvidia-smi lists them), got {args.gpu_device_id}")
+    part = parse_part(args.part) if getattr(args, "part", None) else None
     if args.mnk:
         ps = [parse_mnk(s, **kw) for s in args.mnk.split(",")]
-        return ps, ps[0].mnk if len(ps) == 1 else f"{len(ps)}shapes"
-    if args.grid:
+        what = ps[0].mnk if len(ps) == 1 else f"{len(ps)}shapes"
+    elif args.grid:
         if args.grid != "cuda-l2":
             raise CliError(f"--grid knows only 'cuda-l2', got {args.grid!r}")
         if args.sample is not None:
-            return sample_grid(args.sample, args.seed, **kw), f"grid{args.sample}s{args.seed}"
-        return grid(**kw), "grid1000"
-    if not Path(args.shapes).is_file():
-        raise CliError(f"--shapes {args.shapes}: no such file (one M_N_K per line)")
-    return read_shapes(args.shapes, **kw), Path(args.shapes).stem
+            ps, what = sample_grid(args.sample, args.seed, **kw), f"grid{args.sample}s{args.seed}"
+        else:
+            ps, what = grid(**kw), "grid1000"
+    else:
+        if not Path(args.shapes).is_file():
+            raise CliError(f"--shapes {args.shapes}: no such file (one M_N_K per line)")
+        ps, what = read_shapes(args.shapes, **kw), Path(args.shapes).stem
+    if part is None:
+        return ps, what
+    if part[1] > len(ps):
+        raise CliError(f"--part {args.part}: {len(ps)} shape(s) cannot make {part[1]} parts; give N <= {len(ps)}")
+    return part_of(ps, *part), f"{what}-part{part[0]}of{part[1]}"
 
 
 def _check_out(out: Path, flag: str = "--out") -> None:
@@ -399,6 +407,8 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", type=int, help="with --grid: a reproducible sample of N shapes")
     p.add_argument("--seed", type=int, default=0, help="sample and timing seed")
     p.add_argument("--shapes", help="file with one M_N_K per line")
+    p.add_argument("--part", help="K/N: only the K-th of N interleaved parts of those shapes (by FLOPs, so each part "
+                                  "is a like mix; e.g. --grid cuda-l2 --part 1/5 for a 200-shape chunk)")
     p.add_argument("--dtype", default="fp16", choices=("fp16", "bf16"))
     p.add_argument("--acc", default="fp32", choices=("fp32", "fp16"), help="accumulator (fp16 is its own mode)")
     p.add_argument("--gpu-device-id", type=int, default=0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from dataclasses import dataclass, replace
 
 DTYPES = ("fp16", "bf16")
@@ -129,6 +130,24 @@ def sample_grid(n: int, seed: int = 0, **kw) -> list[GemmProblem]:
         raise ProblemError(f"--sample must be in 1..{len(g)}, got {n}")
     picked = random.Random(seed).sample(g, n)
     return sorted(picked, key=lambda p: (p.flops, p.mnk))
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``K/N`` (1 <= K <= N) into (K, N): the K-th of N parts of a shape list (see ``part_of``)."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise ProblemError(f"--part takes K/N with 1 <= K <= N (the K-th of N parts), e.g. 1/5; got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def part_of(problems: list[GemmProblem], k: int, n: int) -> list[GemmProblem]:
+    """The ``k``-th (1-based) of ``n`` interleaved parts: the shapes ordered by (FLOPs, mnk) and dealt out like cards,
+    so every part holds a like mix of small and large shapes (and about the same GPU time); the parts are disjoint,
+    cover the list, and do not depend on the order they were given in. Within a part, smallest first."""
+    if not 1 <= k <= n:
+        raise ProblemError(f"part {k} of {n}: want 1 <= K <= N")
+    ordered = sorted(dict.fromkeys(problems), key=lambda p: (p.flops, p.mnk, p.dtype, p.acc, p.layout))
+    return ordered[k - 1 :: n]
 
 
 def read_shapes(path: str, **kw) -> list[GemmProblem]:

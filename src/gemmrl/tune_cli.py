@@ -89,9 +89,17 @@ def problems_for(args) -> list[GemmProblem]:
             if args.mnk or args.grid or args.shapes:
                 raise CliError("give one of --model, --mnk, --grid or --shapes")
             try:
-                out += model_shapes(args.model, dtype=dt, acc=args.acc)
+                ps = model_shapes(args.model, dtype=dt, acc=args.acc)
             except ValueError as e:
                 raise CliError(str(e)) from None
+            if args.part:
+                from .problem import parse_part, part_of
+
+                k, n = parse_part(args.part)
+                if n > len(ps):
+                    raise CliError(f"--part {args.part}: {len(ps)} shape(s) cannot make {n} parts; give N <= {len(ps)}")
+                ps = part_of(ps, k, n)
+            out += ps
         else:
             ns = argparse.Namespace(**{**vars(args), "dtype": dt})
             out += _problems(ns)[0]
