@@ -58,7 +58,9 @@ def test_every_outcome_is_stored_once_and_resume_does_nothing_twice(tmp_path):
     assert rep.groups == 8 and rep.evaluated == 32 and rep.stopped == "done"
     outs = store.outcomes(gpu="model")
     assert len(outs) == 32 and len({(o["mnk"], o["key"]) for o in outs}) == 32
+    assert _tuner(store).pending() == []                        # what a resumed `gemmrl tune` warms and precompiles
     assert _tuner(store).run().groups == 0                      # resumed: nothing left
+    assert _tuner(store, rounds=3).pending() == list(SHAPES)
     rep3 = _tuner(store, rounds=3).run()                        # one more round per shape
     assert rep3.groups == 4 and len(store.outcomes(gpu="model")) == 48
     assert set(rep3.best) == {p.mnk for p in SHAPES} and all(v > 0 for v in rep3.best.values())
@@ -77,6 +79,9 @@ def test_gpu_budget_stops_proposing(tmp_path):
     store = TrialsStore(tmp_path / "t.sqlite")
     rep = _tuner(store, rounds=5, budget_gpu_s=1e-9).run()
     assert rep.stopped == "gpu budget" and rep.groups == 1
+    # a run cut off after its first shape's only round: resumed, it has the other shapes left
+    cut = _tuner(store, rounds=1, run="cut", budget_gpu_s=1e-9)
+    assert cut.run().groups == 1 and _tuner(store, rounds=1, run="cut").pending() == list(SHAPES[1:])
 
 
 def test_failures_are_recorded_and_the_loop_goes_on(tmp_path):

@@ -296,14 +296,22 @@ def cmd_tune(args) -> int:
                     run=args.run, gpu=gpu, seed=args.seed)
     policy_out = Path(args.policy) if args.policy else user_policy()
     save = (lambda: policy.save(policy_out)) if policy is not None else None
-    if policy is not None:
-        policy.warm(problems)
-    if args.executor == "sandbox" and executor is None:
-        precompile_first_round(args, problems, policy)
-    executor = executor or make_executor(args, protocols)
     try:
-        report = Tuner(spec, proposers, executor, store, hardware, save_policy=save,
-                       progress=not args.no_progress).run()
+        tuner = Tuner(spec, proposers, None, store, hardware, save_policy=save, progress=not args.no_progress)
+    except BaseException:
+        if executor is not None:
+            executor.close()
+        store.close()
+        raise
+    pending = tuner.pending()  # a resumed run warms and precompiles only the shapes it has left
+    if policy is not None:
+        policy.warm(pending)
+    if args.executor == "sandbox" and executor is None:
+        precompile_first_round(args, pending, policy)
+    executor = executor or make_executor(args, protocols)
+    tuner.executor = executor
+    try:
+        report = tuner.run()
     except RuntimeError as e:
         if "--resume" not in str(e):
             raise

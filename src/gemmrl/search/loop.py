@@ -127,6 +127,10 @@ class Tuner:
         self.gpu_s_before = 0.0
         self._load()
 
+    def pending(self) -> list[GemmProblem]:
+        """The shapes this run still has groups to do for (all of them in a new run; fewer when resumed)."""
+        return [p for p in self.spec.problems if self.groups_done.get(p.mnk, 0) < self.spec.rounds]
+
     def _load(self) -> None:
         by = {p.mnk: p for p in self.spec.problems}
         groups: dict[str, set] = {}
