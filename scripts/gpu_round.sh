@@ -36,7 +36,8 @@
 #      remeasure gemmrl bench --triton-from/--cutlass-from the tuned rows, every vendor path: the run that counts
 #      (T5SEL_CSV / C5SEL_CSV / T5ROWS_CSV / T5REM_CSV: files of an earlier call to resume from; T5TRIALS: the
 #      trials store a cut-off tune resumes; T5POLICY: the policy to start from; any may be .gz)
-#      ISSUE5_SHAPES_ARGS replaces --shapes ISSUE5_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks)
+#      ISSUE5_SHAPES_ARGS replaces --shapes ISSUE5_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks);
+#      ISSUE5_BENCH_ARGS adds to the re-measure's bench, e.g. "--timing quick"
 #   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
 #      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
 #  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
@@ -321,7 +322,8 @@ if [ "${ISSUE5:-0}" = 1 ]; then
   if [[ $stages == *remeasure* ]]; then
     # shellcheck disable=SC2086
     timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench $shapes5 --triton-from "$t5rows" \
-      --cutlass-from "$t5rows" --protocol graph,cold --no-progress --out "$t5rem" >"$GEMMRL_OUT/issue5_remeasure.log" 2>&1
+      --cutlass-from "$t5rows" --protocol graph,cold ${ISSUE5_BENCH_ARGS:-} --no-progress --out "$t5rem" \
+      >"$GEMMRL_OUT/issue5_remeasure.log" 2>&1
     echo "re-measure of the tuned winners: exit $? ($(grep -c . "$t5rem" 2>/dev/null) lines)"
   fi
 fi

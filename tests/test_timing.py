@@ -136,6 +136,26 @@ def _mm_twice(b):
     return f
 
 
+def test_quick_statistics_keep_the_protocol_and_cost_less():
+    d, q = TimingConfig(seed=3, qps=50.0), TimingConfig(seed=3, qps=50.0).quick()
+    assert q.graph_min_timed_ms < d.graph_min_timed_ms and q.settle_ms < d.settle_ms
+    assert q.graph_min_work_ms < d.graph_min_work_ms and q.settle_max_ms <= 200.0
+    # still DESIGN.md's graph protocol: >= 1 ms of work per replay, >= 10 replays
+    assert q.graph_min_work_ms >= 1.0 and q.graph_replays >= 10
+    assert (q.cold_calls, q.seed, q.qps, q.warmup_s, q.benchmark_s) == (d.cold_calls, 3, 50.0, d.warmup_s, d.benchmark_s)
+
+
+@pytest.mark.gpu
+def test_quick_timing_is_recorded_in_graph_rows(tmp_path):
+    from gemmrl.bench import BenchSpec, run_bench
+    from gemmrl.results import read_rows
+
+    spec = BenchSpec(problems=(parse_mnk("256_512_1024"),), protocols=("graph",), out=tmp_path / "q.csv",
+                     cfg=TimingConfig().quick())
+    rows = [r for r in read_rows([run_bench(spec, progress=False)]) if r["protocol"] == "graph" and r["n"]]
+    assert rows and all("min_timed_ms=100" in r["info"] for r in rows if r["verified"] == "true")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mnk", ["64_4096_64", "1024_1024_1024", "64_4096_4096", "4096_4096_4096"])
 @pytest.mark.parametrize("protocol", ["graph", "cold", "offline", "server"])

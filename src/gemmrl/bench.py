@@ -201,6 +201,8 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
              "timestamp": now()}
         if protocol == "graph":
             r["info"] = f"calls_per_graph={t.extra.get('calls_per_graph', '')}"
+            if cfg.graph_min_timed_ms != TimingConfig.graph_min_timed_ms:  # a shorter statistic (bench --timing quick)
+                r["info"] += f";min_timed_ms={cfg.graph_min_timed_ms:g}"
         if protocol in ("graph", "cold") and "settle_ms" in t.extra:
             r["info"] = ";".join(x for x in (r.get("info", ""), f"settle_ms={t.extra['settle_ms']}",
                                              f"settle_mhz={t.extra.get('settle_mhz') or ''}") if x)

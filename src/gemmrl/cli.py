@@ -222,6 +222,8 @@ def cmd_bench(args) -> int:
         labels = tuple(read_shape_labels(args.shapes).items())
     sweep = len(problems) > 1
     base = TimingConfig(seed=args.seed, qps=args.target_qps)
+    if getattr(args, "timing", "full") == "quick":
+        base = base.quick()
     cfg = base.for_sweep() if sweep else base
     if args.warmup_seconds is not None:
         cfg = replace(cfg, warmup_s=args.warmup_seconds)
@@ -234,7 +236,7 @@ def cmd_bench(args) -> int:
         import torch
 
         torch.cuda.set_device(args.gpu_device_id)
-        tag = "-".join(protocols)
+        tag = "-".join(protocols) + ("-quick" if args.timing == "quick" else "")
         out = out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv"
     spec = BenchSpec(problems=tuple(problems), protocols=protocols, out=out, cfg=cfg, kernel_dir=args.kernel_dir,
                      kernel_acc=args.kernel_acc, device=args.gpu_device_id, repeat=args.repeat,
@@ -429,6 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup-seconds", type=float, help="offline/server warm-up (default 5 for one shape, 0.25 in sweeps)")
     b.add_argument("--benchmark-seconds", type=float, help="offline/server duration (default 10 for one shape, 1 in sweeps)")
     b.add_argument("--repeat", type=int, default=1, help="measure every (shape, protocol) this many times (rep column)")
+    b.add_argument("--timing", default="full", choices=("full", "quick"),
+                   help="graph/cold statistics: full (200 ms settle, 10 ms graphs, >= 500 ms of timed replays per path) "
+                        "or quick (50 ms, 2 ms, >= 100 ms: ~4x less device time, for re-measuring hundreds of shapes; "
+                        "recorded in each graph row's info)")
     b.add_argument("--out", default="benchmarks/results", help="directory (file name derived) or a .csv path; an existing file is resumed")
     b.add_argument("--triton-from", nargs="+", metavar="CSV",
                    help="re-measure the Triton configs a --triton-top run selected (per shape and protocol, its "

@@ -9,7 +9,6 @@ Rows go to ``--out`` as each (shape, protocol) finishes (a killed run resumes wh
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
@@ -89,8 +88,7 @@ def cmd_headroom(args) -> int:
     torch.set_grad_enabled(False)
     cfg = TimingConfig(seed=args.seed)
     if args.quick:
-        cfg = replace(cfg, settle_ms=50.0, settle_max_ms=200.0, graph_min_work_ms=2.0, graph_min_timed_ms=100.0,
-                      graph_replays=10)
+        cfg = cfg.quick()
     out = Path(args.out)
     if out.suffix != ".csv":
         out = out / f"{_gpu_slug()}_headroom_{what}_{'-'.join(protocols)}_{date.today().isoformat()}.csv"

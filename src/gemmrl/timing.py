@@ -72,6 +72,15 @@ class TimingConfig:
         """Short host-protocol durations for sweeps (recorded in the rows)."""
         return replace(self, warmup_s=0.25, benchmark_s=1.0)
 
+    def quick(self) -> "TimingConfig":
+        """Shorter device-time statistics for runs over hundreds of shapes (``gemmrl headroom --quick``, ``gemmrl
+        bench --timing quick``): a 50 ms settle (at most 200), graphs of >= 2 ms of work, >= 10 replays spanning
+        >= 100 ms, about a fifth of the default's device time per path. Still DESIGN.md's graph protocol (>= 1 ms of
+        work, >= 10 replays); what it gives up is averaging over a power-capped clock's slow swings on the largest
+        shapes, so a bar decided there is re-measured with the defaults."""
+        return replace(self, settle_ms=50.0, settle_max_ms=min(self.settle_max_ms, 200.0), graph_min_work_ms=2.0,
+                       graph_min_timed_ms=100.0, graph_replays=10)
+
 
 @dataclass(frozen=True)
 class Timing:
