@@ -3,7 +3,9 @@ measure (search/replay.py, search/efficiency.py): CPU tier, on the committed H10
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -62,10 +64,13 @@ def test_grpo_step_moves_probability_to_the_better_arm():
     pol = RLPolicy(lr=0.1)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(5, len(feature_names())))
-    p0 = pol.probs(x)[2]
+    p0 = pol.probs(x)
+    best = int(np.argmin(p0[:4]))   # the better arm is the one the initial policy likes least of the four
+    rewards = [0.0, -0.2, -0.1, -0.3]
+    rewards[best] = 0.5
     for _ in range(30):
-        pol.step(x, [0, 1, 2, 3], [0.0, -0.2, 0.5, -0.1])
-    assert pol.probs(x)[2] > max(0.5, p0 + 0.2)
+        pol.step(x, [0, 1, 2, 3], rewards)
+    assert pol.probs(x)[best] > max(0.5, p0[best] + 0.2)
 
 
 def test_equal_rewards_give_no_gradient():
@@ -108,6 +113,28 @@ def test_save_load_roundtrip_and_refusals(tmp_path):
     path.write_text('{"version": 1, "features": ["x"], "theta": [0], "init_temp": 1}')
     with pytest.raises(ValueError, match="another version"):
         RLPolicy.load(path)
+    # a file from before the epilogue feature: loaded by feature name, the new features' weights at 0
+    names = feature_names()
+    old = [n for n in names if not n.startswith("nosmem*")]
+    assert len(old) == len(names) - 4
+    theta = {n: 0.01 * i for i, n in enumerate(old)}
+    path.write_text(json.dumps({"version": 1, "features": old, "theta": [theta[n] for n in old], "init_temp": 0.15}))
+    back = RLPolicy.load(path)
+    assert all(back.state.theta[names.index(n)] == theta[n] for n in old)
+    assert all(back.state.theta[names.index(n)] == 0.0 for n in names if n.startswith("nosmem*"))
+    path.write_text(json.dumps({"version": 1, "features": old, "theta": [0.0] * 3, "init_temp": 0.15}))
+    with pytest.raises(ValueError, match="another version"):
+        RLPolicy.load(path)
+
+
+def test_features_tell_the_register_epilogue_from_its_twin():
+    p = GemmProblem(128, 256, 64)
+    twin = next(c for c in cs.family() if c.epilogue == "nosmem")
+    specs = [CandidateSpec("cutlass", f"{c}:{cs.Knobs()}", layout="tn") for c in (twin, replace(twin, epilogue="tma"))]
+    x = features(p, specs)
+    assert not np.allclose(x[0], x[1])
+    col = feature_names().index("nosmem*1")
+    assert (x[0, col], x[1, col]) == (1.0, 0.0)
 
 
 def test_shipped_policy_loads():

@@ -42,7 +42,7 @@ VERSION = 1
 KINDS = ("triton:tiled", "triton:persistent", "triton:splitk", "triton:smallm", "cutlass:coop:persistent",
          "cutlass:coop:streamk", "cutlass:pingpong:persistent", "cutlass:pingpong:streamk")
 SHAPE_BASIS = ("1", "lm", "ln", "lk", "small_m", "small_n")
-NUMERIC = ("bm", "bn", "bk", "warps", "stages", "split", "tn", "tma", "ws", "cluster", "group_m", "ctas")
+NUMERIC = ("bm", "bn", "bk", "warps", "stages", "split", "tn", "tma", "ws", "cluster", "group_m", "ctas", "nosmem")
 PAIR = ("l_tiles", "wave_eff", "fill", "pad_m", "pad_n", "l_ksteps", "l_ksteps_sq")
 PRIOR = ("prior_cold", "prior_warm")
 
@@ -57,7 +57,7 @@ def _action(family: str, payload: str, layout: str) -> dict:
         return dict(kind=f"triton:{c.variant}", BM=c.BM, BN=c.BN, BK=c.BK, warps=c.warps, stages=c.stages,
                     split=getattr(c, "split", 1), tma=bool(getattr(c, "tma", False)), ws=bool(getattr(c, "ws", False)),
                     cluster=1, group_m=getattr(c, "group_m", 8), ctas=getattr(c, "ctas_per_sm", 1),
-                    swap=c.variant == "smallm", persistent=c.variant == "persistent", tn=layout == "tn")
+                    swap=c.variant == "smallm", persistent=c.variant == "persistent", tn=layout == "tn", nosmem=False)
     if family == "cutlass":
         from ..kernels.cutlass_sm90 import parse_name
 
@@ -66,7 +66,7 @@ def _action(family: str, payload: str, layout: str) -> dict:
         return dict(kind=f"cutlass:{c.schedule}:{c.scheduler}", BM=c.bm, BN=c.bn, BK=c.bk,
                     warps=12 if c.schedule == "coop" else 8, stages=max(2, min(8, c.stages)), split=split, tma=True,
                     ws=True, cluster=c.cm * c.cn, group_m=k.swizzle, ctas=1, swap=c.swap, persistent=True,
-                    tn=layout == "tn")
+                    tn=layout == "tn", nosmem=c.epilogue == "nosmem")
     raise ValueError(f"the policy proposes Triton and CUTLASS configs, not {family!r} candidates")
 
 
@@ -97,7 +97,7 @@ def features(problem: GemmProblem, specs: Sequence[CandidateSpec], sms: int = 13
         num = np.array([math.log2(a["BM"]) / 8, math.log2(a["BN"]) / 8, math.log2(a["BK"]) / 8,
                         math.log2(a["warps"]) / 4, a["stages"] / 8, math.log2(a["split"]) / 5, float(a["tn"]),
                         float(a["tma"]), float(a["ws"]), a["cluster"] / 2, math.log2(max(1, a["group_m"])) / 4,
-                        a["ctas"] / 2])
+                        a["ctas"] / 2, float(a["nosmem"])])
         m, n = (problem.N, problem.M) if a["swap"] else (problem.M, problem.N)
         tm, tn_ = math.ceil(m / a["BM"]), math.ceil(n / a["BN"])
         tiles = tm * tn_ * a["split"]
@@ -302,11 +302,16 @@ class RLPolicy:
             d = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise ValueError(f"cannot read policy file {path}: {e}; delete it to start from the cost model") from e
-        if d.get("version") != VERSION or d.get("features") != feature_names():
+        names, saved = feature_names(), list(d.get("features") or ())
+        theta = np.asarray(d.get("theta") or (), dtype=float)
+        if d.get("version") != VERSION or len(saved) != len(theta) or not set(saved) <= set(names):
             raise ValueError(f"policy file {path} was saved by another version of gemmrl (features differ); "
                              "retrain it (gemmrl tune) or delete it to start from the cost model")
         pol = cls(init_temp=float(d["init_temp"]), **kw)
-        pol.state.theta = np.asarray(d["theta"], dtype=float)
+        # a file from before a feature was added: its weights by name, the new features' at 0 (what they add is
+        # learned from the next updates)
+        pol.state.theta = np.zeros(len(names))
+        pol.state.theta[[names.index(n) for n in saved]] = theta
         pol.state.updates = int(d.get("updates", 0))
         pol.state.trained_on = list(d.get("trained_on", []))
         return pol
