@@ -595,3 +595,9 @@ def test_results_columns_are_what_the_out_check_compares(tmp_path):
     p.write_text(",".join(COLUMNS[:-1]) + "\n")
     with pytest.raises(CliError, match="not a results CSV"):
         _check_out(p)
+
+
+def test_tune_model_part_refuses_more_parts_than_shapes(capsys, tmp_path):
+    line = _usage_error(["tune", "--model", "llama-3-8b", "--part", "1/31", "--executor", "model", "--no-progress",
+                         "--trials", str(tmp_path / "t.sqlite")], capsys)
+    assert "--part 1/31: 30 shape(s) cannot make 31 parts; give N <= 30" in line

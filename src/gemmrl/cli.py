@@ -59,9 +59,15 @@ def _problems(args) -> tuple[list, str]:
         ps, what = read_shapes(args.shapes, **kw), Path(args.shapes).stem
     if part is None:
         return ps, what
-    if part[1] > len(ps):
-        raise CliError(f"--part {args.part}: {len(ps)} shape(s) cannot make {part[1]} parts; give N <= {len(ps)}")
-    return part_of(ps, *part), f"{what}-part{part[0]}of{part[1]}"
+    return apply_part(ps, args.part), f"{what}-part{part[0]}of{part[1]}"
+
+
+def apply_part(ps: list, text: str) -> list:
+    """``--part K/N`` of these shapes (``problem.part_of``), refused when there are fewer shapes than parts."""
+    k, n = parse_part(text)
+    if n > len(ps):
+        raise CliError(f"--part {text}: {len(ps)} shape(s) cannot make {n} parts; give N <= {len(ps)}")
+    return part_of(ps, k, n)
 
 
 def _check_out(out: Path, flag: str = "--out") -> None:

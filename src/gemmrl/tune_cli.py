@@ -76,7 +76,7 @@ def add_parser(sub, shape_args) -> None:
 
 
 def problems_for(args) -> list[GemmProblem]:
-    from .cli import CliError, _problems
+    from .cli import CliError, _problems, apply_part
     from .models import model_shapes
 
     dtypes = [d.strip() for d in (args.dtypes or args.dtype).split(",") if d.strip()]
@@ -92,14 +92,7 @@ def problems_for(args) -> list[GemmProblem]:
                 ps = model_shapes(args.model, dtype=dt, acc=args.acc)
             except ValueError as e:
                 raise CliError(str(e)) from None
-            if args.part:
-                from .problem import parse_part, part_of
-
-                k, n = parse_part(args.part)
-                if n > len(ps):
-                    raise CliError(f"--part {args.part}: {len(ps)} shape(s) cannot make {n} parts; give N <= {len(ps)}")
-                ps = part_of(ps, k, n)
-            out += ps
+            out += apply_part(ps, args.part) if args.part else ps
         else:
             ns = argparse.Namespace(**{**vars(args), "dtype": dt})
             out += _problems(ns)[0]
