@@ -3,6 +3,7 @@ the measured-screen replay, the Triton interpreter in-process and in sandboxed w
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -252,3 +253,39 @@ def test_gpu_tuning_loop_in_the_sandbox(tmp_path):
     assert len(ok) >= 4, [(o["name"], o["verdict"], json.loads(o["record"]).get("reason")) for o in outs]
     assert all(math.isfinite(o["reward"]) for o in ok)
     assert rep.gpu_s > 0 and store.count() > 0
+
+
+def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path):
+    """scripts/trials_export.py: what `gemmrl tune --summary-out/--rows-out` would have written, from the store of a
+    run that was cut off or shared a store with other parts; a gzipped store too; a run not there is an error."""
+    import gzip
+    import importlib.util
+    import shutil
+
+    from gemmrl.results import read_rows
+
+    spec = importlib.util.spec_from_file_location("trials_export", ROOT / "scripts" / "trials_export.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    store = TrialsStore(tmp_path / "t.sqlite")
+    _tuner(store, rounds=1, run="a").run()
+    _tuner(store, rounds=2, run="b").run()   # a second run in the same store: not exported with "a"
+    store.ingest([{"gpu": "model", "mnk": SHAPES[0].mnk, "dtype": "fp16", "acc": "fp32", "candidate": "x",
+                   "protocol": "graph", "time_ms": "0.01"}], "tune:a")
+    store.checkpoint()
+    store.close()
+    packed = tmp_path / "t.sqlite.gz"
+    with open(tmp_path / "t.sqlite", "rb") as src, gzip.open(packed, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    for src in (tmp_path / "t.sqlite", packed):
+        out = tmp_path / src.name.replace(".", "_")
+        shapes, outcomes, rows = mod.export(src, "a", None, out.with_suffix(".csv"))
+        assert (shapes, outcomes, rows) == (len(SHAPES), 4 * len(SHAPES), 1)
+        got = list(csv.DictReader(open(out.with_suffix(".csv"))))
+        assert len(got) == outcomes and {r["run"] for r in got} == {"a"}
+    assert mod.main([str(packed), "--run", "a", "--rows", str(tmp_path / "r.csv.gz")]) == 0
+    assert [r["candidate"] for r in read_rows([tmp_path / "r.csv.gz"])] == ["x"]
+    with pytest.raises(SystemExit, match="run 'zzz' has outcomes of 0 GPU models"):
+        mod.export(packed, "zzz", None, None)
+    with pytest.raises(SystemExit):   # argparse: an output that exists is never overwritten
+        mod.main([str(packed), "--run", "a", "--rows", str(tmp_path / "r.csv.gz")])
