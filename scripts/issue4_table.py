@@ -54,6 +54,7 @@ def main(argv=None) -> int:
     ap.add_argument("--triton-select", nargs="*", default=[])
     ap.add_argument("--cutlass-select", nargs="*", default=[])
     ap.add_argument("--md")
+    ap.add_argument("--png", help="per-shape speedups over vendor_best against FLOPs, a panel per protocol")
     args = ap.parse_args(argv)
     rows = read_rows(args.remeasure)
     vendor = {(r["protocol"], r["mnk"]): r for r in rows if usable(r) and r["candidate"] == "vendor_best"
@@ -105,7 +106,30 @@ def main(argv=None) -> int:
         Path(args.md).write_text(f"# Issue 4: CUTLASS and Triton families vs vendor_best\n\nFrom "
                                  f"{', '.join(Path(x).name for x in args.remeasure)}.\n\n{out}\n\n## Per shape\n\n"
                                  + "\n".join(shape_lines) + "\n")
+    if args.png:
+        plot(per_shape, Path(args.png), ", ".join(Path(x).name for x in args.remeasure))
     return 0
+
+
+def plot(per_shape: list[dict], path: Path, source: str) -> Path | None:
+    """CUTLASS, Triton and the family picked on the selection runs, per shape, over vendor_best."""
+    from gemmrl.report_plots import _flops_panels
+
+    data = []
+    for proto in ("graph", "cold"):
+        ps = [p for p in per_shape if p["protocol"] == proto]
+        flops = lambda p: 2 * int(p["mnk"].split("_")[0]) * int(p["mnk"].split("_")[1]) * int(p["mnk"].split("_")[2])  # noqa: E731
+        ser = []
+        for lab, key in (("CUTLASS", "cutlass"), ("Triton", "triton")):
+            have = [p for p in ps if p[key]]
+            ser.append((lab, [flops(p) for p in have], [p[key] for p in have]))
+        picked = [p for p in ps if p["pick"]]
+        ser.append(("picked family", [flops(p) for p in picked], [p[p["pick"]] for p in picked]))
+        if any(xs for _, xs, _ in ser):
+            data.append((proto, ser))
+    if not data:
+        return None
+    return _flops_panels(data, "speedup over vendor_best", source, path, ratio=True)
 
 
 if __name__ == "__main__":
