@@ -38,7 +38,8 @@
 #      trials store a cut-off tune resumes; T5POLICY: the policy to start from; any may be .gz)
 #      ISSUE5_SHAPES_ARGS replaces --shapes ISSUE5_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks);
 #      ISSUE5_BENCH_ARGS adds to the re-measure's bench, e.g. "--timing quick"; ISSUE5_PARTS="3/5 4/5" tunes those
-#      parts of the grid one after the other (runs grid1000-part3of5 ...; export with scripts/trials_export.py)
+#      parts of the grid one after the other (runs grid1000-part3of5 ...; export with scripts/trials_export.py);
+#      ISSUE5_TUNE_ARGS adds to each part's tune, e.g. "--more-below 1.02" with ISSUE5_ROUNDS=3
 #   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
 #      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
 #  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
@@ -316,7 +317,7 @@ if [ "${ISSUE5:-0}" = 1 ]; then
       ptag="grid1000-part${part%/*}of${part#*/}"
       # shellcheck disable=SC2086
       timeout "${ISSUE5_TUNE_S:-300}" python3 -m gemmrl.cli tune --grid cuda-l2 --part "$part" --proposer rl \
-        --group "${ISSUE5_GROUP:-4}" --rounds "${ISSUE5_ROUNDS:-1}" --run "$ptag" --resume --trials "$t5trials" \
+        --group "${ISSUE5_GROUP:-4}" --rounds "${ISSUE5_ROUNDS:-1}" ${ISSUE5_TUNE_ARGS:-} --run "$ptag" --resume --trials "$t5trials" \
         --policy "$t5policy" --baselines "${ISSUE5_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
         --budget-wall-minutes "${ISSUE5_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/issue5_tune_${ptag}.log" 2>&1
       echo "tune $ptag: exit $?"; grep -E "^tune: [0-9]+ groups|Error" "$GEMMRL_OUT/issue5_tune_${ptag}.log" | tail -n 2

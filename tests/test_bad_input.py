@@ -258,6 +258,7 @@ FLAG_CASES = [
     ([*TUNE, "--budget-gpu-minutes", "-1"], ["--budget-gpu-minutes must be > 0"]),
     ([*TUNE, "--budget-wall-minutes", "0"], ["--budget-wall-minutes must be > 0"]),
     ([*TUNE, "--budget-gpu-minutes", "nan"], ["--budget-gpu-minutes must be > 0, got nan"]),
+    ([*TUNE, "--more-below", "0"], ["--more-below must be > 0, got 0.0"]),
     ([*TUNE, "--timeout-s", "0"], ["--timeout-s must be > 0"]),
     ([*TUNE, "--protocol", "warm"], ["--protocol takes"]),
     ([*TUNE, "--layouts", "xx"], ["--layouts takes tn and/or nn"]),

@@ -67,6 +67,31 @@ def test_every_outcome_is_stored_once_and_resume_does_nothing_twice(tmp_path):
     assert set(rep3.best) == {p.mnk for p in SHAPES} and all(v > 0 for v in rep3.best.values())
 
 
+def test_more_rounds_only_where_the_vendor_still_wins(tmp_path):
+    """--more-below: a shape's later groups only while its best speedup is under the threshold; a resumed run
+    agrees (pending) with what the first run stopped at."""
+    store = TrialsStore(tmp_path / "t.sqlite")
+    first = _tuner(store, rounds=1, run="r").run()                      # one group each: the bests to split on
+    cut = sorted(first.best.values())[len(SHAPES) // 2]                 # about half the shapes below it
+    below = {m for m, v in first.best.items() if v < cut}
+    assert 0 < len(below) < len(SHAPES)
+    t = _tuner(store, rounds=3, run="r", more_below=cut)
+    assert {p.mnk for p in t.pending()} == below                        # the rest already reach the threshold
+    rep = t.run()
+    groups = {}
+    for o in store.outcomes(gpu="model", run="r"):
+        groups.setdefault(o["mnk"], set()).add(json.loads(o["record"])["group"])
+    for p in SHAPES:
+        n = len(groups[p.mnk])
+        assert n == 1 if p.mnk not in below else 2 <= n <= 3
+    assert rep.groups == sum(len(g) for g in groups.values()) - len(SHAPES)
+    assert all(v >= cut or len(groups[m]) == 3 for m, v in rep.best.items())   # stopped early only when it got there
+    assert _tuner(store, rounds=3, run="r", more_below=cut).pending() == []
+    # no threshold (the default): every shape gets every round
+    assert len(_tuner(store, rounds=2, run="all").run().best) == len(SHAPES)
+    assert len({json.loads(o["record"])["group"] for o in store.outcomes(gpu="model", run="all")}) == 2 * len(SHAPES)
+
+
 def test_the_policy_learns_in_the_loop(tmp_path):
     store = TrialsStore(tmp_path / "t.sqlite")
     pol = RLPolicy(candidates=SMALL)

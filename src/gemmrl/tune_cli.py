@@ -51,6 +51,9 @@ def add_parser(sub, shape_args) -> None:
     t.add_argument("--budget-wall-minutes", type=float, default=math.inf, help="stop proposing past this wall time")
     t.add_argument("--group", type=int, default=4, help="proposals per group (the policy-gradient group)")
     t.add_argument("--rounds", type=int, default=2, help="groups per shape")
+    t.add_argument("--more-below", type=float, default=math.inf, metavar="SPEEDUP",
+                   help="a shape's groups after its first only while its best speedup so far is below this (e.g. "
+                        "1.02 with --rounds 3: search on where the vendor still wins, stop where a kernel beats it)")
     t.add_argument("--run", default="tune", help="name of this run in the trials store (what --resume continues)")
     t.add_argument("--resume", action="store_true", help="continue the run named by --run")
     t.add_argument("--trials", help="trials store (SQLite; default: the user cache's trials.sqlite)")
@@ -216,7 +219,8 @@ def check_flags(args) -> None:
         if v < want:
             raise CliError(f"{flag} must be >= {want}, got {v}")
     for flag, v in (("--budget-gpu-minutes", args.budget_gpu_minutes),
-                    ("--budget-wall-minutes", args.budget_wall_minutes), ("--timeout-s", args.timeout_s)):
+                    ("--budget-wall-minutes", args.budget_wall_minutes), ("--timeout-s", args.timeout_s),
+                    ("--more-below", args.more_below)):
         if not v > 0:
             raise CliError(f"{flag} must be > 0, got {v} (leave it out for the default)")
     if args.baselines is not None:
@@ -286,7 +290,7 @@ def cmd_tune(args) -> int:
                        "it, or --run NEW for a new run")
     spec = TuneSpec(tuple(problems), group=args.group, rounds=args.rounds,
                     budget_gpu_s=args.budget_gpu_minutes * 60.0, budget_wall_s=args.budget_wall_minutes * 60.0,
-                    run=args.run, gpu=gpu, seed=args.seed)
+                    run=args.run, gpu=gpu, seed=args.seed, more_below=args.more_below)
     policy_out = Path(args.policy) if args.policy else user_policy()
     save = (lambda: policy.save(policy_out)) if policy is not None else None
     try:

@@ -47,6 +47,7 @@ class TuneSpec:
     gpu: str = ""                       # the GPU model outcomes are stored under ("" -> the executor's rows' gpu)
     neighbours: int = 6                 # outcomes of the nearest tuned shapes shown to the proposer
     seed: int = 0
+    more_below: float = math.inf        # a shape's groups after its first only while its best speedup is below this
 
     def __post_init__(self) -> None:
         if self.group < 1 or self.rounds < 1:
@@ -129,7 +130,15 @@ class Tuner:
 
     def pending(self) -> list[GemmProblem]:
         """The shapes this run still has groups to do for (all of them in a new run; fewer when resumed)."""
-        return [p for p in self.spec.problems if self.groups_done.get(p.mnk, 0) < self.spec.rounds]
+        return [p for p in self.spec.problems if self.groups_done.get(p.mnk, 0) < self.spec.rounds and self._more(p.mnk)]
+
+    def _more(self, mnk: str) -> bool:
+        """Whether a shape gets a(nother) group: its first always; later ones while no verified candidate reaches
+        ``spec.more_below`` (a speedup; the best outcome stored for this GPU, any run)."""
+        if not self.groups_done.get(mnk, 0):
+            return True
+        best = self.best().get(mnk)
+        return best is None or best < self.spec.more_below
 
     def _load(self) -> None:
         by = {p.mnk: p for p in self.spec.problems}
@@ -174,7 +183,8 @@ class Tuner:
 
     def run(self) -> TuneReport:
         t0 = time.monotonic()
-        todo = {p.mnk: max(0, self.spec.rounds - self.groups_done.get(p.mnk, 0)) for p in self.spec.problems}
+        todo = {p.mnk: max(0, self.spec.rounds - self.groups_done.get(p.mnk, 0)) if self._more(p.mnk) else 0
+                for p in self.spec.problems}
         queue = [p for p in self.spec.problems if todo[p.mnk]]
         inflight: dict = {}
         gpu_s, evaluated, groups, failures = 0.0, 0, 0, {}
@@ -225,8 +235,12 @@ class Tuner:
                     self.on_group(p.mnk, outs)
                 self.groups_done[p.mnk] = self.groups_done.get(p.mnk, 0) + 1
                 todo[p.mnk] -= 1
-                if todo[p.mnk] > 0:
+                if todo[p.mnk] > 0 and self._more(p.mnk):
                     queue.append(p)
+                elif todo[p.mnk] > 0:  # found what it was searched for: its other rounds are not needed
+                    if bar:
+                        bar.update(todo[p.mnk])
+                    todo[p.mnk] = 0
                 if bar:
                     bar.update(1)
                     bar.set_postfix_str(self._postfix(p.mnk))
