@@ -322,8 +322,6 @@ if [ "${ISSUE5:-0}" = 1 ]; then
         --budget-wall-minutes "${ISSUE5_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/issue5_tune_${ptag}.log" 2>&1
       echo "tune $ptag: exit $?"; grep -E "^tune: [0-9]+ groups|Error" "$GEMMRL_OUT/issue5_tune_${ptag}.log" | tail -n 2
     done
-    python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
-      "$t5trials" && rm -f "$t5trials"-wal "$t5trials"-shm
   elif [[ $stages == *tune* ]]; then
     # shellcheck disable=SC2086
     timeout "${ISSUE5_TUNE_S:-300}" python3 -m gemmrl.cli tune $shapes5 --proposer rl \
@@ -332,9 +330,11 @@ if [ "${ISSUE5:-0}" = 1 ]; then
       --rows-out "$t5rows" --baselines "${ISSUE5_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
       --budget-wall-minutes "${ISSUE5_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/issue5_tune.log" 2>&1
     echo "tune: exit $?"; grep -E "^tune:|Error" "$GEMMRL_OUT/issue5_tune.log" | tail -n 4
+  fi
+  if [[ $stages == *tune* ]]; then
     # one file for the trials store (a killed run leaves its last writes in the WAL), and only 8 files come back
     python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
-      "$GEMMRL_OUT/trials.sqlite" && rm -f "$GEMMRL_OUT"/trials.sqlite-wal "$GEMMRL_OUT"/trials.sqlite-shm
+      "$t5trials" && rm -f "$t5trials"-wal "$t5trials"-shm
   fi
   if [[ $stages == *remeasure* ]]; then
     # shellcheck disable=SC2086

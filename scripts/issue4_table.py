@@ -113,12 +113,13 @@ def main(argv=None) -> int:
 
 def plot(per_shape: list[dict], path: Path, source: str) -> Path | None:
     """CUTLASS, Triton and the family picked on the selection runs, per shape, over vendor_best."""
+    from gemmrl.problem import parse_mnk
     from gemmrl.report_plots import _flops_panels
 
     data = []
     for proto in ("graph", "cold"):
         ps = [p for p in per_shape if p["protocol"] == proto]
-        flops = lambda p: 2 * int(p["mnk"].split("_")[0]) * int(p["mnk"].split("_")[1]) * int(p["mnk"].split("_")[2])  # noqa: E731
+        flops = lambda p: parse_mnk(p["mnk"]).flops  # noqa: E731
         ser = []
         for lab, key in (("CUTLASS", "cutlass"), ("Triton", "triton")):
             have = [p for p in ps if p[key]]

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.library import TrialsStore  # noqa: E402
 from gemmrl.results import ResultsWriter  # noqa: E402
-from gemmrl.search.loop import summary_rows, write_summary  # noqa: E402
+from gemmrl.search.loop import run_rows, summary_rows, write_summary  # noqa: E402
 
 
 def export(store_path: Path, run: str, rows_out: Path | None, outcomes_out: Path | None, gpu: str | None = None,
@@ -45,7 +45,7 @@ def export(store_path: Path, run: str, rows_out: Path | None, outcomes_out: Path
             summary = summary_rows(store, gpu, run)
             if not summary:
                 raise SystemExit(f"{store_path}: no outcomes of run {run!r} on {gpu!r}")
-            rows = [{k: v for k, v in r.items() if k != "source"} for r in store.rows(gpu=gpu, sources=[f"tune:{run}"])]
+            rows = run_rows(store, gpu, run)
         finally:
             store.close()
     if outcomes_out:

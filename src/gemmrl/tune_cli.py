@@ -254,7 +254,7 @@ def open_store(path: str | None):
 def cmd_tune(args) -> int:
     from .cli import CliError, _protocols
     from .library import Library
-    from .search.loop import Tuner, TuneSpec, summary_rows, winners, write_summary
+    from .search.loop import Tuner, TuneSpec, run_rows, summary_rows, winners, write_summary
     from .search.proposer import Hardware
 
     problems = problems_for(args)
@@ -323,8 +323,8 @@ def cmd_tune(args) -> int:
     if args.rows_out:
         from .results import ResultsWriter
 
-        rows = store.rows(gpu=gpu, sources=[f"tune:{args.run}"])
-        ResultsWriter(Path(args.rows_out)).write_batch([{k: v for k, v in r.items() if k != "source"} for r in rows])
+        rows = run_rows(store, gpu, args.run)
+        ResultsWriter(Path(args.rows_out)).write_batch(rows)
         print(f"tune: {len(rows)} result rows -> {args.rows_out} (re-measure the winners with gemmrl bench "
               f"--triton-from/--cutlass-from {args.rows_out})")
     if args.library_out:

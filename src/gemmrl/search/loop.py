@@ -137,7 +137,7 @@ class Tuner:
         ``spec.more_below`` (a speedup; the best outcome stored for this GPU, any run)."""
         if not self.groups_done.get(mnk, 0):
             return True
-        best = self.best().get(mnk)
+        best = self._best_of(mnk)
         return best is None or best < self.spec.more_below
 
     def _load(self) -> None:
@@ -270,12 +270,12 @@ class Tuner:
         return outs
 
     def best(self) -> dict:
-        out = {}
-        for mnk, outs in self.own.items():
-            r = [o.reward for o in outs if o.ok]
-            if r:
-                out[mnk] = math.exp(max(r))
-        return out
+        """Per shape with a verified outcome: its best speedup (exp of the best reward)."""
+        return {mnk: b for mnk in self.own if (b := self._best_of(mnk)) is not None}
+
+    def _best_of(self, mnk: str) -> float | None:
+        r = [o.reward for o in self.own.get(mnk, ()) if o.ok]
+        return math.exp(max(r)) if r else None
 
     def _postfix(self, mnk: str) -> str:
         b = self.best()
@@ -323,6 +323,11 @@ def summary_rows(store: Any, gpu: str, run: str | None = None) -> list[dict]:
                     "reason": (rec.get("reason") or "")[:200], "gpu_s": r["gpu_s"], "group": rec.get("group", ""),
                     "gpu": r["gpu"], "ts": r["ts"]})
     return out
+
+
+def run_rows(store: Any, gpu: str, run: str) -> list[dict]:
+    """Every result row a run measured (a results CSV's rows: what `gemmrl tune --rows-out` writes)."""
+    return [{k: v for k, v in r.items() if k != "source"} for r in store.rows(gpu=gpu, sources=[f"tune:{run}"])]
 
 
 def write_summary(rows: list[dict], path: Path) -> Path:
