@@ -35,7 +35,8 @@
 #      tune     gemmrl tune --proposer rl (ISSUE5_GROUP x ISSUE5_ROUNDS per shape; trials in $GEMMRL_OUT)
 #      remeasure gemmrl bench --triton-from/--cutlass-from the tuned rows, every vendor path: the run that counts
 #      (T5SEL_CSV / C5SEL_CSV / T5ROWS_CSV / T5REM_CSV: files of an earlier call to resume from; T5TRIALS: the
-#      trials store a cut-off tune resumes; T5POLICY: the policy to start from; any may be .gz)
+#      trials store a cut-off tune resumes; T5POLICY: the policy to start from; any may be .gz); the store comes
+#      back as trials.sqlite.gz; ISSUE5_TUNE_MIN is each tune's whole wall budget (set-up and precompile inside)
 #      ISSUE5_SHAPES_ARGS replaces --shapes ISSUE5_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks);
 #      ISSUE5_BENCH_ARGS adds to the re-measure's bench, e.g. "--timing quick"; ISSUE5_PARTS="3/5 4/5" tunes those
 #      parts of the grid one after the other (runs grid1000-part3of5 ...; export with scripts/trials_export.py);
@@ -335,6 +336,8 @@ if [ "${ISSUE5:-0}" = 1 ]; then
     # one file for the trials store (a killed run leaves its last writes in the WAL), and only 8 files come back
     python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
       "$t5trials" && rm -f "$t5trials"-wal "$t5trials"-shm
+    # and gzipped: a file over 16 MiB does not come back (session 19 lost part 3's first tune that way)
+    gzip -f "$t5trials" && echo "trials store: $(du -h "$t5trials.gz" | cut -f1) gzipped"
   fi
   if [[ $stages == *remeasure* ]]; then
     # shellcheck disable=SC2086

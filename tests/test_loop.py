@@ -198,6 +198,11 @@ def test_tune_cli_dry_run_resume_and_errors(tmp_path):
     assert r.returncode == 2 and "--resume" in r.stderr
     r = subprocess.run(base + ["--resume", "--rounds", "2"], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "2 groups" in r.stdout, r.stderr
+    # the wall budget counts from the command's start: one smaller than the set-up (candidate sets) tunes nothing
+    r = subprocess.run(base[:-2] + ["--run", "tiny", "--budget-wall-minutes", "0.0001"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "of the wall budget" in r.stdout and "0 groups" in r.stdout and "wall budget" in r.stdout.splitlines()[-1]
     r = subprocess.run([sys.executable, "-m", "gemmrl.cli", "tune", "--executor", "model", "--model", "gpt-5"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "known:" in r.stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def add_parser(sub, shape_args) -> None:
                    help="rl: the learned policy; llm: an OpenAI-compatible endpoint (GEMMRL_LLM_BASE_URL, "
                         "GEMMRL_LLM_MODEL, GEMMRL_LLM_API_KEY); both: the group shared between them")
     t.add_argument("--budget-gpu-minutes", type=float, default=math.inf, help="stop proposing past this device time")
-    t.add_argument("--budget-wall-minutes", type=float, default=math.inf, help="stop proposing past this wall time")
+    t.add_argument("--budget-wall-minutes", type=float, default=math.inf, help="stop proposing past this wall time, counted from the command's start (candidate sets, "
+                   "precompile and worker start-up included)")
     t.add_argument("--group", type=int, default=4, help="proposals per group (the policy-gradient group)")
     t.add_argument("--rounds", type=int, default=2, help="groups per shape")
     t.add_argument("--more-below", type=float, default=math.inf, metavar="SPEEDUP",
@@ -257,6 +259,7 @@ def cmd_tune(args) -> int:
     from .search.loop import Tuner, TuneSpec, run_rows, summary_rows, winners, write_summary
     from .search.proposer import Hardware
 
+    t_start = time.monotonic()   # --budget-wall-minutes counts from here: the warm-up and precompile are inside it
     problems = problems_for(args)
     protocols = _protocols(args.protocol)
     layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
@@ -307,6 +310,10 @@ def cmd_tune(args) -> int:
         precompile_first_round(args, pending, policy)
     executor = executor or make_executor(args, protocols)
     tuner.executor = executor
+    setup_s = time.monotonic() - t_start
+    tuner.spec = replace(spec, budget_wall_s=max(0.0, spec.budget_wall_s - setup_s))
+    print(f"tune: {len(pending)} shapes to tune; setup (candidate sets, precompile, workers) {setup_s:.0f} s of the "
+          f"wall budget", flush=True)
     try:
         report = tuner.run()
     except RuntimeError as e:
