@@ -319,3 +319,27 @@ def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path):
         mod.export(packed, "zzz", None, None)
     with pytest.raises(SystemExit):   # argparse: an output that exists is never overwritten
         mod.main([str(packed), "--run", "a", "--rows", str(tmp_path / "r.csv.gz")])
+
+
+@pytest.mark.parametrize("argv, gpus", [([], None), (["--gpu-device-id", "1"], (1,))])
+def test_tune_uses_every_visible_gpu_unless_one_is_named(monkeypatch, argv, gpus):
+    """`gemmrl tune` gives the sandbox pool every visible GPU (one worker, one group in flight, each) by default;
+    --gpu-device-id pins it to one (bench's default of GPU 0 once made a 2-GPU tune use one)."""
+    from gemmrl import sandbox, tune_cli
+    from gemmrl.cli import build_parser
+
+    seen = {}
+
+    class Pool:
+        def __init__(self, gpus=None, **kw):
+            seen["gpus"] = gpus
+            self.n_workers = len(gpus) if gpus is not None else 2   # two visible GPUs
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(sandbox, "SandboxPool", Pool)
+    args = build_parser().parse_args(["tune", "--mnk", "64_64_64", *argv])
+    ex = tune_cli.make_executor(args, ("graph",))
+    assert seen["gpus"] == gpus and ex.slots == (2 if gpus is None else 1)
+    ex.close()

@@ -42,6 +42,8 @@ def user_policy() -> Path:
 def add_parser(sub, shape_args) -> None:
     t = sub.add_parser("tune", help="the tuning loop: propose, build, verify, time, reward, update; winners to the library")
     shape_args(t)
+    # tune spreads its groups over every visible GPU (one sandbox worker each) unless --gpu-device-id names one
+    t.set_defaults(gpu_device_id=None)
     t.add_argument("--model", help="shapes of an open model's linear layers (llama-3-8b, llama-3-70b, qwen2.5-7b, "
                                    "mixtral-8x7b, deepseek-v3, deepseek-v2-lite, or all), M in 1..4096")
     t.add_argument("--dtypes", help="comma list of fp16,bf16 (overrides --dtype; e.g. --model X --dtypes fp16,bf16)")
