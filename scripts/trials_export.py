@@ -14,6 +14,7 @@ import gzip
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -23,9 +24,9 @@ from gemmrl.results import ResultsWriter  # noqa: E402
 from gemmrl.search.loop import run_rows, summary_rows, write_summary  # noqa: E402
 
 
-def export(store_path: Path, run: str, rows_out: Path | None, outcomes_out: Path | None, gpu: str | None = None,
-           ) -> tuple[int, int, int]:
-    """(shapes, outcomes, rows) of ``run``, written where asked; SystemExit with a message when there is nothing."""
+@contextmanager
+def open_copy(store_path: Path):
+    """The trials store at ``store_path`` opened in a temporary copy (a .gz unpacked), closed and removed after."""
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "trials.sqlite"
         if store_path.suffix == ".gz":
@@ -35,19 +36,26 @@ def export(store_path: Path, run: str, rows_out: Path | None, outcomes_out: Path
             shutil.copyfile(store_path, copy)
         store = TrialsStore(copy)
         try:
-            outs = store.outcomes(run=run)
-            gpus = sorted({o["gpu"] for o in outs})
-            if gpu is None:
-                if len(gpus) != 1:
-                    raise SystemExit(f"{store_path}: run {run!r} has outcomes of {len(gpus)} GPU models "
-                                     f"({', '.join(gpus) or 'none'}); name one with --gpu")
-                gpu = gpus[0]
-            summary = summary_rows(store, gpu, run)
-            if not summary:
-                raise SystemExit(f"{store_path}: no outcomes of run {run!r} on {gpu!r}")
-            rows = run_rows(store, gpu, run)
+            yield store
         finally:
             store.close()
+
+
+def export(store_path: Path, run: str, rows_out: Path | None, outcomes_out: Path | None, gpu: str | None = None,
+           ) -> tuple[int, int, int]:
+    """(shapes, outcomes, rows) of ``run``, written where asked; SystemExit with a message when there is nothing."""
+    with open_copy(store_path) as store:
+        outs = store.outcomes(run=run)
+        gpus = sorted({o["gpu"] for o in outs})
+        if gpu is None:
+            if len(gpus) != 1:
+                raise SystemExit(f"{store_path}: run {run!r} has outcomes of {len(gpus)} GPU models "
+                                 f"({', '.join(gpus) or 'none'}); name one with --gpu")
+            gpu = gpus[0]
+        summary = summary_rows(store, gpu, run)
+        if not summary:
+            raise SystemExit(f"{store_path}: no outcomes of run {run!r} on {gpu!r}")
+        rows = run_rows(store, gpu, run)
     if outcomes_out:
         write_summary(summary, outcomes_out)
     if rows_out:

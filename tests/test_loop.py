@@ -343,3 +343,122 @@ def test_tune_uses_every_visible_gpu_unless_one_is_named(monkeypatch, argv, gpus
     ex = tune_cli.make_executor(args, ("graph",))
     assert seen["gpus"] == gpus and ex.slots == (2 if gpus is None else 1)
     ex.close()
+
+
+@pytest.mark.parametrize("row, flagged", [
+    ({"candidate": "cublas_tn", "verified": False,
+      "reason": "prepare failed: PermissionError: [Errno 13] Permission denied: '/tmp/c/build/.tmp-vendor_blas-x'"}, True),
+    ({"candidate": "cublaslt_heuristic_nn", "verified": "false", "reason": "prepare failed: VendorBuildError: nvcc"}, True),
+    ({"candidate": "torch", "verified": False, "reason": "prepare failed: VendorError: torch.matmul has no fp16-acc"}, False),
+    ({"candidate": "cublas_tn", "verified": True, "reason": ""}, False),
+    ({"candidate": "cublas_tn", "verified": False, "reason": "failed verification"}, False),
+    ({"candidate": "triton:x", "verified": False, "reason": "prepare failed: PermissionError: x"}, False),
+])
+def test_environment_failures_are_the_machines_not_the_shapes(row, flagged):
+    from gemmrl.evaluate import environment_failures
+
+    assert bool(environment_failures([row])) is flagged
+
+
+class _NoCublas(ModelExecutor):
+    """The model executor, but every group's cuBLAS baseline failed as on a fresh GPU machine in session 19."""
+
+    def submit(self, problem, specs):
+        from concurrent.futures import Future
+        from dataclasses import replace
+
+        got = super().submit(problem, specs).result()
+        out = Future()
+        out.set_result(replace(got, rows=got.rows + ({"candidate": "cublas_tn", "verified": False, "reason":
+                                                      "prepare failed: PermissionError: [Errno 13] Permission denied"},)))
+        return out
+
+
+def test_a_baseline_failing_for_the_machine_stops_the_tune_with_nothing_stored(tmp_path):
+    """Session 19: the cuBLAS baselines could not be built inside the sandbox, the rewards silently became speedups
+    over torch alone for 1700 candidates. Now the loop stops at the first such group, stores nothing of it and says
+    what to do; once the cause is gone the run resumes."""
+    store = TrialsStore(tmp_path / "t.sqlite")
+    t = Tuner(TuneSpec(tuple(SHAPES), group=4, rounds=1, run="v", gpu="model"), [RLPolicy(candidates=SMALL)],
+              _NoCublas(), store, progress=False)
+    with pytest.raises(RuntimeError, match=r"baseline cublas_tn could not run .*PermissionError.*--resume"):
+        t.run()
+    assert store.outcomes() == []
+    rep = _tuner(store, rounds=1, run="v").run()
+    assert rep.groups == len(SHAPES) and len(store.outcomes(run="v")) == 4 * len(SHAPES)
+
+
+def test_the_vendor_library_is_built_before_the_sandboxed_workers_need_it(monkeypatch):
+    """The sandboxed workers may not write the build cache, so vendor_blas.so is built in the tuning process once,
+    before the first group, where a cuBLAS baseline is timed (and not where only torch is)."""
+    from gemmrl.kernels import vendor
+    from gemmrl.kernels.vendor import VendorBuildError
+    from gemmrl.search.executor import PrebuildExecutor
+
+    calls = []
+    monkeypatch.delenv("GEMMRL_VENDOR_LIB", raising=False)
+    monkeypatch.setattr(vendor, "build_library", lambda: calls.append(1))
+    assert vendor.prebuild_for(("torch",)) is None and calls == []
+    assert vendor.prebuild_for(None) is None and calls == [1]
+
+    def no_nvcc():
+        raise VendorBuildError("nvcc not found")
+
+    monkeypatch.setattr(vendor, "build_library", no_nvcc)
+    assert "nvcc not found" in vendor.prebuild_for(("cublas_tn",))
+
+    class Inner:
+        slots = 1
+        template = RequestTemplate(baselines=("torch", "cublas_tn"))
+
+        def submit(self, problem, specs):
+            return "submitted"
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(vendor, "build_library", lambda: calls.append(2))
+    ex = PrebuildExecutor(Inner())
+    assert ex.submit(SHAPES[0], []) == "submitted" and ex.submit(SHAPES[1], []) == "submitted"
+    assert calls == [1, 2] and ex.vendor_note is None
+    ex.close()
+
+
+def test_library_progress_table_per_run_and_in_all(tmp_path):
+    """scripts/library_progress.py: per tuning run and over all, the shapes, candidates, device-minutes and the best
+    generated candidate's geomean speedups (alone and with the vendor fallback), from a (gzipped) trials store."""
+    import gzip
+    import importlib.util
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    spec = importlib.util.spec_from_file_location("library_progress", ROOT / "scripts" / "library_progress.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [dict(mnk="a", run="r1", candidate="triton:x", verdict="ok", reward=math.log(2.0), speedup_graph=2.0,
+                 speedup_cold=2.0, gpu_s=30.0),
+            dict(mnk="a", run="r1", candidate="cutlass:y", verdict="ok", reward=math.log(0.5), speedup_graph=0.5,
+                 speedup_cold=0.5, gpu_s=30.0),
+            dict(mnk="b", run="r2", candidate="cutlass:z", verdict="ok", reward=math.log(0.5), speedup_graph=0.25,
+                 speedup_cold=1.0, gpu_s=60.0),
+            dict(mnk="b", run="r2", candidate="triton:w", verdict="build", reward="", speedup_graph="",
+                 speedup_cold="", gpu_s=0.0)]
+    got = mod.table(rows, "r", {"r1": {"torch", "cublas_tn"}, "r2": {"torch"}})
+    assert [g["run"] for g in got] == ["r1", "r2", "all 2 runs"]
+    r1, r2, every = got
+    assert (r1["shapes"], r1["candidates"], r1["failures"], r1["device_min"]) == (1, 2, 0, 1.0)
+    assert r1["graph"] == pytest.approx(2.0) and r1["families"] == "triton 1"
+    assert r2["failures"] == 1 and r2["graph"] == pytest.approx(0.25) and r2["graph_fb"] == 1.0 and r2["wins_both"] == 0
+    assert every["graph"] == pytest.approx(math.sqrt(0.5)) and every["cold_fb"] == pytest.approx(math.sqrt(2.0))
+    assert every["baselines"] == "torch" and "| r2 | 1 | 2 | 1 |" in mod.markdown(got)
+    with pytest.raises(SystemExit, match="no run whose name starts with 'zz'"):
+        mod.table(rows, "zz")
+    # the CLI on a real (gzipped) store
+    store = TrialsStore(tmp_path / "t.sqlite")
+    _tuner(store, rounds=1, run="grid-a").run()
+    store.checkpoint()
+    store.close()
+    with open(tmp_path / "t.sqlite", "rb") as src, gzip.open(tmp_path / "t.sqlite.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert mod.main([str(tmp_path / "t.sqlite.gz"), "--runs", "grid", "--md", str(tmp_path / "p.md")]) == 0
+    assert f"| grid-a | {len(SHAPES)} | {4 * len(SHAPES)} | 0 |" in (tmp_path / "p.md").read_text()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 from .problem import GemmProblem
 from .timing import TimingConfig
@@ -291,6 +291,22 @@ def evaluate_group(req: GroupRequest) -> dict[str, Any]:
     del bufs
     return _plain({"evaluations": [Evaluation(**ev).record() for ev in evs], "rows": rows,
                    "wall_s": time.perf_counter() - t0})
+
+
+def environment_failures(rows: Sequence[dict]) -> dict[str, str]:
+    """Vendor baselines among ``rows`` that could not run for a reason of the machine rather than of the problem
+    (their library failed to build or load, a directory they needed was not writable ...): {name: reason}. A
+    ``VendorError`` at prepare (a path that does not take this problem, e.g. torch with acc fp16) is not one. A
+    reward measured without such a baseline is not against vendor_best, so the tuning loop stops on any."""
+    from .summary import BASELINES
+
+    out: dict[str, str] = {}
+    for r in rows:
+        why = str(r.get("reason") or "")
+        if (r.get("candidate") in BASELINES and str(r.get("verified")).lower() not in ("true", "1")
+                and why.startswith("prepare failed:") and not why.startswith("prepare failed: VendorError")):
+            out.setdefault(str(r["candidate"]), why)
+    return out
 
 
 def evaluate_job(req: EvalRequest, ctx: Any = None) -> dict[str, Any]:

@@ -69,6 +69,13 @@ def cmd_worker(args) -> int:
     os.environ[TRITON_CACHE_ENV] = str(Path(args.triton_cache).resolve() if args.triton_cache
                                        else cache_dir("triton-shared"))
     name = args.name or f"{model}|{socket.gethostname()}|{dev}"
+    if not args.cpu:   # the sandbox cannot write the build cache: vendor_blas.so is built here, before it starts
+        from .kernels.vendor import prebuild_for
+
+        why = prebuild_for(None)
+        if why:
+            print(f"gemmrl worker {name}: the cuBLAS baselines cannot be built here ({why}); groups will fail on them",
+                  flush=True)
     if not args.no_warmup:
         w = warm_worker()
         print(f"gemmrl worker {name}: sandbox warm in {w['seconds']} s ({w['status']}{': ' + w['error'][:200] if w['error'] else ''})",

@@ -53,7 +53,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ..candidate import Buffers, Timer
 from ..paths import cache_dir
@@ -323,6 +323,22 @@ def build_library(tc: Toolchain | None = None) -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return so
+
+
+def prebuild_for(baselines: Sequence[str] | None) -> str | None:
+    """Build vendor_blas.so in this process when ``baselines`` (None: all seven) include a cuBLAS path, so sandboxed
+    workers -- which may write only their scratch directory -- find it built in the cache (a worker that had to
+    build it failed with PermissionError, and its cuBLAS baselines with it). Needs nvcc, no GPU. Returns why it
+    could not (the workers then report the same failure), else None."""
+    if baselines is not None and not any(str(b).startswith("cublas") for b in baselines):
+        return None
+    if os.environ.get("GEMMRL_VENDOR_LIB"):
+        return None
+    try:
+        build_library()
+    except (VendorBuildError, OSError, subprocess.SubprocessError) as e:
+        return f"{type(e).__name__}: {e}"[:400]
+    return None
 
 
 # -- loading -----------------------------------------------------------------------------------------

@@ -248,6 +248,19 @@ class PrebuildExecutor:
         self.slots = inner.slots
         self.template = getattr(inner, "template", None)
         self._pool = ThreadPoolExecutor(max_workers=jobs or max(1, (os.cpu_count() or 2) - 1))
+        self.vendor_note: str | None = None
+        self._vendor_done = False
+
+    def prebuild_vendor(self) -> None:
+        """vendor_blas.so built here once, before the first group (the sandboxed workers cannot write the build
+        cache: on a fresh machine every cuBLAS baseline failed with PermissionError)."""
+        if self._vendor_done:
+            return
+        self._vendor_done = True
+        if self.template is not None and getattr(self.template, "device", "cuda") == "cuda":
+            from ..kernels.vendor import prebuild_for
+
+            self.vendor_note = prebuild_for(getattr(self.template, "baselines", None))
 
     def prebuild(self, specs: Sequence[CandidateSpec]) -> None:
         from ..kernels.cuda_source import arch_for
@@ -273,6 +286,7 @@ class PrebuildExecutor:
                 pass
 
     def submit(self, problem: GemmProblem, specs: Sequence[CandidateSpec]) -> "Future[GroupResult]":
+        self.prebuild_vendor()
         self.prebuild(specs)
         return self.inner.submit(problem, specs)
 

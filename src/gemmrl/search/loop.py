@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..evaluate import CandidateSpec
+from ..evaluate import CandidateSpec, environment_failures
 from ..problem import GemmProblem
 from .proposer import Context, Hardware, Outcome, Proposal, Proposer
 
@@ -217,6 +217,14 @@ class Tuner:
             for fut in done:
                 p, props, gid = inflight.pop(fut)
                 res = fut.result()
+                bad = environment_failures(res.rows)
+                if bad:
+                    name, why = next(iter(bad.items()))
+                    raise RuntimeError(
+                        f"baseline {name} could not run at {p.mnk} ({res.worker}): {why}; every reward would be "
+                        f"measured against the other baselines only, not vendor_best, so the tune stops with nothing "
+                        f"of this group stored ({len(bad)} baseline(s) failed: {', '.join(bad)}); fix the cause, then "
+                        "run again with --resume")
                 outs = self._record(p, props, res, gid)
                 gpu_s += res.gpu_s
                 groups += 1
