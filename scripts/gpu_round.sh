@@ -40,7 +40,10 @@
 #      ISSUE5_SHAPES_ARGS replaces --shapes ISSUE5_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks);
 #      ISSUE5_BENCH_ARGS adds to the re-measure's bench, e.g. "--timing quick"; ISSUE5_PARTS="3/5 4/5" tunes those
 #      parts of the grid one after the other (runs grid1000-part3of5 ...; export with scripts/trials_export.py);
-#      ISSUE5_TUNE_ARGS adds to each part's tune, e.g. "--more-below 1.02" with ISSUE5_ROUNDS=3
+#      ISSUE5_TUNE_ARGS adds to each part's tune, e.g. "--more-below 1.02" with ISSUE5_ROUNDS=3;
+#      the re-measure: ISSUE5_FROM="ROWS.csv.gz ..." (tune rows of several parts) or ISSUE5_LIBRARY=FILE (gemmrl.mm
+#      served from it), ISSUE5_PROTOCOL (default graph,cold), ISSUE5_SHARDS=N|gpus: one bench per GPU on every N-th
+#      shape, each its own CSV (<name>_shardIofN.csv; T5REM_DIR carries earlier shards in to resume)
 #   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
 #      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
 #  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
@@ -340,11 +343,44 @@ if [ "${ISSUE5:-0}" = 1 ]; then
     gzip -f "$t5trials" && echo "trials store: $(du -h "$t5trials.gz" | cut -f1) gzipped"
   fi
   if [[ $stages == *remeasure* ]]; then
-    # shellcheck disable=SC2086
-    timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench $shapes5 --triton-from "$t5rows" \
-      --cutlass-from "$t5rows" --protocol graph,cold ${ISSUE5_BENCH_ARGS:-} --no-progress --out "$t5rem" \
-      >"$GEMMRL_OUT/issue5_remeasure.log" 2>&1
-    echo "re-measure of the tuned winners: exit $? ($(grep -c . "$t5rem" 2>/dev/null) lines)"
+    # what is re-measured: the winners of ISSUE5_FROM (tune rows CSVs, .gz ok; default the tune stage's rows), or
+    # with ISSUE5_LIBRARY=FILE `gemmrl` served from that library (then ISSUE5_FROM is not used)
+    from5=${ISSUE5_FROM:-$t5rows}
+    if [ -n "${ISSUE5_LIBRARY:-}" ]; then what5="--library $ISSUE5_LIBRARY"
+    else what5="--triton-from $from5 --cutlass-from $from5"; fi
+    nsh=${ISSUE5_SHARDS:-1}
+    [ "$nsh" = gpus ] && nsh=$(nvidia-smi -L | wc -l)
+    if [ "$nsh" -le 1 ]; then
+      # shellcheck disable=SC2086
+      timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench $shapes5 $what5 \
+        --protocol "${ISSUE5_PROTOCOL:-graph,cold}" ${ISSUE5_BENCH_ARGS:-} --no-progress --out "$t5rem" \
+        >"$GEMMRL_OUT/issue5_remeasure.log" 2>&1
+      echo "re-measure: exit $? ($(grep -c . "$t5rem" 2>/dev/null) lines)"
+    else
+      # one bench per GPU (ISSUE5_SHARDS=N or gpus), shard i of the shapes (every N-th, so each is a like mix) on
+      # GPU i (the only one it sees), each to its own CSV (resumed when T5REM_DIR carries the earlier shards in)
+      # shellcheck disable=SC2086
+      python3 -c "import sys; from gemmrl.cli import build_parser, _problems
+a = build_parser().parse_args(['bench'] + sys.argv[2:]); ps, _ = _problems(a); n = int(sys.argv[1])
+for i in range(n):
+    open(f'$GEMMRL_OUT/shard{i}.txt', 'w').write(''.join(p.mnk + chr(10) for p in ps[i::n]))
+print(f'{len(ps)} shapes in {n} shards')" "$nsh" $shapes5
+      for ((i = 0; i < nsh; i++)); do
+        out="${t5rem%.csv}_shard${i}of${nsh}.csv"
+        if [ -n "${T5REM_DIR:-}" ] && [ -f "$T5REM_DIR/$(basename "$out")" ]; then cp "$T5REM_DIR/$(basename "$out")" "$out"
+        elif [ -n "${T5REM_DIR:-}" ] && [ -f "$T5REM_DIR/$(basename "$out").gz" ]; then gunzip -c "$T5REM_DIR/$(basename "$out").gz" >"$out"; fi
+        # shellcheck disable=SC2086
+        CUDA_VISIBLE_DEVICES=$i timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench \
+          --shapes "$GEMMRL_OUT/shard$i.txt" $what5 --protocol "${ISSUE5_PROTOCOL:-graph,cold}" ${ISSUE5_BENCH_ARGS:-} \
+          --no-progress --out "$out" >"$GEMMRL_OUT/issue5_remeasure_shard$i.log" 2>&1 &
+      done
+      wait
+      rm -f "$GEMMRL_OUT"/shard*.txt
+      for ((i = 0; i < nsh; i++)); do
+        out="${t5rem%.csv}_shard${i}of${nsh}.csv"
+        echo "re-measure shard $i of $nsh: $(grep -c . "$out" 2>/dev/null) lines, $(cut -d, -f1 "$out" 2>/dev/null | sort -u | grep -c _) shapes"
+      done
+    fi
   fi
 fi
 
