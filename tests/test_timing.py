@@ -209,3 +209,45 @@ def test_graph_rejects_work_outside_the_current_stream():
     res = measure({"ok": _mm(b), "elsewhere": elsewhere}, b, "graph", TimingConfig(graph_replays=3))
     assert res["ok"].ok
     assert not res["elsewhere"].ok, res["elsewhere"]
+
+
+def test_a_late_sample_is_taken_again_with_a_longer_busy_window(monkeypatch):
+    """_event_ms: a sample whose start event fired before the work was enqueued (the host fell behind the busy
+    window) is retaken with a 4x, then 16x longer window, the flush (``before``) run ahead of every attempt, and
+    counted; one still late after the retries is kept and counted as such."""
+    from gemmrl import timing
+
+    script = iter([(5.0, True), (1.0, False),                  # late once, then clean
+                   (9.0, True), (8.0, True), (7.0, True),      # late every time: the last is kept
+                   (2.0, False)])                              # clean at once
+    windows, flushes = [], []
+
+    def sample(fn, busy_us=timing.BUSY_US):
+        windows.append(busy_us)
+        return next(script)
+
+    monkeypatch.setattr(timing, "_event_sample", sample)
+    late = [0, 0]
+    got = [timing._event_ms(lambda: None, late, before=lambda: flushes.append(1)) for _ in range(3)]
+    assert got == [1.0, 7.0, 2.0] and late == [2, 1] and len(flushes) == 6
+    b = timing.BUSY_US
+    assert windows == [b, 4 * b, b, 4 * b, 16 * b, b]
+    assert timing._late_info(late) == {"late_retaken": 2, "late_kept": 1} and timing._late_info([0, 0]) == {}
+
+
+@pytest.mark.gpu
+def test_a_host_slower_than_the_busy_window_is_caught_not_timed():
+    """A call whose host side takes 5 ms before it launches (longer than any busy window) is late every time: the
+    samples are retaken, then kept and counted, and the row says so; a plain matmul is not late."""
+    import time as _time
+
+    b = make_buffers(parse_mnk("256_256_256"), "cuda")
+
+    def slow_host():
+        _time.sleep(0.005)
+        torch.matmul(b.a, b.b, out=b.c)
+
+    res = measure({"mm": _mm(b), "slow": slow_host}, b, "cold", TimingConfig(cold_calls=5, settle_ms=1))
+    assert res["slow"].extra.get("late_kept") == res["slow"].n == 5
+    assert res["slow"].time_ms > 4.0   # the host's sleep sits inside the timed region: counted, and now flagged
+    assert not res["mm"].extra.get("late_kept")

@@ -206,6 +206,9 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
         if protocol in ("graph", "cold") and "settle_ms" in t.extra:
             r["info"] = ";".join(x for x in (r.get("info", ""), f"settle_ms={t.extra['settle_ms']}",
                                              f"settle_mhz={t.extra.get('settle_mhz') or ''}") if x)
+        if t.extra.get("late_retaken"):   # samples whose start event fired before the work was enqueued
+            r["info"] = ";".join(x for x in (r.get("info", ""), f"late_retaken={t.extra['late_retaken']}",
+                                             f"late_kept={t.extra.get('late_kept', 0)}") if x)
         if not r["floor_ok"]:
             r["reason"] = f"below the roofline floor ({t.time_ms:.4g} ms < 0.95 x {floor:.4g} ms): measurement error"
         rows.append(r)

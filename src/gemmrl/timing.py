@@ -11,6 +11,9 @@
   And the GPU is kept busy (~60 us) before every start event, so the events bracket device work only:
   on an idle GPU the start event is stamped at once and the host's launch latency would be counted (seen
   on the H100: the same graph of 75 calls measured up to 3.7x slower in one of three re-measurements).
+  Each sample checks it: if the start event had fired before the end event was enqueued, the host fell
+  behind the window and the sample is taken again with a 4x, then 16x longer one (rows say
+  ``late_retaken`` / ``late_kept`` in info when any was).
 - ``offline`` CUDA-L2's offline mode: each iteration writes fresh random inputs and NaN into C outside
               the timed region, shuffles the candidates, and times each with the host clock around one
               call + synchronize. ``time_ms`` = mean per-call time, ``tflops`` = mean of per-call TFLOPS.
@@ -239,17 +242,49 @@ def _capture(fn: Callable[[], None], n: int):
     return g
 
 
-def _event_ms(fn: Callable[[], None]) -> float:
-    """Device time of ``fn``'s work between two events, the GPU kept busy before the start event."""
+LATE_RETRIES = 2   # a late sample is taken again with a 4x, then 16x longer busy window
+
+
+def _event_sample(fn: Callable[[], None], busy_us: float = BUSY_US) -> tuple[float, bool]:
+    """(device ms of ``fn``'s work between two events, late): the GPU kept busy for ``busy_us`` before the start
+    event; ``late`` when the start event had already fired by the time the end event was enqueued, i.e. the GPU
+    may have waited for the host's launch inside the timed region (a slow or contended host: the busy window was
+    too short)."""
     import torch
 
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    _busy()
+    _busy(busy_us)
     s.record()
     fn()
     e.record()
+    late = s.query()
     e.synchronize()
-    return s.elapsed_time(e)
+    return s.elapsed_time(e), late
+
+
+def _event_ms(fn: Callable[[], None], late: list[int] | None = None,
+              before: Callable[[], None] | None = None) -> float:
+    """Device time of ``fn``'s work between two events (``_event_sample``), ``before`` run ahead of each attempt
+    (cold: the L2 flush). A late sample is taken again with a longer busy window, up to ``LATE_RETRIES`` times;
+    ``late`` (when given) counts [samples retaken, samples still late and kept]."""
+    busy = BUSY_US
+    for attempt in range(LATE_RETRIES + 1):
+        if before is not None:
+            before()
+        ms, was_late = _event_sample(fn, busy)
+        if not was_late:
+            return ms
+        if late is not None and attempt == 0:
+            late[0] += 1
+        busy *= 4
+    if late is not None:
+        late[1] += 1
+    return ms
+
+
+def _late_info(late: list[int]) -> dict:
+    """Row info for a path's late samples (none: nothing added)."""
+    return {"late_retaken": late[0], "late_kept": late[1]} if late[0] else {}
 
 
 def _replay_ms(g) -> float:
@@ -310,14 +345,15 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
     # graph_min_timed_ms of device time so the median is not one phase of that oscillation (at most 200 rounds)
     round_ms = sum(_replay_ms(g) for g, _ in graphs.values())
     nrep = max(nrep, min(200, math.ceil(cfg.graph_min_timed_ms / max(round_ms, 1e-3))))
+    late = {k: [0, 0] for k in graphs}
     for _ in range(nrep):
         for name in _order(list(graphs), rng):
             g, n = graphs[name]
-            samples[name].append(_event_ms(g.replay) / n)
+            samples[name].append(_event_ms(g.replay, late[name]) / n)
     for name, xs in samples.items():
         out[name] = _summary("graph", xs, problem.flops, mean=False,
                              extra={"calls_per_graph": graphs[name][1], "settle_ms": round(settled["settle_ms"]),
-                                    "settle_mhz": settled["mhz"]})
+                                    "settle_mhz": settled["mhz"], **_late_info(late[name])})
     del graphs
     return out
 
@@ -358,13 +394,15 @@ def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: 
             out[name] = failed("cold", f"{type(e).__name__}: {e}"[:300])
     settled = _settle(list(live.values()), cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
     samples: dict[str, list[float]] = {k: [] for k in live}
+    late = {k: [0, 0] for k in live}
     for i in range(max(cfg.cold_calls, calls or 0)):
         for name in _order(list(live), rng):
-            flush.fill_(i)  # write 2x L2: evicts the operands (and leaves dirty lines, as real work does)
-            samples[name].append(_event_ms(live[name]))
+            # write 2x L2 before each attempt: evicts the operands (and leaves dirty lines, as real work does)
+            samples[name].append(_event_ms(live[name], late[name], before=lambda i=i: flush.fill_(i)))
     for name, xs in samples.items():
         out[name] = _summary("cold", xs, problem.flops, mean=False,
-                             extra={"settle_ms": round(settled["settle_ms"]), "settle_mhz": settled["mhz"]})
+                             extra={"settle_ms": round(settled["settle_ms"]), "settle_mhz": settled["mhz"],
+                                    **_late_info(late[name])})
     return out
 
 
