@@ -203,3 +203,28 @@ def test_trained_policy_beats_the_cost_model_on_unseen_shapes(tables):
         budgets=("arms:4",), random_draws=20)}
     assert rows[("rl", "arms:4")].share > rows[("costmodel", "arms:4")].share + 0.1
     assert rows[("rl", "arms:4")].share > rows[("random", "arms:4")].share + 0.1
+
+
+def test_a_reloaded_policy_takes_the_same_step_as_one_that_never_stopped(tmp_path):
+    """The optimizer's state travels with the policy: a policy saved and loaded between two updates ends where an
+    uninterrupted one does (before, the reload restarted Adam and its first steps moved every weight by ~lr)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, len(feature_names())))
+    steps = [([0, 3, 5, 7], [0.1, -0.2, 0.05, 0.0]), ([1, 2, 3, 4], [0.3, 0.1, -0.1, 0.2]),
+             ([6, 8, 9, 11], [-0.05, 0.02, 0.01, 0.0])]
+    a = RLPolicy()
+    for ch, r in steps:
+        a.step(x, ch, r)
+    b = RLPolicy()
+    b.step(x, *steps[0])
+    b = RLPolicy.load(b.save(tmp_path / "p.json"))
+    for ch, r in steps[1:]:
+        b.step(x, ch, r)
+        b = RLPolicy.load(b.save(tmp_path / "p.json"))
+    assert np.allclose(a.state.theta, b.state.theta) and b.opt.t == 3
+    # the old behaviour, theta alone with a fresh Adam, takes another step than the one that goes on
+    goes_on, fresh = RLPolicy.load(tmp_path / "p.json"), RLPolicy()
+    fresh.state.theta = goes_on.state.theta.copy()
+    goes_on.step(x, *steps[0])
+    fresh.step(x, *steps[0])
+    assert not np.allclose(fresh.state.theta, goes_on.state.theta)

@@ -283,10 +283,14 @@ class RLPolicy:
 
     # persistence
     def to_dict(self) -> dict:
-        return {"version": VERSION, "kind": "linear-softmax-grpo", "features": feature_names(),
-                "theta": [float(v) for v in self.state.theta], "init_temp": self.state.init_temp,
-                "updates": self.state.updates, "trained_on": sorted(set(self.state.trained_on)),
-                "fail_reward": FAIL_REWARD}
+        d = {"version": VERSION, "kind": "linear-softmax-grpo", "features": feature_names(),
+             "theta": [float(v) for v in self.state.theta], "init_temp": self.state.init_temp,
+             "updates": self.state.updates, "trained_on": sorted(set(self.state.trained_on)),
+             "fail_reward": FAIL_REWARD}
+        if self.opt.m is not None:   # the optimizer's state: a reloaded policy goes on with the same step sizes
+            d["adam"] = {"lr": self.opt.lr, "t": self.opt.t, "m": [float(v) for v in self.opt.m],
+                         "v": [float(v) for v in self.opt.v]}
+        return d
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -314,6 +318,14 @@ class RLPolicy:
         pol.state.theta[[names.index(n) for n in saved]] = theta
         pol.state.updates = int(d.get("updates", 0))
         pol.state.trained_on = list(d.get("trained_on", []))
+        adam = d.get("adam")
+        if adam and len(adam.get("m") or ()) == len(saved) == len(adam.get("v") or ()):
+            # Adam's moments by feature name too (a new feature's at 0); without them a reloaded policy restarts
+            # Adam's bias correction, whose first steps move every weight by ~lr whatever its gradient
+            m, v = np.zeros(len(names)), np.zeros(len(names))
+            m[[names.index(n) for n in saved]] = adam["m"]
+            v[[names.index(n) for n in saved]] = adam["v"]
+            pol.opt.m, pol.opt.v, pol.opt.t = m, v, int(adam.get("t", 0))
         return pol
 
 
