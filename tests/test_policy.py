@@ -228,3 +228,22 @@ def test_a_reloaded_policy_takes_the_same_step_as_one_that_never_stopped(tmp_pat
     goes_on.step(x, *steps[0])
     fresh.step(x, *steps[0])
     assert not np.allclose(fresh.state.theta, goes_on.state.theta)
+
+
+@pytest.mark.parametrize("floor", [True, False])
+def test_every_family_keeps_a_slot_in_a_greedy_group(floor):
+    """A policy that ranks every Triton config above every CUTLASS one still proposes the best-ranked CUTLASS
+    config in each group of 4 (in the place of its 4th Triton), unless family_floor is off."""
+    p = GemmProblem(512, 1024, 2048)
+    pol = RLPolicy(candidates=SMALL, family_floor=floor)
+    for kind in ("tiled", "persistent", "splitk", "smallm"):
+        pol.state.theta[feature_names().index(f"triton:{kind}*1")] = 50.0
+    ranked = pol.ranked(p)
+    assert {s.family for s in ranked} == {"triton", "cutlass"}
+    got = [x.spec for x in pol.propose(Context(p), 4)]
+    top_triton = [s for s in ranked if s.family == "triton"]
+    if floor:
+        assert got[:3] == top_triton[:3] and got[3] == next(s for s in ranked if s.family == "cutlass")
+    else:
+        assert got == top_triton[:4]
+    assert len(pol.propose(Context(p), 1)) == 1   # a group of one is the policy's top alone

@@ -192,13 +192,14 @@ class RLPolicy:
     name = "rl"
 
     def __init__(self, init_temp: float = 0.15, lr: float = 0.05, greedy: bool = True, l2: float = 1e-3,
-                 candidates=candidate_set):
+                 candidates=candidate_set, family_floor: bool = True):
         dim = len(feature_names())
         theta = np.zeros(dim)
         theta[:2] = 0.5 / init_temp          # the cost model's cold and warm predictions, equally
         self.state = PolicyState(theta, init_temp)
         self.opt = Adam(lr)
         self.greedy = greedy
+        self.family_floor = family_floor
         self.l2 = l2
         self.candidates = candidates
         self._cache: dict[tuple, tuple[list[CandidateSpec], np.ndarray]] = {}
@@ -257,7 +258,19 @@ class RLPolicy:
         if not self.greedy:
             rng = rng or random.Random(0)
             z = z + np.array([-math.log(-math.log(max(rng.random(), 1e-12))) for _ in free])  # Gumbel top-k
-        order = np.argsort(-z, kind="stable")[:k]
+        ranked = list(np.argsort(-z, kind="stable"))
+        order = ranked[:k]
+        if self.family_floor and k >= 2:
+            # every family with a free candidate here gets a slot in the group (the best-ranked of it, in place of
+            # the group's last): a greedy linear policy otherwise stops proposing a family for good (session 19:
+            # CUTLASS went from 26% of part 2's proposals to 5 of 2108 in parts 3-5) and GRPO never compares them
+            for fam in sorted({specs[free[i]].family for i in ranked}):
+                if not any(specs[free[i]].family == fam for i in order):
+                    best = next(i for i in ranked if specs[free[i]].family == fam)
+                    keep = [i for i in order if sum(specs[free[j]].family == specs[free[i]].family for j in order) > 1]
+                    if keep:
+                        order.remove(keep[-1])
+                        order.append(best)
         return [Proposal(specs[free[i]], "rl", f"rank={r}") for r, i in enumerate(order)]
 
     def update(self, ctx: Context, outcomes: Sequence[Outcome]) -> None:
