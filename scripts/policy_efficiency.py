@@ -3,11 +3,14 @@
     python scripts/policy_efficiency.py --train SCREEN.csv... --save src/gemmrl/policies/h100.json
     python scripts/policy_efficiency.py --train SCREEN.csv... --test HELD_OUT_SCREEN.csv... --out RESULT.csv
     python scripts/policy_efficiency.py --train SCREEN.csv... --cv 2 --out RESULT.csv
+    python scripts/policy_efficiency.py --test HELD_OUT_SCREEN.csv... --judge POLICY.json... [--floor] --out RESULT.csv
 
 Training: GRPO on the screens' measured rewards (search/efficiency.train_replay). Judged: on the test screens (or
 each cross-validation fold), the exhaustive sweep of the screened (pruned) space against the policy's greedy order,
 the untrained policy (= the cost model's ranking) and random orders, at budgets of 1/4/8 arms and 5/10/15% of the
 sweep's GPU time per shape. Writes one CSV row per (fold, method, budget) and prints a markdown table.
+--judge: saved policies judged as they are (no training; method = the file's stem), beside the cost model;
+--floor: each also with the live proposer's family floor (every family in the first 4), as METHOD+floor.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from gemmrl.search.efficiency import evaluate_methods, keyed_orders, split_shapes, sweep_row, train_replay  # noqa: E402
+from gemmrl.search.efficiency import (evaluate_methods, floored, keyed_orders, split_shapes, sweep_row,  # noqa: E402
+                                     train_replay)
 from gemmrl.search.policy import RLPolicy  # noqa: E402
 from gemmrl.search.replay import load_tables  # noqa: E402
 
@@ -36,9 +40,15 @@ def train(tables, args, seed):
     return pol
 
 
-def judge(pol, tables, fold, seed):
-    rows = [sweep_row(tables)] + evaluate_methods(tables, {"rl": keyed_orders(pol), "costmodel": keyed_orders(RLPolicy(
-        init_temp=pol.state.init_temp))}, BUDGETS, random_draws=200, seed=seed)
+def judge(pol, tables, fold, seed, policies=None, floor=False):
+    rankers = {"costmodel": keyed_orders(RLPolicy(init_temp=pol.state.init_temp if pol else 0.15))}
+    if pol is not None:
+        rankers["rl"] = keyed_orders(pol)
+    for name, p in (policies or {}).items():
+        rankers[name] = keyed_orders(p)
+    if floor:
+        rankers.update({f"{n}+floor": floored(r) for n, r in list(rankers.items())})
+    rows = [sweep_row(tables)] + evaluate_methods(tables, rankers, BUDGETS, random_draws=200, seed=seed)
     return [{"fold": fold, "shapes": len(tables), "method": r.method, "budget": r.budget,
              "share_of_sweep_log_gain": round(r.share, 4), "share_of_sweep_gpu_time": round(r.gpu_share, 4),
              "shapes_at_95pct": r.shapes_at_95, "library_geomean": round(r.geomean_speedup, 4)} for r in rows]
@@ -46,7 +56,7 @@ def judge(pol, tables, fold, seed):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train", nargs="+", required=True)
+    ap.add_argument("--train", nargs="+", default=[])
     ap.add_argument("--test", nargs="*")
     ap.add_argument("--cv", type=int, default=0)
     ap.add_argument("--save")
@@ -56,10 +66,22 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--temp", type=float, default=0.15)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--judge", nargs="+", default=[], help="saved policy files to judge on --test as they are")
+    ap.add_argument("--floor", action="store_true", help="also judge every method with the family floor")
     args = ap.parse_args()
-    tr = load_tables(args.train)
+    if not args.train and not (args.judge and args.test):
+        ap.error("give --train SCREEN.csv... (to train), or --judge POLICY.json... with --test SCREEN.csv...")
+    tr = load_tables(args.train) if args.train else {}
     rows = []
-    if args.test:
+    if args.judge:
+        te = load_tables(args.test)
+        pols = {Path(f).stem: RLPolicy.load(f) for f in args.judge}
+        for name, p in pols.items():
+            seen = len(set(p.state.trained_on) & set(te))
+            if seen:
+                print(f"note: {name} trained on {seen} of the {len(te)} test shapes")
+        rows += judge(None, [te[k] for k in sorted(te)], "judge", args.seed, pols, args.floor)
+    elif args.test:
         te = load_tables(args.test)
         overlap = set(te) & set(tr)
         if overlap:

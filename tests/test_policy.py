@@ -247,3 +247,17 @@ def test_every_family_keeps_a_slot_in_a_greedy_group(floor):
     else:
         assert got == top_triton[:4]
     assert len(pol.propose(Context(p), 1)) == 1   # a group of one is the policy's top alone
+
+
+@pytest.mark.parametrize("ranked, k, want", [
+    ("aaaab", 4, "aaab" "a"),          # b takes the 4th slot, the 4th a moves just behind the group
+    ("aaaab", 1, "aaaab"),             # a group of one: the top alone
+    ("abaac", 3, "abc" "aa"),          # c displaces the last a that has another a in the group
+    ("abcdd", 3, "abc" "dd"),          # every slot holds its family's only member: nothing to give up
+    ("aab", 4, "aab"),                 # fewer candidates than slots
+])
+def test_with_family_floor(ranked, k, want):
+    from gemmrl.search.policy import with_family_floor
+
+    got = with_family_floor(list(range(len(ranked))), lambda i: ranked[i], k)
+    assert "".join(ranked[i] for i in got) == want and sorted(got) == list(range(len(ranked)))

@@ -150,10 +150,18 @@ def keyed_orders(policy: RLPolicy) -> Callable[[Table], list[int]]:
     return lambda t: orders(policy, t)
 
 
+def floored(ranker: Callable[[Table], list[int]], k: int = 4) -> Callable[[Table], list[int]]:
+    """``ranker`` with the live proposer's family floor (``policy.with_family_floor``) at group size ``k``."""
+    from .policy import with_family_floor
+
+    return lambda t: with_family_floor(ranker(t), lambda i: t.arms[i].spec.family, k)
+
+
 def split_shapes(keys: Sequence[str], folds: int, seed: int) -> list[list[str]]:
     ks = sorted(keys)
     random.Random(seed).shuffle(ks)
     return [ks[i::folds] for i in range(folds)]
 
 
-__all__ = ["train_replay", "evaluate_methods", "sweep_row", "orders", "keyed_orders", "online_orders", "split_shapes", "Row"]
+__all__ = ["train_replay", "evaluate_methods", "sweep_row", "orders", "keyed_orders", "floored", "online_orders",
+           "split_shapes", "Row"]

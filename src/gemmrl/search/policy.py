@@ -155,6 +155,30 @@ def _pool(seed: int):
     return tuple(exploration_pool(seed, 24))
 
 
+def with_family_floor(ranked: Sequence[int], family_of, k: int) -> list[int]:
+    """``ranked`` reordered so its first ``k`` hold every family that has a candidate in it: a missing family's
+    best-ranked candidate takes the place of the last of the top ``k`` whose family has another there (k >= 2).
+    A greedy linear policy otherwise stops proposing a family for good (session 19: CUTLASS went from 26% of part
+    2's proposals to 5 of 2108 in parts 3-5), and GRPO never compares the families again."""
+    order = list(ranked)
+    if k < 2:
+        return order
+    for fam in sorted({family_of(i) for i in order}):
+        top = order[:k]
+        if any(family_of(i) == fam for i in top):
+            continue
+        shared = [i for i in top if sum(family_of(j) == family_of(i) for j in top) > 1]
+        if not shared:
+            continue   # every slot already holds the only candidate of its family
+        best = next(i for i in order if family_of(i) == fam)
+        order.remove(best)
+        out = order.index(shared[-1])
+        order.insert(out, best)          # the new one takes the slot; the one it displaced moves down by one
+        order.remove(shared[-1])
+        order.insert(k, shared[-1])
+    return order
+
+
 # -- the policy ------------------------------------------------------------------------------------------------
 @dataclass
 class Adam:
@@ -259,19 +283,9 @@ class RLPolicy:
             rng = rng or random.Random(0)
             z = z + np.array([-math.log(-math.log(max(rng.random(), 1e-12))) for _ in free])  # Gumbel top-k
         ranked = list(np.argsort(-z, kind="stable"))
-        order = ranked[:k]
-        if self.family_floor and k >= 2:
-            # every family with a free candidate here gets a slot in the group (the best-ranked of it, in place of
-            # the group's last): a greedy linear policy otherwise stops proposing a family for good (session 19:
-            # CUTLASS went from 26% of part 2's proposals to 5 of 2108 in parts 3-5) and GRPO never compares them
-            for fam in sorted({specs[free[i]].family for i in ranked}):
-                if not any(specs[free[i]].family == fam for i in order):
-                    best = next(i for i in ranked if specs[free[i]].family == fam)
-                    keep = [i for i in order if sum(specs[free[j]].family == specs[free[i]].family for j in order) > 1]
-                    if keep:
-                        order.remove(keep[-1])
-                        order.append(best)
-        return [Proposal(specs[free[i]], "rl", f"rank={r}") for r, i in enumerate(order)]
+        if self.family_floor:
+            ranked = with_family_floor(ranked, lambda i: specs[free[i]].family, k)
+        return [Proposal(specs[free[i]], "rl", f"rank={r}") for r, i in enumerate(ranked[:k])]
 
     def update(self, ctx: Context, outcomes: Sequence[Outcome]) -> None:
         specs, x = self.actions(ctx.problem)
