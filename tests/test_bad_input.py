@@ -259,6 +259,8 @@ FLAG_CASES = [
     ([*TUNE, "--budget-wall-minutes", "0"], ["--budget-wall-minutes must be > 0"]),
     ([*TUNE, "--budget-gpu-minutes", "nan"], ["--budget-gpu-minutes must be > 0, got nan"]),
     ([*TUNE, "--more-below", "0"], ["--more-below must be > 0, got 0.0"]),
+    ([*TUNE, "--policy-lr", "-0.01"], ["--policy-lr must be >= 0", "proposes without learning"]),
+    ([*TUNE, "--policy-lr", "nan"], ["--policy-lr must be >= 0", "got nan"]),
     ([*TUNE, "--timeout-s", "0"], ["--timeout-s must be > 0"]),
     ([*TUNE, "--protocol", "warm"], ["--protocol takes"]),
     ([*TUNE, "--layouts", "xx"], ["--layouts takes tn and/or nn"]),

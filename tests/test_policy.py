@@ -261,3 +261,69 @@ def test_with_family_floor(ranked, k, want):
 
     got = with_family_floor(list(range(len(ranked))), lambda i: ranked[i], k)
     assert "".join(ranked[i] for i in got) == want and sorted(got) == list(range(len(ranked)))
+
+
+def test_live_tuning_learns_at_its_own_rate_and_noise_floor(tmp_path):
+    """gemmrl tune's policy: lr LIVE_LR and advantage epsilon LIVE_ADV_EPS (a group whose rewards differ by noise
+    moves the policy less than one whose rewards differ for real), whatever the file it was loaded from says."""
+    import argparse
+
+    from gemmrl.search.policy import LIVE_ADV_EPS, LIVE_LR
+    from gemmrl.tune_cli import make_proposers
+
+    ns = argparse.Namespace(proposer="rl", policy=str(tmp_path / "new.json"), policy_lr=None)
+    _, pol = make_proposers(ns, ("tn",))
+    assert (pol.opt.lr, pol.adv_eps) == (LIVE_LR, LIVE_ADV_EPS) and LIVE_LR < RLPolicy().opt.lr
+    pol.save(tmp_path / "p.json")
+    _, again = make_proposers(argparse.Namespace(proposer="rl", policy=str(tmp_path / "p.json"), policy_lr=0.0), ("tn",))
+    assert again.opt.lr == 0.0
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(6, len(feature_names())))
+
+    def moved(rewards, eps):
+        p = RLPolicy(adv_eps=eps)
+        before = p.state.theta.copy()
+        p.opt.lr = 1.0
+        p.step(x, [0, 1, 2, 3], rewards)
+        return float(np.abs(p.opt.m).sum())   # the first moment: the gradient's size before Adam normalizes it
+
+    noise, real = [0.001, -0.001, 0.002, -0.002], [0.1, -0.1, 0.2, -0.2]
+    assert moved(noise, 1e-3) > 0.5 * moved(real, 1e-3)       # at 1e-3 noise is normalized to a full-size signal
+    assert moved(noise, LIVE_ADV_EPS) < 0.2 * moved(real, LIVE_ADV_EPS)
+
+
+def test_policy_live_replay_script(tmp_path, tables):
+    """scripts/policy_live_replay.py: a run's stored groups replayed on a policy (one step each, in order), and
+    live-style greedy groups on screens; lr 0 leaves the policy as it was."""
+    import importlib.util
+    import sys
+
+    from gemmrl.library import TrialsStore
+    from gemmrl.search.executor import ModelExecutor
+    from gemmrl.search.loop import Tuner, TuneSpec
+
+    sys.path.insert(0, str(RESULTS.parents[1] / "scripts"))
+    spec = importlib.util.spec_from_file_location("policy_live_replay", RESULTS.parents[1] / "scripts" /
+                                                  "policy_live_replay.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    shapes = (GemmProblem(256, 512, 1024), GemmProblem(1024, 256, 64), GemmProblem(64, 4096, 4096))
+    store = TrialsStore(tmp_path / "t.sqlite")
+    Tuner(TuneSpec(shapes, group=4, rounds=2, run="r", gpu="model"), [RLPolicy(candidates=SMALL)], ModelExecutor(),
+          store, progress=False).run()
+    Tuner(TuneSpec(shapes[:1], group=4, rounds=1, run="other", gpu="model"), [RLPolicy(candidates=SMALL)],
+          ModelExecutor(), store, progress=False).run()
+    store.checkpoint()
+    store.close()
+    groups = mod.live_groups(tmp_path / "t.sqlite", ["r"])
+    assert len(groups) == 6 and all(len(g) == 4 for _, g in groups)
+    by = {p.mnk: p for p in shapes}
+    start = RLPolicy(candidates=SMALL)
+    held, n = mod.replay_live(start, groups, by, 0.0, 0.02)
+    assert n == 6 and np.allclose(held.state.theta, start.state.theta)
+    moved, _ = mod.replay_live(start, groups, by, 0.05, 0.02)
+    assert not np.allclose(moved.state.theta, start.state.theta)
+    some = [tables[k] for k in sorted(tables)[:3]]
+    assert 0.0 <= mod.first4_share(moved, some) <= 1.0
+    on_screens = mod.replay_screens(RLPolicy(), some, 0.01, 0.02, passes=1, seed=0)
+    assert on_screens.state.updates == 3

@@ -54,6 +54,9 @@ def add_parser(sub, shape_args) -> None:
     t.add_argument("--budget-wall-minutes", type=float, default=math.inf, help="stop proposing past this wall time, counted from the command's start (candidate sets, "
                    "precompile and worker start-up included)")
     t.add_argument("--group", type=int, default=4, help="proposals per group (the policy-gradient group)")
+    t.add_argument("--policy-lr", type=float,
+                   help="the policy's learning rate in live tuning (default: search/policy.py's LIVE_LR, 5x below "
+                        "replay training's; 0 proposes without learning)")
     t.add_argument("--rounds", type=int, default=2, help="groups per shape")
     t.add_argument("--more-below", type=float, default=math.inf, metavar="SPEEDUP",
                    help="a shape's groups after its first only while its best speedup so far is below this (e.g. "
@@ -110,9 +113,10 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
     """(proposers, the RL policy or None)."""
     from functools import partial
 
-    from .search.policy import CostModelProposer, RandomProposer, RLPolicy, candidate_set
+    from .search.policy import LIVE_ADV_EPS, LIVE_LR, CostModelProposer, RandomProposer, RLPolicy, candidate_set
 
     cands = partial(candidate_set, layouts=layouts)
+    live = {"lr": LIVE_LR if args.policy_lr is None else args.policy_lr, "adv_eps": LIVE_ADV_EPS}
     out, policy = [], None
     if args.proposer in ("rl", "both"):
         path = Path(args.policy) if args.policy else user_policy()
@@ -120,13 +124,13 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
             path = packaged_policy()   # a new policy file starts from the shipped one
         if path.is_file():
             try:
-                policy = RLPolicy.load(path, candidates=cands)
+                policy = RLPolicy.load(path, candidates=cands, **live)
             except (ValueError, AttributeError, KeyError, TypeError) as e:  # also JSON that is not a policy
                 raise TuneError(str(e) if str(path) in str(e) else
                                 f"policy file {path} is not a gemmrl policy ({type(e).__name__}: {e}); give another "
                                 "--policy, or delete it to start from the shipped one (it is left as it is)") from None
         else:
-            policy = RLPolicy(candidates=cands)
+            policy = RLPolicy(candidates=cands, **live)
         out.append(policy)
     if args.proposer in ("llm", "both"):
         from .search.llm import LLMConfig, LLMProposer
@@ -227,6 +231,8 @@ def check_flags(args) -> None:
                     ("--more-below", args.more_below)):
         if not v > 0:
             raise CliError(f"{flag} must be > 0, got {v} (leave it out for the default)")
+    if args.policy_lr is not None and not (math.isfinite(args.policy_lr) and args.policy_lr >= 0):
+        raise CliError(f"--policy-lr must be >= 0 (0: the policy proposes without learning), got {args.policy_lr}")
     if args.baselines is not None:
         names = [b.strip() for b in args.baselines.split(",") if b.strip()]
         bad = [b for b in names if b not in BASELINES]

@@ -16,7 +16,12 @@ cost model does (temperature ``init_temp``).
 
 Training (``update``): a group of G proposals for one shape with rewards r_i (log speedup over vendor_best,
 failures get ``FAIL_REWARD``); advantages A_i = (r_i - mean r) / (std r + eps); gradient of sum_i A_i log
-pi(a_i | s) (= A_i (phi_i - E_pi[phi])), Adam step. Greedy proposals take the policy's top-k not yet tried.
+pi(a_i | s) (= A_i (phi_i - E_pi[phi])), Adam step. Greedy proposals take the policy's top-k not yet tried, with
+a slot for every family (``with_family_floor``). Live tuning (``LIVE_LR``, ``LIVE_ADV_EPS``) learns more slowly
+than replay training on screens: single live groups of four near-equal configs are mostly noise (median
+within-group reward spread 2-4%), and at the replay's lr 0.05 their updates undid what the screens taught
+(session 19: replaying parts 1-2's 376 live groups on the shipped policy took its held-out first-4 share from 0.464
+to 0.288; at lr 0.01 with eps 0.02 to 0.493).
 
 Saved as JSON (``save``/``load``) beside the library. Nothing here imports torch.
 """
@@ -38,6 +43,8 @@ from ..problem import GemmProblem
 from .proposer import Context, Outcome, Proposal, spec_key
 
 FAIL_REWARD = -1.0          # reward of a proposal that failed (build, verification, crash ...): 0.37x
+LIVE_LR = 0.01              # gemmrl tune's learning rate (replay training on screens: 0.05)
+LIVE_ADV_EPS = 0.02         # gemmrl tune's advantage epsilon: the noise rule's 2% (replay: 1e-3)
 VERSION = 1
 KINDS = ("triton:tiled", "triton:persistent", "triton:splitk", "triton:smallm", "cutlass:coop:persistent",
          "cutlass:coop:streamk", "cutlass:pingpong:persistent", "cutlass:pingpong:streamk")
@@ -216,7 +223,7 @@ class RLPolicy:
     name = "rl"
 
     def __init__(self, init_temp: float = 0.15, lr: float = 0.05, greedy: bool = True, l2: float = 1e-3,
-                 candidates=candidate_set, family_floor: bool = True):
+                 candidates=candidate_set, family_floor: bool = True, adv_eps: float = 1e-3):
         dim = len(feature_names())
         theta = np.zeros(dim)
         theta[:2] = 0.5 / init_temp          # the cost model's cold and warm predictions, equally
@@ -224,6 +231,7 @@ class RLPolicy:
         self.opt = Adam(lr)
         self.greedy = greedy
         self.family_floor = family_floor
+        self.adv_eps = adv_eps   # advantages = (r - mean) / (std + adv_eps): a spread below it is mostly noise
         self.l2 = l2
         self.candidates = candidates
         self._cache: dict[tuple, tuple[list[CandidateSpec], np.ndarray]] = {}
@@ -300,7 +308,7 @@ class RLPolicy:
     def step(self, x: np.ndarray, chosen: Sequence[int], rewards: Sequence[float]) -> None:
         """One GRPO step on one group: ``chosen`` rows of ``x`` earned ``rewards``."""
         r = np.asarray(rewards, dtype=float)
-        adv = (r - r.mean()) / (r.std() + 1e-3)
+        adv = (r - r.mean()) / (r.std() + self.adv_eps)
         p = self.probs(x)
         mean_phi = p @ x
         grad = (adv[:, None] * (x[list(chosen)] - mean_phi)).sum(axis=0) / len(chosen)

@@ -1,0 +1,145 @@
+"""What live tuning does to the policy, replayed at no GPU cost: learning rates and advantage epsilons compared.
+
+    python scripts/policy_live_replay.py --store TRIALS.sqlite[.gz] --runs grid1000-part1of5 grid1000-part2of5 \
+        --start src/gemmrl/policies/h100.json --test HELD_OUT_SCREEN.csv... [--train SCREEN.csv...] \
+        --settings 0.05:0.001 0.01:0.02 --out RESULT.csv
+
+Two replays per setting (lr:eps), each from the --start policy with a fresh optimizer, judged on the --test screens
+by the share of the exhaustive sweep's log-gain its first 4 proposals reach (search/efficiency.py):
+- ``live``: the groups a `gemmrl tune` run measured (--store, --runs; the proposals and rewards as stored, in their
+  order), one GRPO step each, as the live loop took them;
+- ``screens`` (with --train): live-style groups on measured screens, the policy's greedy top 4 of each shape
+  rewarded from the screen, --passes passes over the shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gemmrl.search import policy as P  # noqa: E402
+from gemmrl.search.efficiency import evaluate_methods, keyed_orders  # noqa: E402
+from gemmrl.search.proposer import spec_key  # noqa: E402
+from gemmrl.search.replay import load_tables  # noqa: E402
+
+
+def first4_share(pol: P.RLPolicy, tests) -> float:
+    return next(r.share for r in evaluate_methods(tests, {"m": keyed_orders(pol)}, ("arms:4",), random_draws=1)
+                if r.method == "m")
+
+
+def live_groups(store_path: Path, runs: list[str]) -> list[tuple[str, list[tuple[str, float]]]]:
+    """[(mnk, [(candidate key, reward), ...]), ...] per stored group of ``runs``, in the order they were stored."""
+    from trials_export import open_copy
+
+    groups: dict[str, tuple[str, list]] = {}
+    with open_copy(store_path) as st:
+        for row in st.outcomes():
+            if row["run"] not in runs:
+                continue
+            g = json.loads(row["record"] or "{}").get("group") or f"{row['run']}:{row['mnk']}"
+            r = row["reward"] if row["reward"] is not None and row["verdict"] == "ok" else P.FAIL_REWARD
+            groups.setdefault(g, (row["mnk"], []))[1].append((row["key"], float(r)))
+    return list(groups.values())
+
+
+def replay_live(start: P.RLPolicy, groups, problems, lr: float, eps: float) -> tuple[P.RLPolicy, int]:
+    pol = copy.deepcopy(start)
+    pol.opt, pol.adv_eps = P.Adam(lr), eps
+    n = 0
+    for mnk, got in groups:
+        specs, x = pol.actions(problems[mnk])
+        index = {spec_key(s): i for i, s in enumerate(specs)}
+        picked = [(index[k], r) for k, r in got if k in index]
+        if len(picked) < 2:
+            continue
+        pol.step(x, [i for i, _ in picked], [r for _, r in picked])
+        n += 1
+    return pol, n
+
+
+def replay_screens(start: P.RLPolicy, tables, lr: float, eps: float, passes: int, seed: int) -> P.RLPolicy:
+    pol = copy.deepcopy(start)
+    pol.opt, pol.adv_eps = P.Adam(lr), eps
+    rng = random.Random(seed)
+    for t in tables:
+        pol.set_actions(t.problem, [a.spec for a in t.arms])
+    for _ in range(passes):
+        order = list(tables)
+        rng.shuffle(order)
+        for t in order:
+            _, x = pol.actions(t.problem)
+            chosen = list(np.argsort(-pol.logits(x), kind="stable")[:4])
+            pol.step(x, chosen, [t.arms[i].reward if t.arms[i].ok else P.FAIL_REWARD for i in chosen])
+    return pol
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", type=Path)
+    ap.add_argument("--runs", nargs="*", default=[])
+    ap.add_argument("--start", type=Path, required=True, help="the policy both replays start from")
+    ap.add_argument("--test", nargs="+", required=True, help="held-out screens the policies are judged on")
+    ap.add_argument("--train", nargs="*", default=[], help="screens for the live-style replay on screens")
+    ap.add_argument("--settings", nargs="+", default=["0.05:0.001", "0.01:0.02"], help="lr:eps pairs")
+    ap.add_argument("--passes", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=0, help="processes computing the candidate sets (default CPUs - 1)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    if bool(args.store) != bool(args.runs):
+        ap.error("--store and --runs go together")
+    settings = []
+    for s in args.settings:
+        try:
+            lr, eps = (float(v) for v in s.split(":"))
+        except ValueError:
+            ap.error(f"--settings takes lr:eps pairs such as 0.01:0.02, got {s!r}")
+        settings.append((lr, eps))
+    te = load_tables(args.test)
+    tests = [te[k] for k in sorted(te)]
+    start = P.RLPolicy.load(args.start)
+    rows = [{"replay": "none", "lr": "", "eps": "", "groups": 0, "first4_share": first4_share(start, tests)}]
+    print(f"start {args.start.name}: first-4 share {rows[0]['first4_share']:.3f} on {len(tests)} held-out shapes",
+          flush=True)
+    if args.store:
+        from gemmrl.problem import parse_mnk
+
+        groups = live_groups(args.store, args.runs)
+        if not groups:
+            raise SystemExit(f"{args.store}: no outcomes of the runs {', '.join(args.runs)}")
+        by = {m: parse_mnk(m) for m in sorted({m for m, _ in groups})}   # fp16, acc fp32: the grid runs' problems
+        start.warm(list(by.values()), jobs=args.jobs or None)
+        for lr, eps in settings:
+            pol, n = replay_live(start, groups, by, lr, eps)
+            rows.append({"replay": "live", "lr": lr, "eps": eps, "groups": n, "first4_share": first4_share(pol, tests)})
+            print(f"live groups ({n}) at lr {lr} eps {eps}: first-4 share {rows[-1]['first4_share']:.3f}", flush=True)
+    if args.train:
+        tr = load_tables(args.train)
+        tables = [tr[k] for k in sorted(tr) if k not in te]
+        for lr, eps in settings:
+            pol = replay_screens(start, tables, lr, eps, args.passes, args.seed)
+            rows.append({"replay": f"screens x{args.passes}", "lr": lr, "eps": eps, "groups": args.passes * len(tables),
+                         "first4_share": first4_share(pol, tests)})
+            print(f"greedy groups on {len(tables)} screens x{args.passes} at lr {lr} eps {eps}: first-4 share "
+                  f"{rows[-1]['first4_share']:.3f}", flush=True)
+    if args.out:
+        with open(args.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
