@@ -423,3 +423,17 @@ def test_lib_verify_runs_the_battery_on_this_gpus_entries(tmp_path, capsys):
     assert main(["lib", "verify", "--library", str(path)]) == 0
     out = capsys.readouterr().out
     assert "2 of 2 entries pass the battery" in out and out.count("ok  ") == 2, out
+
+
+def test_cli_build_warns_where_torch_is_the_only_vendor_path(env, capsys):
+    """Rows whose only vendor path is torch (a run whose cuBLAS baselines failed) still build, with a warning
+    naming the shapes: their entries are judged against torch, not vendor_best."""
+    tmp, csv = env
+    only = tmp / "torch_only.csv"
+    T = "128_256_512"
+    ResultsWriter(only).write_batch([_row(T, "torch", 1.0), _row(T, f"triton:{CFG}", 0.9, algo=CFG)])
+    assert main(["lib", "build", str(only), "--out", str(tmp / "a.json"), "--trials", str(tmp / "t.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert "warning: 1 shape(s) have torch as their only vendor path" in out and T in out
+    assert main(["lib", "build", csv, "--out", str(tmp / "b.json"), "--trials", str(tmp / "t2.sqlite")]) == 0
+    assert "warning" not in capsys.readouterr().out

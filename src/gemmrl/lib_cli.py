@@ -65,6 +65,18 @@ def cmd_show(args) -> int:
     return 0
 
 
+def torch_only_shapes(rows) -> list[str]:
+    """Shapes whose verified vendor rows are all ``torch`` (a run whose cuBLAS baselines failed, e.g. grid parts 3-5
+    of session 19): a library built from them alone claims speedups over torch, not over vendor_best."""
+    from .summary import BASELINES
+
+    seen: dict[str, set] = {}
+    for r in rows:
+        if r.get("candidate") in BASELINES and str(r.get("verified")).lower() in ("true", "1") and not r.get("reason"):
+            seen.setdefault(r["mnk"], set()).add(r["candidate"])
+    return sorted(m for m, names in seen.items() if names == {"torch"})
+
+
 def cmd_build(args) -> int:
     from .results import ResultsError, read_rows
 
@@ -91,6 +103,11 @@ def cmd_build(args) -> int:
     entries = build_entries(rows, buckets=not args.no_buckets)
     if not entries:
         raise LibCliError("no winners: the files hold no verified, timed rows of both a kernel and a vendor path")
+    torch_only = torch_only_shapes(rows)
+    if torch_only:
+        print(f"warning: {len(torch_only)} shape(s) have torch as their only vendor path in these files (e.g. "
+              f"{', '.join(torch_only[:3])}): their entries are judged against torch, not every cuBLAS path; add a run "
+              "that timed the cuBLAS baselines (gemmrl bench) before serving them")
     built = Library(entries)
     base = Library()
     if out.is_file() and not args.replace:
