@@ -85,19 +85,13 @@ def markdown(rows: list[dict]) -> str:
 
 def load_outcomes(store: Path, gpu: str | None) -> tuple[list[dict], dict[str, set[str]]]:
     """(outcome rows, per run the vendor baselines with verified rows) of the store's one GPU (or ``gpu``)."""
-    from trials_export import open_copy   # the store read in a temporary copy (.gz unpacked)
+    from trials_export import only_gpu, open_copy   # the store read in a temporary copy (.gz unpacked)
 
     from gemmrl.search.loop import run_rows, summary_rows
     from gemmrl.summary import BASELINES
 
     with open_copy(store) as st:
-        outs = st.outcomes()
-        gpus = sorted({o["gpu"] for o in outs})
-        if gpu is None:
-            if len(gpus) != 1:
-                raise SystemExit(f"{store}: outcomes of {len(gpus)} GPU models ({', '.join(gpus) or 'none'}); "
-                                 "name one with --gpu")
-            gpu = gpus[0]
+        gpu = only_gpu(st.outcomes(), gpu, str(store))
         outs = summary_rows(st, gpu)
         ran = {run: {r["candidate"] for r in run_rows(st, gpu, run) if r["candidate"] in BASELINES
                      and str(r.get("verified")).lower() in ("true", "1")} for run in {o["run"] for o in outs}}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import json
 import random
 import sys
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.search import policy as P  # noqa: E402
 from gemmrl.search.efficiency import evaluate_methods, keyed_orders  # noqa: E402
+from gemmrl.search.loop import write_summary  # noqa: E402
 from gemmrl.search.proposer import spec_key  # noqa: E402
 from gemmrl.search.replay import load_tables  # noqa: E402
 
@@ -134,10 +134,7 @@ def main(argv=None) -> int:
             print(f"greedy groups on {len(tables)} screens x{args.passes} at lr {lr} eps {eps}: first-4 share "
                   f"{rows[-1]['first4_share']:.3f}", flush=True)
     if args.out:
-        with open(args.out, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_summary(rows, args.out)
     return 0
 
 

@@ -20,13 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.results import read_rows  # noqa: E402
-from gemmrl.summary import AGGREGATES, BASELINES  # noqa: E402
+from gemmrl.summary import AGGREGATES, BASELINES, usable  # noqa: E402
 
 VENDOR = set(BASELINES) | set(AGGREGATES)
-
-
-def _ok(r: dict) -> bool:
-    return str(r.get("verified")).lower() in ("true", "1") and not r.get("reason") and str(r.get("rep", "0")) in ("0", "")
 
 
 def speedups(rows: list[dict]) -> dict[tuple[str, str], float]:
@@ -34,7 +30,7 @@ def speedups(rows: list[dict]) -> dict[tuple[str, str], float]:
     off part-way is left out)."""
     t: dict[tuple[str, str], dict[str, float]] = {}
     for r in rows:
-        if not _ok(r) or r.get("recheck"):
+        if not usable(r) or r.get("reason"):   # verified, timed, first run, no recheck
             continue
         k = (r["mnk"], r["protocol"])
         x = float(r["time_ms"])

@@ -41,17 +41,22 @@ def open_copy(store_path: Path):
             store.close()
 
 
+def only_gpu(outs: list[dict], gpu: str | None, what: str) -> str:
+    """``gpu``, or the only GPU model among ``outs``; SystemExit naming ``what`` when there are none or several."""
+    if gpu is not None:
+        return gpu
+    gpus = sorted({o["gpu"] for o in outs})
+    if len(gpus) != 1:
+        raise SystemExit(f"{what} has outcomes of {len(gpus)} GPU models ({', '.join(gpus) or 'none'}); "
+                         "name one with --gpu")
+    return gpus[0]
+
+
 def export(store_path: Path, run: str, rows_out: Path | None, outcomes_out: Path | None, gpu: str | None = None,
            ) -> tuple[int, int, int]:
     """(shapes, outcomes, rows) of ``run``, written where asked; SystemExit with a message when there is nothing."""
     with open_copy(store_path) as store:
-        outs = store.outcomes(run=run)
-        gpus = sorted({o["gpu"] for o in outs})
-        if gpu is None:
-            if len(gpus) != 1:
-                raise SystemExit(f"{store_path}: run {run!r} has outcomes of {len(gpus)} GPU models "
-                                 f"({', '.join(gpus) or 'none'}); name one with --gpu")
-            gpu = gpus[0]
+        gpu = only_gpu(store.outcomes(run=run), gpu, f"{store_path}: run {run!r}")
         summary = summary_rows(store, gpu, run)
         if not summary:
             raise SystemExit(f"{store_path}: no outcomes of run {run!r} on {gpu!r}")

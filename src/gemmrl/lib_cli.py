@@ -68,11 +68,11 @@ def cmd_show(args) -> int:
 def torch_only_shapes(rows) -> list[str]:
     """Shapes whose verified vendor rows are all ``torch`` (a run whose cuBLAS baselines failed, e.g. grid parts 3-5
     of session 19): a library built from them alone claims speedups over torch, not over vendor_best."""
-    from .summary import BASELINES
+    from .summary import BASELINES, usable
 
     seen: dict[str, set] = {}
     for r in rows:
-        if r.get("candidate") in BASELINES and str(r.get("verified")).lower() in ("true", "1") and not r.get("reason"):
+        if r.get("candidate") in BASELINES and usable(r):
             seen.setdefault(r["mnk"], set()).add(r["candidate"])
     return sorted(m for m, names in seen.items() if names == {"torch"})
 

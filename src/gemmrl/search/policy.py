@@ -177,12 +177,10 @@ def with_family_floor(ranked: Sequence[int], family_of, k: int) -> list[int]:
         shared = [i for i in top if sum(family_of(j) == family_of(i) for j in top) > 1]
         if not shared:
             continue   # every slot already holds the only candidate of its family
-        best = next(i for i in order if family_of(i) == fam)
+        best, displaced = next(i for i in order if family_of(i) == fam), shared[-1]
         order.remove(best)
-        out = order.index(shared[-1])
-        order.insert(out, best)          # the new one takes the slot; the one it displaced moves down by one
-        order.remove(shared[-1])
-        order.insert(k, shared[-1])
+        order[order.index(displaced)] = best   # the new one takes the slot; the one it displaced leads the rest
+        order.insert(k, displaced)
     return order
 
 
@@ -323,8 +321,7 @@ class RLPolicy:
              "updates": self.state.updates, "trained_on": sorted(set(self.state.trained_on)),
              "fail_reward": FAIL_REWARD}
         if self.opt.m is not None:   # the optimizer's state: a reloaded policy goes on with the same step sizes
-            d["adam"] = {"lr": self.opt.lr, "t": self.opt.t, "m": [float(v) for v in self.opt.m],
-                         "v": [float(v) for v in self.opt.v]}
+            d["adam"] = {"t": self.opt.t, "m": [float(v) for v in self.opt.m], "v": [float(v) for v in self.opt.v]}
         return d
 
     def save(self, path: str | Path) -> Path:
@@ -349,8 +346,9 @@ class RLPolicy:
         pol = cls(init_temp=float(d["init_temp"]), **kw)
         # a file from before a feature was added: its weights by name, the new features' at 0 (what they add is
         # learned from the next updates)
+        idx = [names.index(n) for n in saved]
         pol.state.theta = np.zeros(len(names))
-        pol.state.theta[[names.index(n) for n in saved]] = theta
+        pol.state.theta[idx] = theta
         pol.state.updates = int(d.get("updates", 0))
         pol.state.trained_on = list(d.get("trained_on", []))
         adam = d.get("adam")
@@ -358,8 +356,7 @@ class RLPolicy:
             # Adam's moments by feature name too (a new feature's at 0); without them a reloaded policy restarts
             # Adam's bias correction, whose first steps move every weight by ~lr whatever its gradient
             m, v = np.zeros(len(names)), np.zeros(len(names))
-            m[[names.index(n) for n in saved]] = adam["m"]
-            v[[names.index(n) for n in saved]] = adam["v"]
+            m[idx], v[idx] = adam["m"], adam["v"]
             pol.opt.m, pol.opt.v, pol.opt.t = m, v, int(adam.get("t", 0))
         return pol
 
