@@ -317,13 +317,21 @@ if [ "${ISSUE5:-0}" = 1 ]; then
     # several parts of the 1000-shape grid in one call (e.g. ISSUE5_PARTS="1/5 2/5 3/5"), one run each
     # (grid1000-partKofN), ISSUE5_TUNE_MIN of tuning and ISSUE5_TUNE_S at most per part, one trials store and policy
     # carried from part to part; rows and outcomes are exported here afterwards (scripts/trials_export.py)
+    # ISSUE5_TUNE_END_S (seconds after this script started) caps the parts together: each part's wall budget is
+    # the smaller of ISSUE5_TUNE_MIN and what is left before it (a part with under a minute left is not started)
     for part in $ISSUE5_PARTS; do
       ptag="grid1000-part${part%/*}of${part#*/}"
+      tmin=${ISSUE5_TUNE_MIN:-4}; tlim=${ISSUE5_TUNE_S:-300}
+      if [ -n "${ISSUE5_TUNE_END_S:-}" ]; then
+        left=$((ISSUE5_TUNE_END_S - SECONDS))
+        if [ "$left" -lt 60 ]; then echo "tune $ptag: not started ($left s left before ISSUE5_TUNE_END_S)"; continue; fi
+        tmin=$(python3 -c "print(round(min($tmin, ($left - 15) / 60), 2))"); [ "$tlim" -gt "$left" ] && tlim=$left
+      fi
       # shellcheck disable=SC2086
-      timeout "${ISSUE5_TUNE_S:-300}" python3 -m gemmrl.cli tune --grid cuda-l2 --part "$part" --proposer rl \
+      timeout "$tlim" python3 -m gemmrl.cli tune --grid cuda-l2 --part "$part" --proposer rl \
         --group "${ISSUE5_GROUP:-4}" --rounds "${ISSUE5_ROUNDS:-1}" ${ISSUE5_TUNE_ARGS:-} --run "$ptag" --resume --trials "$t5trials" \
         --policy "$t5policy" --baselines "${ISSUE5_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
-        --budget-wall-minutes "${ISSUE5_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/issue5_tune_${ptag}.log" 2>&1
+        --budget-wall-minutes "$tmin" --no-progress >"$GEMMRL_OUT/issue5_tune_${ptag}.log" 2>&1
       echo "tune $ptag: exit $?"; grep -E "^tune: [0-9]+ groups|Error" "$GEMMRL_OUT/issue5_tune_${ptag}.log" | tail -n 2
     done
   elif [[ $stages == *tune* ]]; then
