@@ -32,6 +32,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def have_cutlass_toolchain() -> bool:
+    """nvcc and the nvidia-cutlass headers: what building a CUTLASS config needs (tests that build one skip
+    without them; a GPU machine's build cache alone does not make a fresh build possible)."""
+    from gemmrl.kernels.cuda_l2_import import CutlassNotFound, cutlass_include_dirs
+    from gemmrl.kernels.cuda_source import find_nvcc
+
+    if not find_nvcc():
+        return False
+    try:
+        cutlass_include_dirs()
+        return True
+    except CutlassNotFound:
+        return False
+
+
 # -- gemmrl.mm's hot paths ----------------------------------------------------------------------------------
 HOT_PATHS = ["torch", "c", "python"]
 _NO_TOOLCHAIN = ("RuntimeError: no Python.h", "RuntimeError: no C compiler", "RuntimeError: no C++ compiler",

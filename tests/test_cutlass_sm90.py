@@ -10,19 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import have_cutlass_toolchain
 from gemmrl.kernels import cutlass_sm90 as cs
-from gemmrl.kernels.cuda_source import find_nvcc
 from gemmrl.problem import GemmProblem
-
-
-def _have_cutlass() -> bool:
-    from gemmrl.kernels.cuda_l2_import import CutlassNotFound, cutlass_include_dirs
-
-    try:
-        cutlass_include_dirs()
-        return True
-    except CutlassNotFound:
-        return False
 
 
 @pytest.mark.parametrize("cfg,why", [
@@ -239,7 +229,7 @@ def test_selection_round_trip(tmp_path):
     assert sorted(c.name for c in cands) == ["cutlass-sel:cold", "cutlass-sel:graph"]
 
 
-@pytest.mark.skipif(not find_nvcc() or not _have_cutlass(), reason="needs nvcc and the nvidia-cutlass headers")
+@pytest.mark.skipif(not have_cutlass_toolchain(), reason="needs nvcc and the nvidia-cutlass headers")
 def test_one_config_compiles_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMRL_CACHE_DIR", os.environ.get("GEMMRL_TEST_CUTLASS_CACHE", str(tmp_path)))
     for cfg in (cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong"), cs.CutlassConfig(128, 160, 64, 2, 1, swap=True),

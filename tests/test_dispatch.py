@@ -15,10 +15,12 @@ import pytest
 import torch
 
 import gemmrl
+from conftest import have_cutlass_toolchain
 from gemmrl import dispatch
 from gemmrl.library import Entry, Library
 
 CFG = "tiled(BM=32,BN=32,BK=32,warps=4,stages=2,group_m=1)"
+CUT = "coop_128x128x64_c1x1_persistent_tn_fp16:s1_rh_dheuristic_k1"  # a CUTLASS SM90 <config>:<knobs>
 
 
 def entry(M, N, K, *, gpu="cpu", layout="tn", protocol="offline", family="triton", impl=CFG, m_lo=None, m_hi=None,
@@ -177,6 +179,21 @@ def test_invalid_config_for_the_shape_falls_back_with_a_warning(lib):
         got = gemmrl.served_by(a, w.t())
     assert got["eager"].startswith("torch.matmul")
     assert (gemmrl.mm(a, w.t()).float() - ref(a, w.t())).abs().max() <= tol(13)
+
+
+@pytest.mark.parametrize("shape, why", [((16, 32, 64), "CUDA tensors only"),  # CPU tensors: nothing is built
+                                        ((5, 8, 13), "multiples of 8")])          # TMA: K=13 rows are 26 bytes
+def test_cutlass_entry_that_cannot_serve_falls_back_with_a_warning(lib, shape, why):
+    """A CUTLASS entry that cannot be served here (no GPU, a shape its config refuses; no nvcc or CUTLASS headers
+    likewise) is served by torch.matmul, with a warning that says why, and gives torch's result."""
+    M, N, K = shape
+    lib(entry(M, N, K, family="cutlass", impl=CUT))
+    a, w = rnd(M, K), rnd(N, K, seed=1)
+    with pytest.warns(RuntimeWarning, match=f"cutlass:{CUT} .*not served.*{why}"):
+        got = gemmrl.served_by(a, w.t())
+    assert got["eager"] == "torch.matmul (entry cutlass:" + CUT + " not served: " + (
+        "RuntimeError)" if why.startswith("CUDA") else "CutlassConfigError)")
+    assert (gemmrl.mm(a, w.t()).float() - ref(a, w.t())).abs().max() <= tol(K)
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -376,6 +393,43 @@ def test_capture_serves_the_graph_entry_gpu(lib, hot_path, monkeypatch):
     g.replay()
     torch.cuda.synchronize()
     assert (out.float() - a.float() @ b.float()).abs().max() <= tol(512)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not have_cutlass_toolchain(), reason="needs nvcc and the nvidia-cutlass headers")
+@pytest.mark.parametrize("shape, impl, torch_v", [
+    ((256, 512, 128), CUT, ""),
+    # an odd M, N and K not multiples of the tile: checked through the full battery (an entry of other software)
+    ((100, 264, 136), "pingpong_64x16x128_c1x1_persistent_tn_fp16_swap:s1_rh_dheuristic_k1", "0.0.0"),
+    ((100, 264, 136), "coop_128x128x64_c1x1_streamk_nn_fp16:s1_rh_dstreamk_k1", ""),
+])
+def test_cutlass_entry_serves_gpu(lib, shape, impl, torch_v):
+    """A CUTLASS entry serves eagerly and inside a CUDA-graph capture, with torch's result; a call whose pointers
+    are not 16-byte aligned goes to torch.matmul and is right too."""
+    M, N, K = shape
+    layout = "nn" if "_nn_" in impl else "tn"
+    gpu = _gpu_name()
+    lib(*(entry(M, N, K, gpu=gpu, layout=layout, protocol=p, family="cutlass", impl=impl, torch_v=torch_v)
+          for p in ("offline", "graph")))
+    dev = torch.device("cuda")
+    a = torch.randn(M, K, device=dev).half()
+    b = torch.randn(K, N, device=dev).half() if layout == "nn" else torch.randn(N, K, device=dev).half().t()
+    got = gemmrl.served_by(a, b)
+    assert got["eager"].startswith(f"cutlass:{impl} (offline entry {M}_{N}_{K}"), got
+    assert got["graph"].startswith(f"cutlass:{impl} (graph entry {M}_{N}_{K}"), got
+    want = a.float() @ b.float()
+    assert (gemmrl.mm(a, b).float() - want).abs().max() <= tol(K)
+    out = torch.full((M, N), float("nan"), device=dev, dtype=torch.half)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gemmrl.mm(a, b, out=out)
+    g.replay()
+    torch.cuda.synchronize()
+    assert (out.float() - want).abs().max() <= tol(K)
+    shifted = torch.empty(M * K + 1, device=dev, dtype=torch.half)[1:].view(M, K)  # 2 bytes past an aligned start
+    shifted.copy_(a)
+    assert shifted.data_ptr() % 16 and gemmrl.served_by(shifted, b)["eager"].startswith("cutlass:")
+    assert (gemmrl.mm(shifted, b).float() - want).abs().max() <= tol(K)
 
 
 @pytest.mark.gpu

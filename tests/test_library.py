@@ -14,6 +14,8 @@ from gemmrl.summary import BASELINES
 GPU, GPU2 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 CFG = "tiled(BM=64,BN=64,BK=32,warps=4,stages=3,group_m=8)"
 CFG2 = "tiled(BM=128,BN=64,BK=32,warps=4,stages=3,group_m=8)"
+CUT = "coop_128x128x64_c1x1_persistent_nn_fp16:s1_rh_dheuristic_k1"  # CUTLASS <config>:<knobs> (kernels/cutlass_sm90)
+CUT2 = "pingpong_64x64x128_c1x1_persistent_nn_fp16:s8_rh_dheuristic_k1"
 
 
 def _entry(M=64, N=128, K=256, **kw):
@@ -54,7 +56,11 @@ def _by(entries):
 
 # -- Entry ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kw, word", [
-    (dict(family="cutlass"), "family"), (dict(layout="tt"), "layout"), (dict(dtype="fp32"), "dtype/acc"),
+    (dict(family="wgmma"), "family"), (dict(layout="tt"), "layout"),
+    (dict(family="cutlass"), "cannot read CUTLASS config"),  # a Triton config string is not a CUTLASS impl
+    (dict(family="cutlass", impl=CUT.replace("_nn_", "_tn_")), "tn/fp16 config for a nn/fp16 entry"),
+    (dict(family="cutlass", impl=CUT, dtype="bf16"), "nn/fp16 config for a nn/bf16 entry"),
+    (dict(family="cutlass", impl=CUT.replace("k1", "kx")), "cannot read knobs"), (dict(dtype="fp32"), "dtype/acc"),
     (dict(acc="bf16"), "dtype/acc"), (dict(family="vendor", impl="cublas_xx"), "vendor impl"),
     (dict(time_ms=0.0), "time_ms"), (dict(time_ms=-1.0), "time_ms"), (dict(time_ms=math.nan), "time_ms"),
     (dict(M=0, m_lo=0, m_hi=0), "shape"), (dict(N=0), "shape"), (dict(m_lo=128, m_hi=256), "M range"),
@@ -66,7 +72,8 @@ def test_entry_validation(kw, word):
 
 
 @pytest.mark.parametrize("e", [_entry(), _bucket(64, 512),
-                               _entry(family="vendor", impl="cublaslt_autotuned_tn", algo="algo 7", layout="tn")])
+                               _entry(family="vendor", impl="cublaslt_autotuned_tn", algo="algo 7", layout="tn"),
+                               _entry(family="cutlass", impl=CUT, algo=CUT)])
 def test_entry_dict_round_trip(e):
     assert Entry.from_dict(e.to_dict()) == e
     assert Entry.from_dict(json.loads(json.dumps(e.to_dict()))) == e  # members come back as a tuple
@@ -101,10 +108,12 @@ def test_entry_rejects_malformed_members(members):
 
 # -- the file ---------------------------------------------------------------------------------------------
 def test_save_load_round_trip(tmp_path):
-    lib = Library([_entry(), _entry(M=128), _bucket(64, 128), _entry(gpu=GPU2, family="vendor", impl="torch")])
+    cut = _entry(M=32, family="cutlass", impl=CUT, algo=CUT)
+    lib = Library([_entry(), _entry(M=128), _bucket(64, 128), _entry(gpu=GPU2, family="vendor", impl="torch"), cut])
     p = lib.save(tmp_path / "sub" / "lib.json")
     got = Library.load(p)
-    assert set(got.entries) == set(lib.entries) and len(got.entries) == 4
+    assert set(got.entries) == set(lib.entries) and len(got.entries) == 5
+    assert got.lookup(GPU, "fp16", "fp32", "nn", "offline", 32, 128, 256) == cut
     assert got.sources == (str(p),)
     assert [x.name for x in p.parent.iterdir()] == ["lib.json"]  # no .tmp left behind
     assert got.lookup(GPU, "fp16", "fp32", "nn", "offline", 100, 128, 256) == _bucket(64, 128)
@@ -149,7 +158,7 @@ def test_load_refuses_missing_binary_and_bad_entry(tmp_path):
     with pytest.raises(LibraryError, match="gemmrl lib build"):
         Library.load(tmp_path / "bin.json")
     # a consistent checksum does not make a bad entry acceptable
-    bad = dict(_entry().to_dict(), family="cutlass")
+    bad = dict(_entry().to_dict(), family="wgmma")
     doc = {"format": L.FORMAT, "schema": L.SCHEMA, "sha256": L._digest([bad]), "entries": [bad]}
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     with pytest.raises(LibraryError, match="family"):
@@ -274,6 +283,61 @@ def test_build_entries_counts_what_gemmrl_served():
     assert (e.family, e.impl, e.time_ms) == ("triton", CFG, pytest.approx(0.925))  # median of 0.9 and 0.95
 
 
+def test_build_entries_cutlass_winners():
+    """A CUTLASS config wins where it is fastest, keyed by its algo: a ``cutlass-sel:graph`` row and a ``cutlass:``
+    row of one config are one candidate (judged by their median), and a faster vendor path still beats it."""
+    rows = [_row(S, f"cutlass:{CUT}", 0.9, algo=CUT), _row(S, f"triton:{CFG}", 0.95, algo=CFG), _row(S, "cublas_nn", 1.0),
+            _row(S, "cutlass-sel:graph", 0.4, protocol="graph", algo=CUT2),
+            _row(S, f"cutlass:{CUT2}", 0.6, protocol="graph", algo=CUT2),  # CUT2: median 0.5
+            _row(S, f"cutlass:{CUT}", 0.45, protocol="graph", algo=CUT), _row(S, "cublas_nn", 0.8, protocol="graph")]
+    got = _by(build_entries(rows, buckets=False))
+    off, g = got[(S, "nn", "offline", 64, 64)], got[(S, "nn", "graph", 64, 64)]
+    assert (off.family, off.impl, off.algo, off.time_ms, off.vendor_best) == ("cutlass", CUT, CUT, 0.9, "cublas_nn")
+    assert (g.family, g.impl, g.time_ms) == ("cutlass", CUT, 0.45)
+    sel_only = [r for r in rows if r["candidate"] != f"cutlass:{CUT}"]  # the selection row alone: it wins graph
+    g = _by(build_entries(sel_only, buckets=False))[(S, "nn", "graph", 64, 64)]
+    assert (g.family, g.impl, g.time_ms) == ("cutlass", CUT2, 0.5)
+    lose = _by(build_entries(rows + [_row(S, "cublas_nn", 0.3, protocol="graph"), _row(S, "cublas_nn", 0.3,
+                                                                                     protocol="graph")],
+                             buckets=False))[(S, "nn", "graph", 64, 64)]
+    assert (lose.family, lose.impl) == ("vendor", "cublas_nn")
+    tn = _by(build_entries([_row(S, "cutlass-sel:cold+graph", 0.9, layout="tn", algo=CUT.replace("_nn_", "_tn_")),
+                            _row(S, "cublas_tn", 1.0, layout="tn")]))[(S, "tn", "offline", 64, 64)]
+    assert (tn.family, tn.impl) == ("cutlass", CUT.replace("_nn_", "_tn_"))
+
+
+@pytest.mark.parametrize("bad", [
+    _row(S, "cutlass-sel:graph", 0.1),                           # which config it was is not said
+    _row(S, f"cutlass:{CUT}", 0.1, algo=CUT.replace("_nn_", "_tn_")),  # a tn config in an nn row: cannot serve it
+    _row(S, "cutlass:coop_128x128", 0.1, algo="coop_128x128"),   # not a CUTLASS config name
+    _row(S, f"cutlass:{CUT}", 0.1, algo=CUT, verified="false"),
+])
+def test_build_entries_ignores_cutlass_rows_it_cannot_serve(bad):
+    base = [_row(S, f"cutlass:{CUT}", 0.9, algo=CUT), _row(S, "cublas_nn", 1.0)]
+    assert _by(build_entries(base + [bad])) == _by(build_entries(base))
+
+
+def test_build_entries_counts_what_gemmrl_served_cutlass():
+    """A ``gemmrl`` row served by a CUTLASS entry (dispatch's description ``cutlass:<config>:<knobs> (...)``) is one
+    more measurement of that config, in the protocol's part of the row; two slow ones cost it its entry."""
+    def served(t, protocol="offline", eager=f"cutlass:{CUT}", graph=f"cutlass:{CUT2}", hot="torch"):
+        return _row(S, "gemmrl", t, protocol=protocol,
+                    algo=f"eager={eager} (offline entry {S}); graph={graph} (graph entry {S}); hot={hot}")
+
+    got = L._served_kernel(served(1.0))
+    assert (got["candidate"], got["algo"], got["time_ms"]) == (f"cutlass:{CUT}", CUT, "1.0")
+    assert L._served_kernel(served(1.0, protocol="graph"))["algo"] == CUT2
+    assert L._served_kernel(served(1.0, hot="c")) is None  # host time of another hot path
+    assert L._served_kernel(served(1.0, eager="vendor:cublas_nn")) is None
+    assert L._served_kernel(served(1.0, eager="torch.matmul (entry cutlass:x not served: RuntimeError)")) is None
+    sel = [_row(S, "cutlass-sel:offline", 0.9, algo=CUT), _row(S, "cublas_nn", 1.0), _row(S, "cublas_nn", 1.0)]
+    assert _by(build_entries(sel, buckets=False))[(S, "nn", "offline", 64, 64)].impl == CUT
+    e = _by(build_entries(sel + [served(1.2), served(1.1)], buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.impl) == ("vendor", "cublas_nn")
+    e = _by(build_entries(sel + [served(0.7)], buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.impl, e.time_ms) == ("cutlass", CUT, pytest.approx(0.8))  # median of 0.9 and 0.7
+
+
 def test_bucketize():
     ms = {64: (CFG, 1.0, 2.0), 128: (CFG, 1.0, 1.5), 256: (None, 0, 1.0), 384: (None, 0, 1.0),
           512: (CFG, 1.0, 3.0), 1024: (CFG, 2.0, 3.0), 2048: (CFG2, 1.0, 2.0)}
@@ -294,6 +358,16 @@ def test_bucketize():
     assert _look(lib, 100, N=256) is lo and _look(lib, 700, N=256) is hi
     assert _look(lib, 200, N=256) is None and _look(lib, 1500, N=256) is None
     assert _look(lib, 256, N=256).family == "vendor"
+
+
+def test_cutlass_winners_stay_exact():
+    """Neighbouring M won by one CUTLASS config make no bucket (its knobs were picked for the measured grid)."""
+    rows = []
+    for M in (64, 128, 256):
+        rows += [_row(f"{M}_256_256", "cublas_nn", 2.0), _row(f"{M}_256_256", f"cutlass:{CUT}", 1.0, algo=CUT)]
+    ents = build_entries(rows)
+    assert len(ents) == 3 and all(e.family == "cutlass" and e.m_lo == e.m_hi for e in ents)
+    assert _look(Library(ents), 100, N=256) is None
 
 
 # -- trials -----------------------------------------------------------------------------------------------
@@ -364,6 +438,23 @@ def test_cli_build_list_show_export_import(env, capsys):
     assert f"triton:{CFG}" in capsys.readouterr().out
     assert set(L.load_default().entries) == set(lib.entries) | set(L.packaged().entries)
     assert set(L.load_default(user=False).entries) == set(L.packaged().entries)
+
+
+def test_cli_build_list_show_cutlass(env, capsys):
+    """`gemmrl lib build` takes CUTLASS winners, and list and show name them as such."""
+    tmp, _ = env
+    csv = tmp / "c.csv"
+    ResultsWriter(csv).write_batch(BASE + [_row(S, "cutlass-sel:offline", 0.7, algo=CUT)])
+    lib_p = str(tmp / "C.json")
+    assert main(["lib", "build", str(csv), "--out", lib_p, "--trials", str(tmp / "C.sqlite")]) == 0
+    assert "3 entries (2 generated: 1 triton, 1 cutlass; 1 vendor)" in capsys.readouterr().out
+    assert main(["lib", "list", "--library", lib_p]) == 0
+    out = capsys.readouterr().out
+    assert "3 entries; 2 serve a generated kernel (1 triton, 1 cutlass), 1 a vendor path" in out
+    assert any(" offline  cutlass " in ln for ln in out.splitlines())
+    assert main(["lib", "show", S, "--library", lib_p]) == 0
+    nn_eager = [ln for ln in capsys.readouterr().out.splitlines() if f"{S} nn eager" in ln]
+    assert len(nn_eager) == 1 and f"cutlass:{CUT}  [offline entry" in nn_eager[0]
 
 
 def test_load_default_env_replaces(env, monkeypatch):

@@ -8,9 +8,10 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
   ``nn.Linear`` holds) is ``tn``. The library is asked for that layout, for this GPU model, at this shape (exact
   entry, else a bucket holding M): an eager call takes the entry measured in ``offline`` (host-timed, what eager
   PyTorch sees), a call inside CUDA-graph capture the one measured in ``graph`` (device time).
-- An entry is a Triton config (compiled once, launched through its C launcher on torch's current stream) or
-  the vendor path measured fastest there (cuBLAS/cuBLASLt through our extension, with the measured algorithm
-  where this cuBLASLt offers it, or torch.matmul).
+- An entry is a Triton config (compiled once, launched through its C launcher on torch's current stream), a
+  CUTLASS SM90 config with its scheduler knobs (built with nvcc once and cached, loaded with ctypes, launched on
+  torch's current stream; CUDA tensors only) or the vendor path measured fastest there (cuBLAS/cuBLASLt through
+  our extension, with the measured algorithm where this cuBLASLt offers it, or torch.matmul).
 - No entry, ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a
   kernel the GPU's validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
 - Nothing compiles inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
@@ -448,10 +449,7 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
     desc = f"{e.family}:{e.impl} ({e.protocol} entry {e.mnk}{'' if e.m_lo == e.m_hi else f', M {e.m_lo}..{e.m_hi}'})"
     try:
         bufs = make_buffers(problem, device, seed=1234)
-        if e.family == "triton":
-            fn, cand, spec = _make_triton(e, problem, bufs)
-        else:
-            fn, cand, spec = _make_vendor(e, problem, bufs)
+        fn, cand, spec = maker(e.family)(e, problem, bufs)
         measured = problem.mnk in e.members
         if e.same_software(sw) and measured:
             _reference_check(fn, bufs, problem)
@@ -464,7 +462,7 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
         else:
             _reference_check(fn, bufs, problem)
         return fn, desc, spec
-    except Exception as ex:  # noqa: BLE001 - any failure to build means the vendor path serves
+    except Exception as ex:  # noqa: BLE001 - any failure to build (no nvcc, no CUTLASS headers...): torch serves
         _warn(f"gemmrl: {desc} not served at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex}); "
               "torch.matmul serves it")
         return _torch_mm, f"torch.matmul (entry {e.family}:{e.impl} not served: {type(ex).__name__})", ()
@@ -507,6 +505,30 @@ def _make_triton(e: Entry, problem: GemmProblem, bufs):
                          for d in cand._direct)
         spec = (1, _raw_stream(), bufs.a.device.index, 15, slow, launches, cand)
     return call, cand, spec
+
+
+def _make_cutlass(e: Entry, problem: GemmProblem, bufs):
+    """A CUTLASS entry's launcher: the config's validity predicate at this problem, a build (nvcc, cached) and
+    CUTLASS's own can_implement in ``prepare``; the problem size was fixed there. A call whose pointers are not
+    16-byte aligned (TMA's requirement) goes to torch.matmul."""
+    from .kernels.cutlass_sm90 import CutlassCandidate, _cc, check, parse_name
+
+    cfg, knobs = parse_name(e.impl)
+    device = bufs.a.device
+    check(cfg, knobs, problem, _cc(device))  # why it cannot serve this shape, before anything builds
+    if device.type != "cuda":
+        raise RuntimeError("CUTLASS kernels run on CUDA tensors only")
+    cand = CutlassCandidate(cfg, knobs, name=f"gemmrl:cutlass:{e.impl}")
+    cand.prepare(problem, bufs, e.protocol, None)
+    tn = problem.layout == "tn"
+
+    def call(a, b, out):  # b as mm received it: [K, N]; for tn the transpose view of a row-major [N, K]
+        if (a.data_ptr() | b.data_ptr() | out.data_ptr()) & 15:
+            torch.matmul(a, b, out=out)
+        else:
+            cand(a, b, b.t() if tn else b, out)
+
+    return call, cand, ()
 
 
 class _VendorAdapter:
@@ -566,6 +588,12 @@ def _make_vendor(e: Entry, problem: GemmProblem, bufs):
 
     spec = (2, stream, dev, mask, unaligned, ctypes.cast(vb_run, ctypes.c_void_p).value, ptr, error, cand)
     return call, _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout), spec
+
+
+def maker(family: str) -> Callable:
+    """The builder of a library family's launcher: ``f(entry, problem, bufs) -> (call, candidate, spec)``, the
+    candidate being what the correctness battery runs."""
+    return {"triton": _make_triton, "cutlass": _make_cutlass, "vendor": _make_vendor}[family]
 
 
 # -- ahead of time ---------------------------------------------------------------------------------------

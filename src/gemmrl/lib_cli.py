@@ -6,7 +6,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from .library import PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default, user_library_path
+from .library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default,
+                      user_library_path)
 
 
 class LibCliError(Exception):
@@ -42,9 +43,16 @@ def cmd_list(args) -> int:
     print(f"{'gpu':28} {'dtype':5} {'protocol':8} {'family':7} {'kind':6} {'entries':>7}")
     for (gpu, dt, proto, fam, kind), n in sorted(c.items()):
         print(f"{gpu[:28]:28} {dt:5} {proto:8} {fam:7} {kind:6} {n:7d}")
-    ours = [e for e in lib.entries if e.family == "triton"]
-    print(f"{len(lib.entries)} entries; {len(ours)} serve a generated kernel, {len(lib.entries) - len(ours)} a vendor path")
+    fam = Counter(e.family for e in lib.entries)
+    ours = len(lib.entries) - fam["vendor"]
+    print(f"{len(lib.entries)} entries; {ours} serve a generated kernel ({_generated(fam)}), {fam['vendor']} a vendor "
+          "path")
     return 0
+
+
+def _generated(fam: Counter) -> str:
+    """Entries per generated family, e.g. '3 triton, 2 cutlass'."""
+    return ", ".join(f"{fam[f]} {f}" for f in FAMILIES if f != "vendor")
 
 
 def cmd_show(args) -> int:
@@ -115,8 +123,8 @@ def cmd_build(args) -> int:
     lib = base.merge(built)
     _save(lib, out)
     fam = Counter(e.family for e in entries)
-    print(f"{len(entries)} entries ({fam.get('triton', 0)} generated, {fam.get('vendor', 0)} vendor) -> {out} "
-          f"({len(lib.entries)} entries in all)")
+    print(f"{len(entries)} entries ({len(entries) - fam['vendor']} generated: {_generated(fam)}; {fam['vendor']} "
+          f"vendor) -> {out} ({len(lib.entries)} entries in all)")
     return 0
 
 
@@ -162,7 +170,7 @@ def cmd_verify(args) -> int:
         p = GemmProblem(e.M, e.N, e.K, dtype=e.dtype, acc=e.acc, layout=e.layout)
         bufs = make_buffers(p, dev)
         try:
-            _, cand, _ = (dispatch._make_triton if e.family == "triton" else dispatch._make_vendor)(e, p, bufs)
+            _, cand, _ = dispatch.maker(e.family)(e, p, bufs)
             v = verify(cand, p, "cuda")
             ok, why = v.passed, v.reason
         except Exception as ex:  # noqa: BLE001

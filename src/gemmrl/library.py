@@ -4,13 +4,14 @@ Two stores:
 - **trials**: every measured row (the results schema), in SQLite (WAL) at ``cache_dir()/trials.sqlite``.
   ``TrialsStore.ingest`` is idempotent per (source file, row); the library is built from it.
 - **library**: winners only. An ``Entry`` says, for one GPU, dtype, acc, layout and protocol, which kernel
-  serves a shape (a Triton config, or the vendor path that was measured fastest: the dispatcher never serves
-  anything slower than what the vendor offered in that layout), its time and vendor_best's, and where it came
-  from. Triton winners that won at neighbouring measured M of one (N, K) with the same config form a bucket
-  (``m_lo..m_hi``, ``members`` = the measured shapes); a bucket serves an M inside its range that was not
-  measured. The library is a JSON document (small, read once per process, diffable in review): the package
-  ships one read-only per tuned GPU (``gemmrl/libraries/*.json``) and the user library in
-  ``cache_dir()/library.json`` overrides it entry by entry.
+  serves a shape (a Triton config, a CUTLASS SM90 config with its scheduler knobs, or the vendor path that was
+  measured fastest: the dispatcher never serves anything slower than what the vendor offered in that layout),
+  its time and vendor_best's, and where it came from. Triton winners that won at neighbouring measured M of one
+  (N, K) with the same config form a bucket (``m_lo..m_hi``, ``members`` = the measured shapes); a bucket serves
+  an M inside its range that was not measured. CUTLASS winners stay exact entries (see ``bucketize``). The
+  library is a JSON document (small, read once per process, diffable in review): the package ships one
+  read-only per tuned GPU (``gemmrl/libraries/*.json``) and the user library in ``cache_dir()/library.json``
+  overrides it entry by entry.
 
 Nothing is used blindly: a file that is not a gemmrl library, has another schema, or whose checksum does not
 match its entries is refused with LibraryError (what to do is in the message); entries of another GPU model
@@ -34,7 +35,10 @@ from .summary import BASELINES, usable
 
 FORMAT = "gemmrl-library"
 SCHEMA = 1
-FAMILIES = ("triton", "vendor")
+FAMILIES = ("triton", "cutlass", "vendor")
+# the generated families, and the name prefixes of their rows: one config as tuned or selected
+# (``triton:<config>``, ``cutlass:<config>:<knobs>``), and a selection re-measured (``triton-sel:graph``, ...)
+KERNELS = {"triton": ("triton:", "triton-sel:"), "cutlass": ("cutlass:", "cutlass-sel:")}
 PROTOCOL_ORDER = {"graph": ("graph", "cold", "offline", "server"), "eager": ("offline", "server", "cold", "graph")}
 SOFTWARE = ("torch", "triton", "cuda")
 
@@ -54,9 +58,10 @@ class Entry:
     M: int
     N: int
     K: int
-    family: str                 # 'triton' | 'vendor'
-    impl: str                   # triton: the config string; vendor: the baseline name (e.g. cublaslt_autotuned_nn)
-    algo: str                   # vendor: the cuBLAS(Lt) algorithm as measured; triton: the config string
+    family: str                 # 'triton' | 'cutlass' | 'vendor'
+    impl: str                   # triton: the config string; cutlass: '<config>:<knobs>' (kernels/cutlass_sm90.py);
+    #                             vendor: the baseline name (e.g. cublaslt_autotuned_nn)
+    algo: str                   # vendor: the cuBLAS(Lt) algorithm as measured; triton, cutlass: the impl string
     time_ms: float
     vendor_best_ms: float
     vendor_best: str            # which vendor path that was
@@ -84,6 +89,8 @@ class Entry:
             bad.append(f"shape {self.M}_{self.N}_{self.K} with M range {self.m_lo}..{self.m_hi}")
         if self.family == "vendor" and self.impl not in BASELINES:
             bad.append(f"vendor impl {self.impl!r} (use one of {BASELINES})")
+        if self.family == "cutlass":
+            bad += _cutlass_impl_problems(self.impl, self.layout, self.dtype)
         if not self.time_ms > 0:
             bad.append(f"time_ms {self.time_ms}")
         if any(len(p := str(m).split("_")) != 3 or not all(x.isdigit() for x in p) for m in self.members):
@@ -130,6 +137,20 @@ class Entry:
         except (TypeError, ValueError) as e:
             raise LibraryError(f"library entry with a malformed field ({e}): {dict(d)}"[:300]) from None
         return Entry(**kw)
+
+
+def _cutlass_impl_problems(impl: str, layout: str, dtype: str) -> list[str]:
+    """Why ``impl`` cannot be a CUTLASS entry's kernel in this layout and dtype (a config is compiled for one of
+    each, so a mismatched one would be refused at every call): [] when it can."""
+    from .kernels.cutlass_sm90 import CutlassConfigError, parse_name
+
+    try:
+        cfg, _ = parse_name(impl)
+    except CutlassConfigError as e:
+        return [f"cutlass impl: {e}"]
+    if (cfg.layout, cfg.dtype) != (layout, dtype):
+        return [f"cutlass impl {impl!r} is a {cfg.layout}/{cfg.dtype} config for a {layout}/{dtype} entry"]
+    return []
 
 
 def _digest(entries: list[dict]) -> str:
@@ -349,18 +370,33 @@ class TrialsStore:
 
 # -- building the library from measured rows ----------------------------------------------------------------
 def _kind(candidate: str) -> str | None:
-    if candidate.startswith(("triton:", "triton-sel:")):
-        return "triton"
+    for fam, prefixes in KERNELS.items():
+        if candidate.startswith(prefixes):
+            return fam
     if candidate in BASELINES:
         return "vendor"
     return None
 
 
-def _served_triton(r: Mapping[str, str]) -> Mapping[str, str] | None:
-    """A ``gemmrl`` row (gemmrl.mm timed by ``gemmrl bench --library``) that a Triton entry served, as a row of that
-    Triton config: the library's own re-measurement of a kernel it chose. None for other rows, and for host-timed
-    rows whose call went through a hot path other than the one built against torch (``hot=torch``): the C and
-    Python hot paths added 1-10 us per call on an H100 (session 4), a cost of that path, not of the kernel."""
+def _impl(kind: str, r: Mapping[str, str]) -> str | None:
+    """The kernel a generated family's row measured (its ``algo``; a ``triton:``/``cutlass:`` name holds it too).
+    None for a re-measured selection without ``algo`` (``cutlass-sel:graph`` does not say which config it was), and
+    for a CUTLASS config that is not one of the row's layout and dtype (no entry could serve it)."""
+    head, cand = KERNELS[kind][0], r.get("candidate", "")
+    impl = r.get("algo") or (cand[len(head):] if cand.startswith(head) else "")
+    if not impl or (kind == "cutlass" and _cutlass_impl_problems(impl, r.get("layout") or "nn", r.get("dtype", ""))):
+        return None
+    return impl
+
+
+def _served_kernel(r: Mapping[str, str]) -> Mapping[str, str] | None:
+    """A ``gemmrl`` row (gemmrl.mm timed by ``gemmrl bench --library``) that a Triton or CUTLASS entry served, as a
+    row of that config: the library's own re-measurement of a kernel it chose. The served kernel is read from the
+    row's ``algo`` (``eager=<desc>; graph=<desc>; hot=...``, each desc as dispatch writes it:
+    ``<family>:<impl> (<protocol> entry ...)``). None for other rows (those a vendor path or torch.matmul served
+    included), and for host-timed rows whose call went through a hot path other than the one built against torch
+    (``hot=torch``): the C and Python hot paths added 1-10 us per call on an H100 (session 4), a cost of that path,
+    not of the kernel."""
     if r.get("candidate") != "gemmrl":
         return None
     part = "graph=" if r.get("protocol") == "graph" else "eager="
@@ -371,26 +407,28 @@ def _served_triton(r: Mapping[str, str]) -> Mapping[str, str] | None:
     if i < 0:
         return None
     served = algo[i + len(part):].split(";", 1)[0].split(" (", 1)[0].strip()
-    if not served.startswith("triton:"):
+    fam, _, impl = served.partition(":")
+    if fam not in KERNELS or not impl:
         return None
-    return dict(r, candidate=served, algo=served.split(":", 1)[1])
+    return dict(r, candidate=served, algo=impl)
 
 
 def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> list[Entry]:
     """Winners per (GPU, dtype, acc, shape, layout, protocol) over the rows' measurements (verified, timed, above
     the floor, from any number of runs; a noise-rule re-measurement counts for a candidate that has a first-run
-    row): each candidate (a Triton config, or a vendor path with its algorithm) is judged by the median of its
-    measurements, and the fastest Triton config or vendor path that read that layout wins. ``vendor_best`` is the
-    fastest vendor path in any layout, also by median. Medians, not minima: with several runs a minimum picks whichever candidate drew the luckiest
-    measurement, and the library then serves a path that loses in the next run. A Triton config is one candidate
-    whatever label its rows carry (``triton-sel:graph``, ``triton-sel:cold``, ...), and a ``gemmrl`` row that it
-    served (a ``gemmrl bench --library`` run) is one more measurement of it. With ``buckets``, Triton winners
-    of one config at neighbouring measured M of one (N, K) are merged into a bucket entry that serves the M
-    between them."""
+    row): each candidate (a Triton config, a CUTLASS config with its knobs, or a vendor path with its algorithm)
+    is judged by the median of its measurements, and the fastest candidate that read that layout wins.
+    ``vendor_best`` is the fastest vendor path in any layout, also by median. Medians, not minima: with several
+    runs a minimum picks whichever candidate drew the luckiest measurement, and the library then serves a path
+    that loses in the next run. A Triton or CUTLASS config is one candidate whatever label its rows carry
+    (``triton-sel:graph``, ``cutlass:<config>:<knobs>``, ``cutlass-sel:graph+cold``, ...: keyed by its ``algo``),
+    and a ``gemmrl`` row that it served (a ``gemmrl bench --library`` run) is one more measurement of it. With
+    ``buckets``, Triton winners of one config at neighbouring measured M of one (N, K) are merged into a bucket
+    entry that serves the M between them."""
     times: dict[tuple, list[float]] = {}
     first: dict[tuple, Mapping[str, str]] = {}
     for r in rows:
-        r = _served_triton(r) or r
+        r = _served_kernel(r) or r
         kind = _kind(r.get("candidate", ""))
         if kind is None or r.get("members"):
             continue
@@ -398,8 +436,13 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
         if not usable(dict(r, recheck="") if recheck else r):
             continue
         shape = (r["gpu"], r["dtype"], r["acc"], r["mnk"], r["protocol"])
-        name = f"triton:{r.get('algo', '')}" if kind == "triton" and r.get("algo") else r["candidate"]
-        key = shape + (r.get("layout") or "nn", kind, name, r.get("algo", ""))
+        if kind == "vendor":  # a vendor path is one candidate per algorithm it ran
+            name, variant = r["candidate"], r.get("algo", "")
+        elif (variant := _impl(kind, r)) is None:
+            continue
+        else:
+            name = f"{kind}:{variant}"  # a config is one candidate whatever label its rows carry
+        key = shape + (r.get("layout") or "nn", kind, name, variant)
         times.setdefault(key, []).append(float(r["time_ms"]))
         if not recheck:
             first.setdefault(key, r)
@@ -419,7 +462,7 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
         r = first[key]
         M, N, K = (int(x) for x in mnk.split("_"))
         fam = key[6]
-        impl = (r.get("algo") or r["candidate"].split(":", 1)[1]) if fam == "triton" else r["candidate"]
+        impl = r["candidate"] if fam == "vendor" else key[8]
         out.append(Entry(gpu=gpu, cc=r.get("cc", ""), dtype=dtype, acc=acc, layout=layout, protocol=proto, M=M, N=N,
                          K=K, family=fam, impl=impl, algo=r.get("algo", ""), time_ms=t, vendor_best_ms=vt,
                          vendor_best=vkey[7], m_lo=M, m_hi=M, members=(mnk,), verified=True, torch=r.get("torch", ""),
@@ -431,7 +474,9 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
 def bucketize(entries: list[Entry]) -> list[Entry]:
     """Exact entries stay; where neighbouring measured M (same GPU, dtype, acc, layout, protocol, N, K) were won
     by the same Triton config, one bucket entry spanning them is added (its time and vendor time: the worst
-    speedup among its members, so it never claims more than its weakest member)."""
+    speedup among its members, so it never claims more than its weakest member). Triton only: a CUTLASS config
+    takes any M at run time too, but its tile scheduler knobs (swizzle, split-K) were picked for the measured
+    grid of tiles, so its winners stay exact entries until an unmeasured M is shown not to lose."""
     out = list(entries)
     by: dict[tuple, list[Entry]] = {}
     for e in entries:
