@@ -5,9 +5,12 @@
         --settings 0.05:0.001 0.01:0.02 --out RESULT.csv
 
 Two replays per setting (lr:eps), each from the --start policy with a fresh optimizer, judged on the --test screens
-by the share of the exhaustive sweep's log-gain its first 4 proposals reach (search/efficiency.py):
+by the share of the exhaustive sweep's log-gain its first 4 proposals reach and the share it reaches with 15% of the
+sweep's GPU time (search/efficiency.py):
 - ``live``: the groups a `gemmrl tune` run measured (--store, --runs; the proposals and rewards as stored, in their
-  order), one GRPO step each, as the live loop took them;
+  order), one GRPO step each, as the live loop took them; groups at the --test shapes are left out (the grid runs
+  tuned every grid shape, the held-out ones too: a policy that learned from them would be judged on its training
+  data), unless --keep-test-shapes;
 - ``screens`` (with --train): live-style groups on measured screens, the policy's greedy top 4 of each shape
   rewarded from the screen, --passes passes over the shapes.
 """
@@ -33,9 +36,22 @@ from gemmrl.search.proposer import spec_key  # noqa: E402
 from gemmrl.search.replay import load_tables  # noqa: E402
 
 
-def first4_share(pol: P.RLPolicy, tests) -> float:
-    return next(r.share for r in evaluate_methods(tests, {"m": keyed_orders(pol)}, ("arms:4",), random_draws=1)
-                if r.method == "m")
+JUDGED = ("arms:4", "gpu:0.15")   # the issue's two budgets: the first 4 proposals, 15% of the sweep's GPU time
+
+
+def shares(pol: P.RLPolicy, tests) -> dict[str, float]:
+    """Share of the sweep's log-gain ``pol`` reaches on ``tests`` at each budget of JUDGED."""
+    got = {r.budget: r.share for r in evaluate_methods(tests, {"m": keyed_orders(pol)}, JUDGED, random_draws=1)
+           if r.method == "m"}
+    return {"first4_share": got["arms:4"], "gpu15_share": got["gpu:0.15"]}
+
+
+def _row(replay: str, lr, eps, groups: int, got: dict[str, float]) -> dict:
+    return {"replay": replay, "lr": lr, "eps": eps, "groups": groups, **got}
+
+
+def _said(got: dict[str, float]) -> str:
+    return f"first-4 share {got['first4_share']:.3f}, at 15% of the sweep's GPU time {got['gpu15_share']:.3f}"
 
 
 def live_groups(store_path: Path, runs: list[str]) -> list[tuple[str, list[tuple[str, float]]]]:
@@ -51,6 +67,11 @@ def live_groups(store_path: Path, runs: list[str]) -> list[tuple[str, list[tuple
             r = row["reward"] if row["reward"] is not None and row["verdict"] == "ok" else P.FAIL_REWARD
             groups.setdefault(g, (row["mnk"], []))[1].append((row["key"], float(r)))
     return list(groups.values())
+
+
+def without_shapes(groups, shapes) -> list:
+    """The live groups at shapes not in ``shapes`` (the held-out ones), in their order."""
+    return [g for g in groups if g[0] not in shapes]
 
 
 def replay_live(start: P.RLPolicy, groups, problems, lr: float, eps: float) -> tuple[P.RLPolicy, int]:
@@ -95,6 +116,9 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=0, help="processes computing the candidate sets (default CPUs - 1)")
+    ap.add_argument("--keep-test-shapes", action="store_true",
+                    help="also replay the live groups at the --test shapes (judged on its own training data)")
+    ap.add_argument("--save", type=Path, metavar="DIR", help="save each replayed policy here (live_lrX_epsY.json)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if bool(args.store) != bool(args.runs):
@@ -109,30 +133,37 @@ def main(argv=None) -> int:
     te = load_tables(args.test)
     tests = [te[k] for k in sorted(te)]
     start = P.RLPolicy.load(args.start)
-    rows = [{"replay": "none", "lr": "", "eps": "", "groups": 0, "first4_share": first4_share(start, tests)}]
-    print(f"start {args.start.name}: first-4 share {rows[0]['first4_share']:.3f} on {len(tests)} held-out shapes",
-          flush=True)
+    got = shares(start, tests)
+    rows = [_row("none", "", "", 0, got)]
+    print(f"start {args.start.name}: {_said(got)} on {len(tests)} held-out shapes", flush=True)
     if args.store:
         from gemmrl.problem import parse_mnk
 
         groups = live_groups(args.store, args.runs)
         if not groups:
             raise SystemExit(f"{args.store}: no outcomes of the runs {', '.join(args.runs)}")
+        if not args.keep_test_shapes:
+            n_all = len(groups)
+            groups = without_shapes(groups, te)
+            print(f"{n_all - len(groups)} of {n_all} live groups at the held-out shapes left out", flush=True)
         by = {m: parse_mnk(m) for m in sorted({m for m, _ in groups})}   # fp16, acc fp32: the grid runs' problems
         start.warm(list(by.values()), jobs=args.jobs or None)
         for lr, eps in settings:
             pol, n = replay_live(start, groups, by, lr, eps)
-            rows.append({"replay": "live", "lr": lr, "eps": eps, "groups": n, "first4_share": first4_share(pol, tests)})
-            print(f"live groups ({n}) at lr {lr} eps {eps}: first-4 share {rows[-1]['first4_share']:.3f}", flush=True)
+            got = shares(pol, tests)
+            rows.append(_row("live", lr, eps, n, got))
+            print(f"live groups ({n}) at lr {lr} eps {eps}: {_said(got)}", flush=True)
+            if args.save:
+                args.save.mkdir(parents=True, exist_ok=True)
+                pol.save(args.save / f"live_lr{lr}_eps{eps}.json")
     if args.train:
         tr = load_tables(args.train)
         tables = [tr[k] for k in sorted(tr) if k not in te]
         for lr, eps in settings:
             pol = replay_screens(start, tables, lr, eps, args.passes, args.seed)
-            rows.append({"replay": f"screens x{args.passes}", "lr": lr, "eps": eps, "groups": args.passes * len(tables),
-                         "first4_share": first4_share(pol, tests)})
-            print(f"greedy groups on {len(tables)} screens x{args.passes} at lr {lr} eps {eps}: first-4 share "
-                  f"{rows[-1]['first4_share']:.3f}", flush=True)
+            got = shares(pol, tests)
+            rows.append(_row(f"screens x{args.passes}", lr, eps, args.passes * len(tables), got))
+            print(f"greedy groups on {len(tables)} screens x{args.passes} at lr {lr} eps {eps}: {_said(got)}", flush=True)
     if args.out:
         write_summary(rows, args.out)
     return 0

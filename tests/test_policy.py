@@ -324,6 +324,9 @@ def test_policy_live_replay_script(tmp_path, tables):
     moved, _ = mod.replay_live(start, groups, by, 0.05, 0.02)
     assert not np.allclose(moved.state.theta, start.state.theta)
     some = [tables[k] for k in sorted(tables)[:3]]
-    assert 0.0 <= mod.first4_share(moved, some) <= 1.0
+    got = mod.shares(moved, some)
+    assert set(got) == {"first4_share", "gpu15_share"} and all(0.0 <= v <= 1.0 for v in got.values())
+    kept = mod.without_shapes(groups, {"1024_256_64": None})
+    assert len(kept) == 4 and {m for m, _ in kept} == {"256_512_1024", "64_4096_4096"}
     on_screens = mod.replay_screens(RLPolicy(), some, 0.01, 0.02, passes=1, seed=0)
     assert on_screens.state.updates == 3
