@@ -43,7 +43,8 @@
 #      ISSUE5_TUNE_ARGS adds to each part's tune, e.g. "--more-below 1.02" with ISSUE5_ROUNDS=3;
 #      the re-measure: ISSUE5_FROM="ROWS.csv.gz ..." (tune rows of several parts) or ISSUE5_LIBRARY=FILE (gemmrl.mm
 #      served from it), ISSUE5_PROTOCOL (default graph,cold), ISSUE5_SHARDS=N|gpus: one bench per GPU on every N-th
-#      shape, each its own CSV (<name>_shardIofN.csv; T5REM_DIR carries earlier shards in to resume)
+#      shape, each its own CSV (<name>_shardIofN.csv; T5REM_DIR carries earlier shards in to resume: one file per shard named
+#      *_shardIofN[-partial].csv[.gz])
 #   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
 #      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
 #  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
@@ -375,8 +376,15 @@ for i in range(n):
 print(f'{len(ps)} shapes in {n} shards')" "$nsh" $shapes5
       for ((i = 0; i < nsh; i++)); do
         out="${t5rem%.csv}_shard${i}of${nsh}.csv"
-        if [ -n "${T5REM_DIR:-}" ] && [ -f "$T5REM_DIR/$(basename "$out")" ]; then cp "$T5REM_DIR/$(basename "$out")" "$out"
-        elif [ -n "${T5REM_DIR:-}" ] && [ -f "$T5REM_DIR/$(basename "$out").gz" ]; then gunzip -c "$T5REM_DIR/$(basename "$out").gz" >"$out"; fi
+        if [ -n "${T5REM_DIR:-}" ]; then
+          # shard i's earlier CSV: any one file named *_shardIofN[-partial].csv[.gz] (another day's name resumes too)
+          mapfile -t prev < <(ls "$T5REM_DIR"/*_shard${i}of${nsh}.csv "$T5REM_DIR"/*_shard${i}of${nsh}-partial.csv \
+            "$T5REM_DIR"/*_shard${i}of${nsh}.csv.gz "$T5REM_DIR"/*_shard${i}of${nsh}-partial.csv.gz 2>/dev/null)
+          if [ "${#prev[@]}" -gt 1 ]; then echo "T5REM_DIR: ${#prev[@]} files for shard $i of $nsh (${prev[*]}); keep one"; exit 2
+          elif [ "${#prev[@]}" = 1 ] && [[ ${prev[0]} == *.gz ]]; then gunzip -c "${prev[0]}" >"$out"
+          elif [ "${#prev[@]}" = 1 ]; then cp "${prev[0]}" "$out"; fi
+          [ "${#prev[@]}" = 1 ] && echo "shard $i of $nsh resumes $(basename "${prev[0]}") ($(grep -c . "$out") lines)"
+        fi
         # shellcheck disable=SC2086
         CUDA_VISIBLE_DEVICES=$i timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench \
           --shapes "$GEMMRL_OUT/shard$i.txt" $what5 --protocol "${ISSUE5_PROTOCOL:-graph,cold}" ${ISSUE5_BENCH_ARGS:-} \
