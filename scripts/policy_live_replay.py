@@ -46,8 +46,9 @@ def shares(pol: P.RLPolicy, tests) -> dict[str, float]:
     return {"first4_share": got["arms:4"], "gpu15_share": got["gpu:0.15"]}
 
 
-def _row(replay: str, lr, eps, groups: int, got: dict[str, float]) -> dict:
-    return {"replay": replay, "lr": lr, "eps": eps, "groups": groups, **got}
+def _row(replay: str, lr, eps, groups: int, got: dict[str, float], anchor=None) -> dict:
+    return {"replay": replay, "lr": lr, "eps": eps, "anchor_l2": "" if anchor is None else anchor, "groups": groups,
+            **got}
 
 
 def _said(got: dict[str, float]) -> str:
@@ -74,9 +75,12 @@ def without_shapes(groups, shapes) -> list:
     return [g for g in groups if g[0] not in shapes]
 
 
-def replay_live(start: P.RLPolicy, groups, problems, lr: float, eps: float) -> tuple[P.RLPolicy, int]:
+def replay_live(start: P.RLPolicy, groups, problems, lr: float, eps: float,
+                anchor_l2: float | None = None) -> tuple[P.RLPolicy, int]:
     pol = copy.deepcopy(start)
     pol.opt, pol.adv_eps = P.Adam(lr), eps
+    if anchor_l2 is not None:
+        pol.anchor_here(anchor_l2)
     n = 0
     for mnk, got in groups:
         specs, x = pol.actions(problems[mnk])
@@ -126,10 +130,12 @@ def main(argv=None) -> int:
     settings = []
     for s in args.settings:
         try:
-            lr, eps = (float(v) for v in s.split(":"))
+            lr, eps, *anchor = (float(v) for v in s.split(":"))
+            if len(anchor) > 1:
+                raise ValueError
         except ValueError:
-            ap.error(f"--settings takes lr:eps pairs such as 0.01:0.02, got {s!r}")
-        settings.append((lr, eps))
+            ap.error(f"--settings takes lr:eps or lr:eps:anchor_l2 such as 0.01:0.02 or 0.01:0.02:0.05, got {s!r}")
+        settings.append((lr, eps, anchor[0] if anchor else None))
     te = load_tables(args.test)
     tests = [te[k] for k in sorted(te)]
     start = P.RLPolicy.load(args.start)
@@ -148,18 +154,19 @@ def main(argv=None) -> int:
             print(f"{n_all - len(groups)} of {n_all} live groups at the held-out shapes left out", flush=True)
         by = {m: parse_mnk(m) for m in sorted({m for m, _ in groups})}   # fp16, acc fp32: the grid runs' problems
         start.warm(list(by.values()), jobs=args.jobs or None)
-        for lr, eps in settings:
-            pol, n = replay_live(start, groups, by, lr, eps)
+        for lr, eps, anchor in settings:
+            pol, n = replay_live(start, groups, by, lr, eps, anchor)
             got = shares(pol, tests)
-            rows.append(_row("live", lr, eps, n, got))
-            print(f"live groups ({n}) at lr {lr} eps {eps}: {_said(got)}", flush=True)
+            rows.append(_row("live", lr, eps, n, got, anchor))
+            print(f"live groups ({n}) at lr {lr} eps {eps}{'' if anchor is None else f' anchored l2 {anchor}'}: "
+                  f"{_said(got)}", flush=True)
             if args.save:
                 args.save.mkdir(parents=True, exist_ok=True)
-                pol.save(args.save / f"live_lr{lr}_eps{eps}.json")
+                pol.save(args.save / f"live_lr{lr}_eps{eps}{'' if anchor is None else f'_anchor{anchor}'}.json")
     if args.train:
         tr = load_tables(args.train)
         tables = [tr[k] for k in sorted(tr) if k not in te]
-        for lr, eps in settings:
+        for lr, eps, _ in settings:
             pol = replay_screens(start, tables, lr, eps, args.passes, args.seed)
             got = shares(pol, tests)
             rows.append(_row(f"screens x{args.passes}", lr, eps, args.passes * len(tables), got))

@@ -82,6 +82,24 @@ def test_equal_rewards_give_no_gradient():
     assert np.allclose(before, pol.state.theta)
 
 
+def test_an_anchored_policy_stays_where_noise_alone_would_walk_it():
+    """anchor_here: l2 pulls toward the weights it was anchored at, so groups with no signal (equal rewards) leave
+    them there, where l2 toward zero moves every weight by ~lr a step (Adam normalizes the pull); a real signal
+    still moves an anchored policy."""
+    x = np.random.default_rng(2).normal(size=(4, len(feature_names())))
+    free, anchored = RLPolicy(lr=0.01), RLPolicy(lr=0.01)
+    anchored.anchor_here(0.05)
+    start = anchored.state.theta.copy()
+    for _ in range(20):
+        free.step(x, [0, 1, 2, 3], [0.1] * 4)
+        anchored.step(x, [0, 1, 2, 3], [0.1] * 4)
+    assert np.allclose(anchored.state.theta, start)
+    assert np.abs(free.state.theta - start).max() > 0.1
+    for _ in range(20):
+        anchored.step(x, [0, 1, 2, 3], [0.5, 0.0, 0.0, 0.0])
+    assert anchored.probs(x)[0] > RLPolicy().probs(x)[0]
+
+
 def test_propose_skips_what_was_tried_and_is_deterministic_when_greedy():
     p = GemmProblem(128, 256, 64)
     pol = RLPolicy(candidates=SMALL)

@@ -231,6 +231,7 @@ class RLPolicy:
         self.family_floor = family_floor
         self.adv_eps = adv_eps   # advantages = (r - mean) / (std + adv_eps): a spread below it is mostly noise
         self.l2 = l2
+        self.anchor: np.ndarray | None = None   # the weights l2 pulls toward (None: zero); see anchor_here
         self.candidates = candidates
         self._cache: dict[tuple, tuple[list[CandidateSpec], np.ndarray]] = {}
 
@@ -310,9 +311,16 @@ class RLPolicy:
         p = self.probs(x)
         mean_phi = p @ x
         grad = (adv[:, None] * (x[list(chosen)] - mean_phi)).sum(axis=0) / len(chosen)
-        grad -= self.l2 * self.state.theta
+        grad -= self.l2 * (self.state.theta if self.anchor is None else self.state.theta - self.anchor)
         self.state.theta = self.opt.step(self.state.theta, grad)
         self.state.updates += 1
+
+    def anchor_here(self, l2: float) -> None:
+        """From now on l2 (strength ``l2``) pulls the weights toward their present values instead of toward zero:
+        GRPO's KL penalty to a reference policy, for live tuning. Without it, Adam (whose steps are ~lr whatever
+        the gradient's size) turns the l2 pull and the noise of single live groups into steps that walk the weights
+        away from what the screens taught."""
+        self.anchor, self.l2 = self.state.theta.copy(), float(l2)
 
     # persistence
     def to_dict(self) -> dict:
