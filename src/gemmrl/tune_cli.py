@@ -55,7 +55,7 @@ def add_parser(sub, shape_args) -> None:
                    "precompile and worker start-up included)")
     t.add_argument("--group", type=int, default=4, help="proposals per group (the policy-gradient group)")
     t.add_argument("--policy-lr", type=float,
-                   help="the policy's learning rate in live tuning (default: search/policy.py's LIVE_LR, 5x below "
+                   help="the policy's learning rate in live tuning (default: search/policy.py's LIVE_LR, 25x below "
                         "replay training's; 0 proposes without learning)")
     t.add_argument("--rounds", type=int, default=2, help="groups per shape")
     t.add_argument("--more-below", type=float, default=math.inf, metavar="SPEEDUP",
