@@ -77,6 +77,28 @@ def test_unverified_candidate_is_reported_not_timed(tmp_path):
     assert rows["cublas_nn"]["verified"] == "true"
 
 
+def test_rows_say_where_the_time_outside_the_timed_calls_went(tmp_path):
+    """Each timed row's info carries its candidate's prepare and battery time (prep_ms, verify_ms): a grid-wide
+    pass spends about half its wall there, and the rows are where that is read back."""
+    import time
+
+    from gemmrl.headroom import parse_info
+
+    def verifier(cand, problem):
+        if cand.name == "slow":
+            time.sleep(0.06)
+        return True, ""
+
+    rows = read_rows([run_bench(_spec(tmp_path, ["8_8_8", "3_5_7"]), progress=False, on_cpu=True,
+                                verifier=verifier)])
+    timed = [r for r in rows if r["verified"] == "true" and not r.get("members") and not r.get("recheck")]
+    assert {r["candidate"] for r in timed} == {"cublas_tn", "cublas_nn", "slow"}
+    for r in timed:
+        info = parse_info(r["info"])
+        assert int(info["prep_ms"]) >= 0
+        assert (int(info["verify_ms"]) >= 60) == (r["candidate"] == "slow"), r
+
+
 def test_resume_after_kill_loses_nothing(tmp_path):
     calls = {"n": 0}
 

@@ -13,6 +13,7 @@ noise rule's bar, and append the batch to the CSV. A killed sweep resumes at the
 from __future__ import annotations
 
 import math
+import time
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -177,8 +178,10 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
     timer = make_timer(bufs, protocol, cfg)
     rows: list[dict] = []
     live: dict[str, Any] = {}
+    setup: dict[str, str] = {}   # candidate -> where its time outside the timed calls went (row info)
     for cand in cands:
         row = {**base, "candidate": cand.name, "layout": cand.layout}
+        t0 = time.perf_counter()
         try:
             cand.prepare(problem, bufs, protocol, timer)
         except Exception as e:  # noqa: BLE001
@@ -186,7 +189,10 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
             continue
         info = cand.info()
         row.update(algo=info.get("algo", ""), n_algos=info.get("n_algos", ""), layout=cand.layout)
+        t1 = time.perf_counter()
         ok, reason = verifier(cand, problem)
+        # prepare (build, plan, autotune) and the battery (once per candidate and shape: ~0 in the next protocol)
+        setup[cand.name] = f"prep_ms={(t1 - t0) * 1e3:.0f};verify_ms={(time.perf_counter() - t1) * 1e3:.0f}"
         if not ok:
             rows.append({**row, "verified": False, "reason": reason or "failed verification"})
             continue
@@ -209,6 +215,7 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
         if t.extra.get("late_retaken"):   # samples whose start event fired before the work was enqueued
             r["info"] = ";".join(x for x in (r.get("info", ""), f"late_retaken={t.extra['late_retaken']}",
                                              f"late_kept={t.extra.get('late_kept', 0)}") if x)
+        r["info"] = ";".join(x for x in (r.get("info", ""), setup[name]) if x)
         if not r["floor_ok"]:
             r["reason"] = f"below the roofline floor ({t.time_ms:.4g} ms < 0.95 x {floor:.4g} ms): measurement error"
         rows.append(r)
