@@ -21,6 +21,7 @@ before first use (``Entry.same_software``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -139,18 +140,20 @@ class Entry:
         return Entry(**kw)
 
 
-def _cutlass_impl_problems(impl: str, layout: str, dtype: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _cutlass_impl_problems(impl: str, layout: str, dtype: str) -> tuple[str, ...]:
     """Why ``impl`` cannot be a CUTLASS entry's kernel in this layout and dtype (a config is compiled for one of
-    each, so a mismatched one would be refused at every call): [] when it can."""
+    each, so a mismatched one would be refused at every call): () when it can. Cached: a library build asks once
+    per row, with a few dozen distinct configs among thousands of rows."""
     from .kernels.cutlass_sm90 import CutlassConfigError, parse_name
 
     try:
         cfg, _ = parse_name(impl)
     except CutlassConfigError as e:
-        return [f"cutlass impl: {e}"]
+        return (f"cutlass impl: {e}",)
     if (cfg.layout, cfg.dtype) != (layout, dtype):
-        return [f"cutlass impl {impl!r} is a {cfg.layout}/{cfg.dtype} config for a {layout}/{dtype} entry"]
-    return []
+        return (f"cutlass impl {impl!r} is a {cfg.layout}/{cfg.dtype} config for a {layout}/{dtype} entry",)
+    return ()
 
 
 def _digest(entries: list[dict]) -> str:

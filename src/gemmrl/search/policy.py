@@ -319,9 +319,8 @@ class RLPolicy:
 
     def anchor_here(self, l2: float) -> None:
         """From now on l2 (strength ``l2``) pulls the weights toward their present values instead of toward zero:
-        GRPO's KL penalty to a reference policy, for live tuning. Without it, Adam (whose steps are ~lr whatever
-        the gradient's size) turns the l2 pull and the noise of single live groups into steps that walk the weights
-        away from what the screens taught."""
+        GRPO's KL penalty to a reference policy. Tried for live tuning in replay (scripts/policy_live_replay.py,
+        session 20): it did no better than the smaller ``LIVE_LR``, so ``gemmrl tune`` does not anchor."""
         self.anchor, self.l2 = self.state.theta.copy(), float(l2)
 
     # persistence
