@@ -99,6 +99,16 @@ def test_rows_say_where_the_time_outside_the_timed_calls_went(tmp_path):
         assert (int(info["verify_ms"]) >= 60) == (r["candidate"] == "slow"), r
 
 
+def test_bench_leaves_the_callers_grad_mode_as_it_was(tmp_path):
+    """run_bench measures without autograd but does not switch it off for the rest of the process (it did: a
+    later gemmrl.mm on a tensor requiring grad then took the inference path)."""
+    import torch
+
+    assert torch.is_grad_enabled()
+    run_bench(_spec(tmp_path, ["8_8_8"]), progress=False, on_cpu=True, verifier=_ok)
+    assert torch.is_grad_enabled()
+
+
 def test_resume_after_kill_loses_nothing(tmp_path):
     calls = {"n": 0}
 

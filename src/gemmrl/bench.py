@@ -13,8 +13,8 @@ noise rule's bar, and append the batch to the CSV. A killed sweep resumes at the
 from __future__ import annotations
 
 import math
-import time
 import statistics
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -23,7 +23,7 @@ from .candidate import make_buffers
 from .problem import GemmProblem
 from .results import Meta, ResultsWriter, collect_meta, git_sha, now, read_rows, sm_clock_mhz
 from .summary import AGGREGATES, format_summary, markdown_summary, summarize
-from .timing import PROTOCOLS, TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure
+from .timing import PROTOCOLS, TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure, without_grad
 
 # (slower-suspect, reference) aggregates: re-measured 3 more times when the first is slower (noise rule).
 # ``gemmrl`` (what the dispatcher serves) is re-measured when more than RECHECK_MARGIN slower than vendor_best: the
@@ -310,6 +310,7 @@ def noise_rule_below(rows: Iterable[dict], cand: str, ref: str, margin: float = 
     return bad
 
 
+@without_grad
 def run_bench(spec: BenchSpec, progress: bool = True, *, on_cpu: bool = False,
               verifier: Callable | None = None) -> Path:
     """Measure ``spec`` into ``spec.out`` (resuming a killed run); returns the CSV path.
@@ -319,7 +320,6 @@ def run_bench(spec: BenchSpec, progress: bool = True, *, on_cpu: bool = False,
     """
     import torch
 
-    torch.set_grad_enabled(False)
     if on_cpu:
         if set(spec.protocols) - {"offline", "server"}:
             raise BenchError("on the CPU only the host protocols (offline, server) run")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from .problem import GemmProblem
-from .timing import TimingConfig
+from .timing import TimingConfig, without_grad
 
 FAMILIES = ("cuda", "cutlass", "triton", "triton_source", "planted_triton")
 
@@ -227,6 +227,7 @@ def _prepared(spec: CandidateSpec, req: GroupRequest, bufs, verifier) -> tuple[A
     return cand, ev
 
 
+@without_grad
 def evaluate_group(req: GroupRequest) -> dict[str, Any]:
     """Every candidate of ``req`` made, verified and checked one by one (a failure is that candidate's record),
     then the survivors timed together, interleaved with the baselines, per protocol. Returns plain data:
@@ -244,7 +245,6 @@ def evaluate_group(req: GroupRequest) -> dict[str, Any]:
     t0 = time.perf_counter()
     problem = req.problem
     cuda = req.device == "cuda"
-    torch.set_grad_enabled(False)
     bufs = make_buffers(problem, req.device, seed=req.seed)
     verifier = _Verifier(req.device)
     live, evs = [], []

@@ -30,6 +30,7 @@ error, never a result).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -505,6 +506,19 @@ def floor_ms(problem: GemmProblem, gpu: str, protocol: str, l2: int | None = Non
     """T_floor in ms; in ``graph`` operands that fit in L2 drop the bytes term."""
     in_l2 = protocol == "graph" and l2 is not None and problem.bytes <= l2
     return problem.floor_s(gpu, in_l2=in_l2) * 1e3
+
+
+def without_grad(fn: Callable) -> Callable:
+    """``fn`` run under ``torch.no_grad()``: measuring never records autograd history, and the caller's grad mode
+    is left as it was (a global ``set_grad_enabled(False)`` leaked into whatever ran next in the process)."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        import torch
+
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def below_floor(t_ms: float, floor: float) -> bool:

@@ -38,7 +38,7 @@ from typing import Callable, Iterable
 
 from ..kernels.triton_gemm.configs import Arch, Config, valid
 from ..problem import GemmProblem
-from ..timing import TimingConfig
+from ..timing import TimingConfig, without_grad
 from .costmodel import estimate, prune
 from .space import VARIANTS, _combos
 
@@ -315,6 +315,7 @@ def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: Scree
     return rows
 
 
+@without_grad
 def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     """Screen every shape of ``spec`` into ``spec.out`` (resuming at the first shape without rows)."""
     import torch
@@ -325,7 +326,6 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
 
     require_cuda(spec.device)
     torch.cuda.set_device(spec.device)
-    torch.set_grad_enabled(False)
     arch = Arch.from_device(spec.device)
     meta_row = collect_meta(spec.device).row()
     done = {r["mnk"] for r in read_rows([spec.out])} if Path(spec.out).is_file() else set()
