@@ -44,7 +44,7 @@
 #      the re-measure: ISSUE5_FROM="ROWS.csv.gz ..." (tune rows of several parts) or ISSUE5_LIBRARY=FILE (gemmrl.mm
 #      served from it), ISSUE5_PROTOCOL (default graph,cold), ISSUE5_SHARDS=N|gpus: one bench per GPU on every N-th
 #      shape, each its own CSV (<name>_shardIofN.csv; T5REM_DIR carries earlier shards in to resume: one file per shard named
-#      *_shardIofN[-partial].csv[.gz])
+#      *_shardIofN[-partial].csv[.gz]; with T5REM_DIR set, one GPU is shard 0 of 1 and resumes the same way)
 #   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
 #      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
 #  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
@@ -359,7 +359,7 @@ if [ "${ISSUE5:-0}" = 1 ]; then
     else what5="--triton-from $from5 --cutlass-from $from5"; fi
     nsh=${ISSUE5_SHARDS:-1}
     [ "$nsh" = gpus ] && nsh=$(nvidia-smi -L | wc -l)
-    if [ "$nsh" -le 1 ]; then
+    if [ "$nsh" -le 1 ] && [ -z "${T5REM_DIR:-}" ]; then  # (with T5REM_DIR one GPU is shard 0 of 1, resumable)
       # shellcheck disable=SC2086
       timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench $shapes5 $what5 \
         --protocol "${ISSUE5_PROTOCOL:-graph,cold}" ${ISSUE5_BENCH_ARGS:-} --no-progress --out "$t5rem" \
