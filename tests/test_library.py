@@ -119,6 +119,23 @@ def test_save_load_round_trip(tmp_path):
     assert got.lookup(GPU, "fp16", "fp32", "nn", "offline", 100, 128, 256) == _bucket(64, 128)
 
 
+def test_save_load_gzipped(tmp_path):
+    """A name ending .gz is written gzipped, and any name is read either way (a grid library is megabytes)."""
+    import gzip
+
+    lib = Library([_entry(), _entry(M=128), _bucket(64, 128)])
+    p = lib.save(tmp_path / "lib.json.gz")
+    assert p.read_bytes()[:2] == b"\x1f\x8b" and json.loads(gzip.decompress(p.read_bytes()))["format"]
+    assert set(Library.load(p).entries) == set(lib.entries)
+    assert lib.save(tmp_path / "again.json.gz").read_bytes() == p.read_bytes()  # same library, same bytes
+    plain = tmp_path / "renamed.json"
+    plain.write_bytes(p.read_bytes())
+    assert set(Library.load(plain).entries) == set(lib.entries)
+    (tmp_path / "cut.json.gz").write_bytes(p.read_bytes()[:40])  # a truncated download
+    with pytest.raises(LibraryError, match="gemmrl lib build"):
+        Library.load(tmp_path / "cut.json.gz")
+
+
 def _edit(key, value):
     def f(doc):
         doc[key] = value

@@ -22,11 +22,13 @@ before first use (``Entry.same_software``).
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import json
 import os
 import sqlite3
 import statistics
+import zlib
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -235,19 +237,23 @@ class Library:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.to_json())
+        text = self.to_json().encode()
+        # a name ending .gz is written gzipped (mtime 0: the same library gives the same bytes)
+        tmp.write_bytes(gzip.compress(text, mtime=0) if path.suffix == ".gz" else text)
         os.replace(tmp, path)  # a killed write leaves the old file, never half a file
         return path
 
     @staticmethod
     def load(path: str | os.PathLike) -> "Library":
+        """A library JSON file, or one gzipped (any name: read by its magic bytes)."""
         path = Path(path)
         what = f"{path} is not a usable gemmrl library"
         try:
-            doc = json.loads(path.read_text())
+            raw = path.read_bytes()
+            doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
         except FileNotFoundError:
             raise LibraryError(f"{path}: no such library file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise LibraryError(f"{what} ({e}); delete it, or re-create it with `gemmrl lib build` / "
                                "`gemmrl lib import`") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
