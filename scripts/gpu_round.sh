@@ -66,7 +66,12 @@
 #      remeasure  gemmrl bench --wgmma-from <select> (+ WGMMA_EXTRA, e.g. --triton-from CSV) in graph,cold: the run
 #                 that counts (limits WGMMA_SELECT_S, WGMMA_REMEASURE_S; WSEL_CSV / WREM_CSV resume); with
 #                 WGMMA_WINNERS=1 only the shapes where the screen had wgmma ahead of its best reference
-#  14. a short table last.
+#  14. only with EFFREM=1 (issue 5's search efficiency with the noise rule): scripts/efficiency_remeasure.py picks,
+#      per method (exhaustive sweep, cost model, EFFREM_POLICIES, random), the arm it would serve on each held-out
+#      screen (EFFREM_TEST, default the held50s2 screens) at EFFREM_BUDGET (default gpu:0.15), then times every
+#      picked arm again beside the screen's references, EFFREM_REPEATS (3) interleaved rounds, and reports the
+#      shares valued by that run (limit EFFREM_S; EFFREM_CSV resumes)
+#  15. a short table last.
 # Writes everything under $GEMMRL_OUT (default $OUT, else /tmp/gemmrl_out); commit what comes back under
 # benchmarks/results/. The GPU machine gets no .git: pass the commit as GEMMRL_GIT_SHA.
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
@@ -495,6 +500,24 @@ print(f'wgmma screen winners: {len(w)}: {\" \".join(w)}')" "$wsel" "$GEMMRL_OUT/
     echo "wgmma re-measure: exit $? ($(grep -c . "$wrem" 2>/dev/null) lines)"
     tail -n 25 "$GEMMRL_OUT/wgmma_remeasure.log"
   fi
+fi
+
+if [ "${EFFREM:-0}" = 1 ]; then
+  # shellcheck disable=SC2206
+  etest=(${EFFREM_TEST:-benchmarks/results/h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz benchmarks/results/h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz})
+  # shellcheck disable=SC2206
+  epol=(${EFFREM_POLICIES:-src/gemmrl/policies/h100.json})
+  eargs=(--test "${etest[@]}" --judge "${epol[@]}" --budget "${EFFREM_BUDGET:-gpu:0.15}")
+  erows="$GEMMRL_OUT/${gpu}_policy-efficiency-remeasured_held50s2_${EFFREM_BUDGET:-gpu:0.15}_${day}.csv"
+  erows=${erows//:/}
+  if [ -n "${EFFREM_CSV:-}" ] && [ -f "$EFFREM_CSV" ]; then
+    if [[ $EFFREM_CSV == *.gz ]]; then gunzip -c "$EFFREM_CSV" >"$erows"; else cp "$EFFREM_CSV" "$erows"; fi
+  fi
+  python3 scripts/efficiency_remeasure.py "${eargs[@]}" --plan
+  timeout "${EFFREM_S:-300}" python3 scripts/efficiency_remeasure.py "${eargs[@]}" --measure "$erows" \
+    --repeats "${EFFREM_REPEATS:-3}" >"$GEMMRL_OUT/effrem.log" 2>&1
+  echo "efficiency re-measure: exit $? ($(grep -c . "$erows" 2>/dev/null) lines)"; tail -n 3 "$GEMMRL_OUT/effrem.log"
+  python3 scripts/efficiency_remeasure.py "${eargs[@]}" --report "$erows" --csv "${erows%.csv}_shares.csv"
 fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done

@@ -15,7 +15,8 @@ import pytest
 from gemmrl.evaluate import CandidateSpec
 from gemmrl.kernels import cutlass_sm90 as cs
 from gemmrl.problem import GemmProblem
-from gemmrl.search.efficiency import Row, arms_within, evaluate_methods, keyed_orders, split_shapes, train_replay
+from gemmrl.search.efficiency import (Row, arms_within, evaluate_methods, keyed_orders, pick, picks, remeasured_shares,
+                                     split_shapes, train_replay)
 from gemmrl.search.policy import (CostModelProposer, RandomProposer, RLPolicy, candidate_set, feature_names,
                                   features)
 from gemmrl.search.proposer import Context, Outcome
@@ -209,6 +210,47 @@ def test_efficiency_measure_on_a_toy():
     assert arms_within(tabs[1], [2, 0, 1, 3], 0.4) == 1 and arms_within(tabs[1], [0, 1, 2, 3], 0.5) == 2
 
 
+def test_picks_are_what_each_method_would_serve():
+    tabs = _toy_tables()
+    oracle = lambda t: sorted(range(len(t.arms)), key=lambda i: -t.arms[i].reward)  # noqa: E731
+    worst = lambda t: sorted(range(len(t.arms)), key=lambda i: t.arms[i].reward)  # noqa: E731
+    assert pick(tabs[0], [1, 0, 2, 3], 2) == 1 and pick(tabs[0], [3, 0], 2) is None  # nothing gained: vendor
+    got = picks(tabs, {"oracle": oracle, "worst": worst}, "arms:1", random_draws=7, seed=3)
+    assert got["exhaustive"] == [[2, 2]] and got["oracle"] == [[2, 2]] and got["worst"] == [[None, None]]
+    assert len(got["random"]) == 7 and all(len(d) == 2 for d in got["random"])
+    assert got == picks(tabs, {"oracle": oracle, "worst": worst}, "arms:1", random_draws=7, seed=3)  # seeded
+    with pytest.raises(ValueError, match="budget"):
+        picks(tabs, {}, "minutes:3")
+
+
+def test_remeasured_shares_follow_the_second_run_not_the_screen():
+    """A sweep's pick that was lucky on the screen re-measures lower; the share is valued by the second run."""
+    tabs = _toy_tables()
+    first = lambda t: list(range(len(t.arms)))  # noqa: E731
+    chosen = picks(tabs, {"first2": first}, "arms:2", random_draws=0)
+    assert chosen["exhaustive"] == [[2, 2]] and chosen["first2"] == [[1, None]]
+    same = remeasured_shares(tabs, chosen, lambda t, i: t.arms[i].reward)
+    assert same["first2"]["share"] == pytest.approx(0.1 / 0.5) == pytest.approx(same["first2"]["screen_share"])
+    assert same["exhaustive"]["share"] == pytest.approx(1.0)
+    second = {(0, 2): 0.05, (1, 2): 0.3, (0, 1): 0.1}   # arm 2 of shape 0 was the screen's winner's curse
+    got = remeasured_shares(tabs, chosen, lambda t, i: second[(tabs.index(t), i)])
+    assert got["first2"]["share"] == pytest.approx(0.1 / 0.35) and got["first2"]["screen_share"] == pytest.approx(0.2)
+    assert got["exhaustive"]["geomean"] == pytest.approx(math.exp(0.35 / 2))
+    with pytest.raises(ValueError, match="no re-measured reward"):
+        remeasured_shares(tabs, chosen, lambda t, i: None)
+
+
+def test_screen_valued_picks_reproduce_the_efficiency_table(tables):
+    """The picks' screen values give evaluate_methods' shares (same budget, deterministic rankers)."""
+    keys = sorted(tables)[:30]
+    tabs = [tables[k] for k in keys]
+    rankers = {"costmodel": keyed_orders(RLPolicy())}
+    for budget in ("arms:4", "gpu:0.15"):
+        rows = {r.method: r.share for r in evaluate_methods(tabs, rankers, (budget,), random_draws=1)}
+        got = remeasured_shares(tabs, picks(tabs, rankers, budget, random_draws=1), lambda t, i: t.arms[i].reward)
+        assert got["costmodel"]["share"] == pytest.approx(rows["costmodel"], abs=1e-9)
+
+
 def test_trained_policy_beats_the_cost_model_on_unseen_shapes(tables):
     """The headline experiment's first fold: trained on the other 70 shapes, judged on 50 it never saw."""
     keys = sorted(k for k in tables if len(tables[k].arms) > 60)
@@ -348,3 +390,54 @@ def test_policy_live_replay_script(tmp_path, tables):
     assert len(kept) == 4 and {m for m, _ in kept} == {"256_512_1024", "64_4096_4096"}
     on_screens = mod.replay_screens(RLPolicy(), some, 0.01, 0.02, passes=1, seed=0)
     assert on_screens.state.updates == 3
+
+
+def _efficiency_remeasure():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("efficiency_remeasure", RESULTS.parents[1] / "scripts" /
+                                                  "efficiency_remeasure.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+HELD50 = sorted(RESULTS.glob("h100_held50s2_*select*.csv.gz"))
+
+
+def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
+    """scripts/efficiency_remeasure.py end to end without a GPU: a re-measurement that reproduced the screen exactly
+    gives the screen's shares; a missing arm is refused with what to run; --measure says it needs a GPU."""
+    assert len(HELD50) == 2
+    mod = _efficiency_remeasure()
+    base = ["--test", *map(str, HELD50), "--judge", str(RESULTS.parents[1] / "src/gemmrl/policies/h100.json"),
+            "--random-draws", "5"]
+    assert mod.main(base + ["--plan"]) == 0
+    assert "arms to re-measure" in capsys.readouterr().out
+    args = mod.argparse.Namespace(test=[str(p) for p in HELD50], judge=base[4:5], budget="gpu:0.15", random_draws=5,
+                                  seed=0, temp=0.15)
+    tables, chosen, arms = mod.plan(args)
+    rows = tmp_path / "rows.csv"
+    with open(rows, "w", newline="") as fh:
+        w = mod.csv.DictWriter(fh, mod.FIELDS)
+        w.writeheader()
+        for t in tables:
+            for i in arms[t.problem.mnk]:
+                for rnd in range(3):
+                    w.writerow({"mnk": t.problem.mnk, "round": rnd, "arm": i, "reward": t.arms[i].reward})
+    out = tmp_path / "eff.csv"
+    assert mod.main(base + ["--report", str(rows), "--csv", str(out), "--md", str(tmp_path / "eff.md")]) == 0
+    got = {r["method"]: r for r in mod.csv.DictReader(open(out))}
+    assert set(got) == {"exhaustive", "costmodel", "h100", "random"}
+    for r in got.values():
+        assert float(r["share_remeasured"]) == pytest.approx(float(r["share_screen"]), abs=1e-4)
+    assert float(got["exhaustive"]["share_remeasured"]) == 1.0
+    # the shipped policy's 15% share on these screens (scripts/policy_efficiency.py --judge: 0.790)
+    assert float(got["h100"]["share_screen"]) == pytest.approx(0.790, abs=0.002)
+    lines = open(rows).read().splitlines()
+    (tmp_path / "short.csv").write_text("\n".join(lines[:-3]) + "\n")
+    assert mod.main(base + ["--report", str(tmp_path / "short.csv")]) == 2
+    assert "--measure" in capsys.readouterr().err
+    if not __import__("torch").cuda.is_available():
+        assert mod.main(base + ["--measure", str(tmp_path / "m.csv")]) == 2
+        assert "CUDA GPU" in capsys.readouterr().err

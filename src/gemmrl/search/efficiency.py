@@ -146,6 +146,80 @@ def sweep_row(tables: Sequence[Table]) -> Row:
     return Row("exhaustive", "all", 1.0, 1.0, len(tables), math.exp(sum(g) / len(g)))
 
 
+def pick(table: Table, order: Sequence[int], n: int) -> int | None:
+    """The arm a method would serve after trying ``order[:n]``: its best verified arm by the table's reward, or
+    None where none gained (the library serves the vendor path there)."""
+    ok = [i for i in order[:n] if table.arms[i].ok]
+    if not ok:
+        return None
+    best = max(ok, key=lambda i: (table.arms[i].reward, -order.index(i)))
+    return best if table.arms[best].reward > 0.0 else None
+
+
+def budget_arms(table: Table, order: Sequence[int], budget: str) -> int:
+    """How many arms of ``order`` a budget ("arms:N" or "gpu:FRACTION") lets a method try at ``table``."""
+    kind, val = budget.split(":")
+    if kind == "arms":
+        return int(val)
+    if kind == "gpu":
+        return arms_within(table, order, float(val))
+    raise ValueError(f"budget {budget!r}: use arms:N or gpu:FRACTION")
+
+
+def picks(tables: Sequence[Table], rankers: dict[str, Callable[[Table], list[int]]], budget: str,
+          random_draws: int = 20, seed: int = 0) -> dict[str, list[list[int | None]]]:
+    """Per method, per draw, per table: the arm it would serve at ``budget`` (see :func:`pick`). ``exhaustive``
+    (every arm tried) and, with ``random_draws`` > 0, ``random`` (that many orders, seeded) are added; other
+    methods have one draw."""
+    rng = random.Random(seed)
+    out = {"exhaustive": [[pick(t, list(range(len(t.arms))), len(t.arms)) for t in tables]]}
+    for name, f in rankers.items():
+        row = []
+        for t in tables:
+            o = f(t)
+            row.append(pick(t, o, budget_arms(t, o, budget)))
+        out[name] = [row]
+    draws = []
+    for _ in range(random_draws):
+        row = []
+        for t in tables:
+            o = rng.sample(range(len(t.arms)), len(t.arms))
+            row.append(pick(t, o, budget_arms(t, o, budget)))
+        draws.append(row)
+    if draws:
+        out["random"] = draws
+    return out
+
+
+def remeasured_shares(tables: Sequence[Table], chosen: dict[str, list[list[int | None]]],
+                      reward: Callable[[Table, int], float | None]) -> dict[str, dict[str, float]]:
+    """DESIGN.md's noise rule applied to search efficiency: each method's picks (from :func:`picks`, chosen on the
+    screen) valued by ``reward(table, arm)`` from a separate measurement (None: not re-measured, which is an
+    error). A shape's log-gain is max(0, re-measured reward) of its pick (0 where the pick is None: the vendor
+    path); a method's share is its summed log-gain over the exhaustive sweep's, averaged over draws. Returns
+    method -> {"share", "screen_share", "log_gain", "geomean"} (screen_share: the same picks valued on the screen)."""
+    def value(t: Table, i: int | None, screen: bool) -> float:
+        if i is None:
+            return 0.0
+        r = t.arms[i].reward if screen else reward(t, i)
+        if r is None or not math.isfinite(r):
+            raise ValueError(f"{t.problem.mnk}: arm {i} ({t.arms[i].spec.label()}) has no re-measured reward")
+        return max(0.0, r)
+
+    sweep = chosen["exhaustive"][0]
+    tot = sum(value(t, i, False) for t, i in zip(tables, sweep))
+    tot_screen = sum(value(t, i, True) for t, i in zip(tables, sweep))
+    out = {}
+    for name, draws in chosen.items():
+        gains = [sum(value(t, i, False) for t, i in zip(tables, d)) for d in draws]
+        screen = [sum(value(t, i, True) for t, i in zip(tables, d)) for d in draws]
+        g = float(np.mean(gains))
+        out[name] = {"share": g / tot if tot > 0 else 1.0,
+                     "screen_share": float(np.mean(screen)) / tot_screen if tot_screen > 0 else 1.0,
+                     "log_gain": g, "geomean": math.exp(g / len(tables)) if tables else 1.0}
+    return out
+
+
 def keyed_orders(policy: RLPolicy) -> Callable[[Table], list[int]]:
     return lambda t: orders(policy, t)
 
@@ -164,4 +238,4 @@ def split_shapes(keys: Sequence[str], folds: int, seed: int) -> list[list[str]]:
 
 
 __all__ = ["train_replay", "evaluate_methods", "sweep_row", "orders", "keyed_orders", "floored", "online_orders",
-           "split_shapes", "Row"]
+           "split_shapes", "Row", "pick", "budget_arms", "picks", "remeasured_shares"]
