@@ -9,7 +9,7 @@ from gemmrl.bench import BenchError, BenchSpec, _aggregate_rows, noise_rule_belo
 from gemmrl.candidate import FnCandidate
 from gemmrl.problem import GemmProblem, parse_mnk
 from gemmrl.results import COLUMNS, REQUIRED, ResultsError, ResultsWriter, read_rows
-from gemmrl.summary import Stats, ratios, summarize
+from gemmrl.summary import BASELINES, Stats, ratios, summarize
 from gemmrl.timing import TimingConfig
 
 FAST = TimingConfig(warmup_s=0.01, benchmark_s=0.03)
@@ -201,6 +201,36 @@ def test_aggregates_pick_fastest_verified():
     assert agg["cublas"]["members"] == "cublas_nn"
     assert agg["vendor_best"]["members"] == "cublas_nn"  # below-floor row never wins
     assert "cublaslt_heuristic" not in agg
+
+
+def test_aggregates_only_where_every_member_ran():
+    """A run restricted to some vendor paths (bench --baselines) writes no aggregate with a member left out: a row
+    named vendor_best is always the best of all of them (torch does not apply to acc fp16)."""
+    rows = [{"candidate": n, "verified": True, "time_ms": t, "tflops": 1.0 / t}
+            for n, t in (("cublaslt_autotuned_tn", 2.0), ("cublaslt_autotuned_nn", 1.0))]
+    got = {r["candidate"]: r for r in _aggregate_rows(rows, ("cublaslt_autotuned_tn", "cublaslt_autotuned_nn"))}
+    assert set(got) == {"cublaslt_autotuned"} and got["cublaslt_autotuned"]["members"] == "cublaslt_autotuned_nn"
+    assert "vendor_best" in {r["candidate"] for r in _aggregate_rows(rows)}  # unrestricted: as before
+    no_torch = tuple(b for b in BASELINES if b != "torch")
+    assert "vendor_best" in {r["candidate"] for r in _aggregate_rows(rows, no_torch, acc="fp16")}
+    assert "vendor_best" not in {r["candidate"] for r in _aggregate_rows(rows, no_torch, acc="fp32")}
+
+
+def test_bench_times_only_the_baselines_asked_for(tmp_path, monkeypatch):
+    from gemmrl.kernels import vendor
+
+    def fake(problem):
+        return [FnCandidate(n, "nn", _mm) for n in ("torch", "cublas_tn", "cublas_nn")]
+
+    monkeypatch.setattr(vendor, "vendor_candidates", fake)
+    spec = BenchSpec(problems=(parse_mnk("8_16_32"),), protocols=("offline",), out=tmp_path / "r.csv", cfg=FAST,
+                     baselines=("cublas_tn", "cublas_nn"))
+    rows = read_rows([run_bench(spec, progress=False, on_cpu=True, verifier=_ok)])
+    assert {r["candidate"] for r in rows} == {"cublas_tn", "cublas_nn", "cublas"}
+    with pytest.raises(BenchError, match="unknown cublas; name any of torch"):
+        BenchSpec(problems=(GemmProblem(1, 1, 1),), protocols=("offline",), out=tmp_path / "x.csv", baselines=("cublas",))
+    with pytest.raises(BenchError, match="none given"):
+        BenchSpec(problems=(GemmProblem(1, 1, 1),), protocols=("offline",), out=tmp_path / "x.csv", baselines=())
 
 
 def test_noise_rule():

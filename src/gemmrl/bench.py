@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 from .candidate import make_buffers
 from .problem import GemmProblem
 from .results import Meta, ResultsWriter, collect_meta, git_sha, now, read_rows, sm_clock_mhz
-from .summary import AGGREGATES, format_summary, markdown_summary, summarize
+from .summary import AGGREGATES, BASELINES, format_summary, markdown_summary, summarize
 from .timing import PROTOCOLS, TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure, without_grad
 
 # (slower-suspect, reference) aggregates: re-measured 3 more times when the first is slower (noise rule).
@@ -70,11 +70,19 @@ class BenchSpec:
     vendor: bool = True
     extra: tuple[Any, ...] = field(default=(), compare=False)  # factories problem -> [candidates]
     labels: tuple[tuple[str, str], ...] = ()  # (mnk, label): a name for the shape (e.g. the model layer), per row
+    # the vendor paths timed (None: all of summary.BASELINES); an aggregate (cublas, ..., vendor_best) is written only
+    # where every one of its members that applies was timed, so a row named vendor_best is always the best of all
+    baselines: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         bad = [p for p in self.protocols if p not in PROTOCOLS]
         if bad:
             raise BenchError(f"unknown protocol(s) {bad}; use any of {', '.join(PROTOCOLS)}")
+        if self.baselines is not None:
+            unknown = [b for b in self.baselines if b not in BASELINES]
+            if unknown or not self.baselines:
+                what = f"unknown {', '.join(unknown)}" if unknown else "none given"
+                raise BenchError(f"--baselines {','.join(self.baselines)}: {what}; name any of {', '.join(BASELINES)}")
         if not self.problems:
             raise BenchError("no shapes to measure; pass --mnk, --grid cuda-l2 or --shapes FILE")
         if self.repeat < 1:
@@ -131,7 +139,7 @@ def _candidates(problem: GemmProblem, spec: BenchSpec, imported: dict) -> tuple[
     if spec.vendor:
         from .kernels.vendor import vendor_candidates
 
-        cands += vendor_candidates(problem)
+        cands += [v for v in vendor_candidates(problem) if spec.baselines is None or v.name in spec.baselines]
     for factory in spec.extra:
         cands += list(factory(problem))
     if spec.kernel_dir is not None:
@@ -156,11 +164,16 @@ def _base_row(problem: GemmProblem, protocol: str, meta_row: dict, rep: int, cfg
             **meta_row}
 
 
-def _aggregate_rows(rows: list[dict]) -> list[dict]:
+def _aggregate_rows(rows: list[dict], baselines: tuple[str, ...] | None = None, acc: str = "fp32") -> list[dict]:
+    """The aggregates (cublas, cublaslt_heuristic, cublaslt_autotuned, vendor_best): each the fastest verified of
+    its members. With ``baselines`` (the vendor paths a run was restricted to), an aggregate with a member left out
+    is not written (torch does not apply to acc fp16)."""
     ok = {r["candidate"]: r for r in rows if r.get("verified") and r.get("floor_ok", True)
           and math.isfinite(r.get("time_ms", math.inf)) and not r.get("recheck")}
     out = []
     for agg, members in AGGREGATES.items():
+        if baselines is not None and any(m not in baselines and not (m == "torch" and acc == "fp16") for m in members):
+            continue
         have = [ok[m] for m in members if m in ok]
         if not have:
             continue
@@ -174,7 +187,7 @@ def _timing_fields(t) -> dict:
 
 
 def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg: TimingConfig,
-                    verifier: Callable, floor: float, base: dict) -> list[dict]:
+                    verifier: Callable, floor: float, base: dict, baselines: tuple[str, ...] | None = None) -> list[dict]:
     timer = make_timer(bufs, protocol, cfg)
     rows: list[dict] = []
     live: dict[str, Any] = {}
@@ -219,7 +232,7 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
         if not r["floor_ok"]:
             r["reason"] = f"below the roofline floor ({t.time_ms:.4g} ms < 0.95 x {floor:.4g} ms): measurement error"
         rows.append(r)
-    rows += _aggregate_rows(rows)
+    rows += _aggregate_rows(rows, baselines, problem.acc)
     rows += _recheck(rows, live, bufs, protocol, cfg)
     for r in rows:
         r.setdefault("timestamp", now())
@@ -357,7 +370,7 @@ def run_bench(spec: BenchSpec, progress: bool = True, *, on_cpu: bool = False,
         base = _base_row(problem, protocol, meta_row, rep, spec.cfg)
         base["sm_clock_mhz"] = sm_clock_mhz(spec.device) if dev == "cuda" else ""
         floor = floor_ms(problem, meta_row["gpu"], protocol, l2) if dev == "cuda" else math.nan
-        rows = measure_problem(problem, protocol, cands, bufs, spec.cfg, verifier, floor, base)
+        rows = measure_problem(problem, protocol, cands, bufs, spec.cfg, verifier, floor, base, spec.baselines)
         rows += [{**base, **b, "verified": False, "timestamp": now()} for b in broken]
         label = dict(spec.labels).get(problem.mnk)
         if label:

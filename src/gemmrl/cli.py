@@ -140,6 +140,20 @@ def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
     return (functools.partial(selected_candidates, selection=sel),)
 
 
+def _baselines(text: str | None) -> tuple[str, ...] | None:
+    """--baselines LIST: the vendor paths to time (None: all)."""
+    if text is None:
+        return None
+    from .summary import BASELINES
+
+    got = tuple(x.strip() for x in text.split(",") if x.strip())
+    bad = [x for x in got if x not in BASELINES]
+    if bad or not got:
+        raise CliError(f"--baselines {text!r}: {'unknown ' + ', '.join(bad) if bad else 'no path named'}; give a comma "
+                       f"list of {', '.join(BASELINES)}")
+    return got
+
+
 def _cuda_sources(args) -> tuple:
     """--cuda-source FILE...: the declared candidates (entry, ABI, layout, shapes), one per file."""
     from .kernels.cuda_source import CudaSource, CudaSourceError, ShapeRange
@@ -187,6 +201,10 @@ def cmd_bench(args) -> int:
     if args.mode and args.mode not in ("offline", "server"):
         raise CliError("--mode is CUDA-L2's flag and takes offline or server; use --protocol for graph/cold")
     problems, what = _problems(args)
+    baselines = _baselines(args.baselines)
+    if baselines is not None and args.cuda_source:
+        raise CliError("--baselines does not apply to --cuda-source (its sandboxed bench times every vendor path); "
+                       "drop one of them")
     sources = _cuda_sources(args) if args.cuda_source else ()
     if sources and (extra or args.kernel_dir or args.library or args.triton_from or args.cutlass_from
                     or args.wgmma_from):
@@ -246,7 +264,7 @@ def cmd_bench(args) -> int:
         out = out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv"
     spec = BenchSpec(problems=tuple(problems), protocols=protocols, out=out, cfg=cfg, kernel_dir=args.kernel_dir,
                      kernel_acc=args.kernel_acc, device=args.gpu_device_id, repeat=args.repeat,
-                     extra=extra, labels=labels)
+                     extra=extra, labels=labels, baselines=baselines)
     path = run_bench(spec, progress=not args.no_progress)
     md = write_summary(path)
     print(f"\nrows: {path}\nsummary: {md}\n")
@@ -437,6 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup-seconds", type=float, help="offline/server warm-up (default 5 for one shape, 0.25 in sweeps)")
     b.add_argument("--benchmark-seconds", type=float, help="offline/server duration (default 10 for one shape, 1 in sweeps)")
     b.add_argument("--repeat", type=int, default=1, help="measure every (shape, protocol) this many times (rep column)")
+    b.add_argument("--baselines", metavar="LIST",
+                   help="time only these vendor paths (comma list of torch, cublas_tn, cublas_nn, cublaslt_heuristic_tn, "
+                        "cublaslt_heuristic_nn, cublaslt_autotuned_tn, cublaslt_autotuned_nn; default all). An aggregate "
+                        "(cublas, cublaslt_*, vendor_best) is written only where all its members ran, e.g. "
+                        "cublaslt_autotuned_tn,cublaslt_autotuned_nn for CUDA-L2's offline statistic alone")
     b.add_argument("--timing", default="full", choices=("full", "quick"),
                    help="graph/cold statistics: full (200 ms settle, 10 ms graphs, >= 500 ms of timed replays per path) "
                         "or quick (50 ms, 2 ms, >= 100 ms: ~4x less device time, for re-measuring hundreds of shapes; "
