@@ -9,7 +9,7 @@ exhaustive sweep's gain there is a maximum over ~80-100 noisy measurements per s
 log-gain is 0.455 (geomean 1.009), and most of what a 15%-budget policy misses is single arms 1-2% ahead of the
 rest. DESIGN.md: "A winner is chosen on one run and reported from another". So here every method picks its arm per
 shape on the screen (search/efficiency.picks: the exhaustive sweep, each --judge policy's greedy order, the cost
-model, and --random-draws random orders, at --budget), and all the picked arms of a shape are then timed together
+model, and --random-draws random orders, at each --budget), and all the picked arms of a shape are then timed together
 beside the screen's references (cuBLAS and cuBLASLt heuristic, both layouts) in --repeats interleaved rounds
 (evaluate.evaluate_group, graph and cold, --timing); an arm's value is its median reward over the rounds, and a
 method's share is its summed max(0, value) over the sweep's (search/efficiency.remeasured_shares).
@@ -40,16 +40,31 @@ FIELDS = ("mnk", "round", "arm", "label", "reward", "speedup_graph", "speedup_co
           "git_sha", "timing")
 
 
+def budgets(text: str) -> list[str]:
+    out = [b.strip() for b in text.split(",") if b.strip()]
+    for b in out:
+        kind, _, val = b.partition(":")
+        try:
+            ok = kind in ("arms", "gpu") and float(val) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"--budget {b!r}: use arms:N or gpu:FRACTION (a comma list for several)")
+    if not out:
+        raise ValueError("--budget: none given (e.g. arms:4,gpu:0.15)")
+    return out
+
+
 def plan(args):
-    """(tables in a fixed order, picks per method, {mnk: [arm indices to re-measure]})."""
+    """(tables in a fixed order, {budget: picks per method}, {mnk: [arm indices to re-measure, every budget's]})."""
     tab = load_tables(args.test)
     tables = [tab[k] for k in sorted(tab)]
     rankers = {"costmodel": keyed_orders(RLPolicy(init_temp=args.temp))}
     for f in args.judge:
         rankers[Path(f).stem] = keyed_orders(RLPolicy.load(f))
-    chosen = picks(tables, rankers, args.budget, random_draws=args.random_draws, seed=args.seed)
-    arms = {t.problem.mnk: sorted({d[j] for draws in chosen.values() for d in draws if d[j] is not None})
-            for j, t in enumerate(tables)}
+    chosen = {b: picks(tables, rankers, b, random_draws=args.random_draws, seed=args.seed) for b in budgets(args.budget)}
+    arms = {t.problem.mnk: sorted({d[j] for per in chosen.values() for draws in per.values() for d in draws
+                                   if d[j] is not None}) for j, t in enumerate(tables)}
     return tables, chosen, arms
 
 
@@ -117,27 +132,27 @@ def report(args, tables, chosen, arms) -> int:
               "--measure to the end first (it resumes)", file=sys.stderr)
         return 2
     med = {k: statistics.median(v) for k, v in vals.items()}
-    got = remeasured_shares(tables, chosen, lambda t, i: med[(t.problem.mnk, i)])
-    rounds = {len(v) for v in vals.values()}
-    lines = [f"Picks at {args.budget} on {len(tables)} shapes, re-measured in {'/'.join(map(str, sorted(rounds)))} "
-             f"rounds ({args.report}); random: {args.random_draws} draws.", "",
-             "| method | share of the sweep's log-gain, re-measured | on the screen (chosen there) | geomean |",
-             "|---|---:|---:|---:|"]
-    for m, d in got.items():
-        lines.append(f"| {m} | {d['share']:.3f} | {d['screen_share']:.3f} | {d['geomean']:.4f} |")
+    rounds = "/".join(map(str, sorted({len(v) for v in vals.values()})))
+    lines = [f"{len(tables)} shapes, picked arms re-measured in {rounds} rounds ({args.report}); random: "
+             f"{args.random_draws} draws.", "",
+             "| budget | method | share of the sweep's log-gain, re-measured | on the screen (chosen there) | geomean |",
+             "|---|---|---:|---:|---:|"]
+    table = []
+    for b, per in chosen.items():
+        got = remeasured_shares(tables, per, lambda t, i: med[(t.problem.mnk, i)])
+        for m, d in got.items():
+            lines.append(f"| {b} | {m} | {d['share']:.3f} | {d['screen_share']:.3f} | {d['geomean']:.4f} |")
+            table.append({"method": m, "budget": b, "shapes": len(tables), "rounds": rounds,
+                          "share_remeasured": round(d["share"], 4), "share_screen": round(d["screen_share"], 4),
+                          "log_gain_remeasured": round(d["log_gain"], 5), "geomean_remeasured": round(d["geomean"], 5)})
     print("\n".join(lines))
     if args.md:
         Path(args.md).write_text("\n".join(lines) + "\n")
     if args.csv:
         with open(args.csv, "w", newline="") as fh:
-            w = csv.DictWriter(fh, ("method", "budget", "shapes", "rounds", "share_remeasured", "share_screen",
-                                    "log_gain_remeasured", "geomean_remeasured"))
+            w = csv.DictWriter(fh, list(table[0]))
             w.writeheader()
-            for m, d in got.items():
-                w.writerow({"method": m, "budget": args.budget, "shapes": len(tables),
-                            "rounds": "/".join(map(str, sorted(rounds))), "share_remeasured": round(d["share"], 4),
-                            "share_screen": round(d["screen_share"], 4), "log_gain_remeasured": round(d["log_gain"], 5),
-                            "geomean_remeasured": round(d["geomean"], 5)})
+            w.writerows(table)
     return 0
 
 
@@ -145,7 +160,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--test", nargs="+", required=True, help="the held-out screens (gemmrl select CSVs)")
     ap.add_argument("--judge", nargs="*", default=[], help="policy files; each is a method named by its stem")
-    ap.add_argument("--budget", default="gpu:0.15", help="arms:N or gpu:FRACTION of the sweep's GPU time")
+    ap.add_argument("--budget", default="arms:4,gpu:0.15",
+                    help="comma list of arms:N (the first N proposals) or gpu:FRACTION (of the sweep's GPU time)")
     ap.add_argument("--random-draws", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--temp", type=float, default=0.15, help="the cost model's temperature (RLPolicy init_temp)")
@@ -162,13 +178,18 @@ def main(argv=None) -> int:
     missing = [p for p in args.test + args.judge if not Path(p).is_file()]
     if missing:
         ap.error(f"no such file(s): {', '.join(missing)}")
+    try:
+        budgets(args.budget)
+    except ValueError as e:
+        ap.error(str(e))
     tables, chosen, arms = plan(args)
     if args.plan:
         n = [len(v) for v in arms.values()]
         print(f"{len(tables)} shapes, {sum(n)} arms to re-measure (per shape {min(n)}-{max(n)}, "
               f"{sum(x > 0 for x in n)} shapes with any), x {args.repeats} rounds")
-        for m, draws in chosen.items():
-            print(f"  {m}: {sum(i is not None for i in draws[0])} shapes with a generated pick (draw 0)")
+        for b, per in chosen.items():
+            for m, draws in per.items():
+                print(f"  {b} {m}: {sum(i is not None for i in draws[0])} shapes with a generated pick (draw 0)")
         return 0
     if args.measure:
         return measure(args, tables, arms)

@@ -68,7 +68,7 @@
 #                 WGMMA_WINNERS=1 only the shapes where the screen had wgmma ahead of its best reference
 #  14. only with EFFREM=1 (issue 5's search efficiency with the noise rule): scripts/efficiency_remeasure.py picks,
 #      per method (exhaustive sweep, cost model, EFFREM_POLICIES, random), the arm it would serve on each held-out
-#      screen (EFFREM_TEST, default the held50s2 screens) at EFFREM_BUDGET (default gpu:0.15), then times every
+#      screen (EFFREM_TEST, default the held50s2 screens) at EFFREM_BUDGET (default arms:4,gpu:0.15), then times every
 #      picked arm again beside the screen's references, EFFREM_REPEATS (3) interleaved rounds, and reports the
 #      shares valued by that run (limit EFFREM_S; EFFREM_CSV resumes)
 #  15. a short table last.
@@ -507,9 +507,9 @@ if [ "${EFFREM:-0}" = 1 ]; then
   etest=(${EFFREM_TEST:-benchmarks/results/h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz benchmarks/results/h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz})
   # shellcheck disable=SC2206
   epol=(${EFFREM_POLICIES:-src/gemmrl/policies/h100.json})
-  eargs=(--test "${etest[@]}" --judge "${epol[@]}" --budget "${EFFREM_BUDGET:-gpu:0.15}")
-  erows="$GEMMRL_OUT/${gpu}_policy-efficiency-remeasured_held50s2_${EFFREM_BUDGET:-gpu:0.15}_${day}.csv"
-  erows=${erows//:/}
+  eargs=(--test "${etest[@]}" --judge "${epol[@]}" --budget "${EFFREM_BUDGET:-arms:4,gpu:0.15}")
+  erows="$GEMMRL_OUT/${gpu}_policy-efficiency-remeasured_held50s2_${EFFREM_BUDGET:-arms:4,gpu:0.15}_${day}.csv"
+  erows=${erows//:/}; erows=${erows//,/-}
   if [ -n "${EFFREM_CSV:-}" ] && [ -f "$EFFREM_CSV" ]; then
     if [[ $EFFREM_CSV == *.gz ]]; then gunzip -c "$EFFREM_CSV" >"$erows"; else cp "$EFFREM_CSV" "$erows"; fi
   fi

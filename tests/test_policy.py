@@ -414,9 +414,10 @@ def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
             "--random-draws", "5"]
     assert mod.main(base + ["--plan"]) == 0
     assert "arms to re-measure" in capsys.readouterr().out
-    args = mod.argparse.Namespace(test=[str(p) for p in HELD50], judge=base[4:5], budget="gpu:0.15", random_draws=5,
-                                  seed=0, temp=0.15)
+    args = mod.argparse.Namespace(test=[str(p) for p in HELD50], judge=base[4:5], budget="arms:4,gpu:0.15",
+                                  random_draws=5, seed=0, temp=0.15)
     tables, chosen, arms = mod.plan(args)
+    assert set(chosen) == {"arms:4", "gpu:0.15"}
     rows = tmp_path / "rows.csv"
     with open(rows, "w", newline="") as fh:
         w = mod.csv.DictWriter(fh, mod.FIELDS)
@@ -427,13 +428,17 @@ def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
                     w.writerow({"mnk": t.problem.mnk, "round": rnd, "arm": i, "reward": t.arms[i].reward})
     out = tmp_path / "eff.csv"
     assert mod.main(base + ["--report", str(rows), "--csv", str(out), "--md", str(tmp_path / "eff.md")]) == 0
-    got = {r["method"]: r for r in mod.csv.DictReader(open(out))}
-    assert set(got) == {"exhaustive", "costmodel", "h100", "random"}
+    got = {(r["budget"], r["method"]): r for r in mod.csv.DictReader(open(out))}
+    assert set(got) == {(b, m) for b in ("arms:4", "gpu:0.15") for m in ("exhaustive", "costmodel", "h100", "random")}
     for r in got.values():
         assert float(r["share_remeasured"]) == pytest.approx(float(r["share_screen"]), abs=1e-4)
-    assert float(got["exhaustive"]["share_remeasured"]) == 1.0
-    # the shipped policy's 15% share on these screens (scripts/policy_efficiency.py --judge: 0.790)
-    assert float(got["h100"]["share_screen"]) == pytest.approx(0.790, abs=0.002)
+    assert float(got[("gpu:0.15", "exhaustive")]["share_remeasured"]) == 1.0
+    # the shipped policy on these screens (scripts/policy_efficiency.py --judge: first 4 0.464, at 15% 0.790)
+    assert float(got[("arms:4", "h100")]["share_screen"]) == pytest.approx(0.464, abs=0.002)
+    assert float(got[("gpu:0.15", "h100")]["share_screen"]) == pytest.approx(0.790, abs=0.002)
+    with pytest.raises(SystemExit):
+        mod.main(base + ["--plan", "--budget", "gpu:0"])
+    assert "use arms:N or gpu:FRACTION" in capsys.readouterr().err
     lines = open(rows).read().splitlines()
     (tmp_path / "short.csv").write_text("\n".join(lines[:-3]) + "\n")
     assert mod.main(base + ["--report", str(tmp_path / "short.csv")]) == 2
@@ -441,3 +446,21 @@ def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
     if not __import__("torch").cuda.is_available():
         assert mod.main(base + ["--measure", str(tmp_path / "m.csv")]) == 2
         assert "CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_efficiency_remeasure_measures_and_resumes_on_the_gpu(tmp_path):
+    """--measure on the smallest held-out shape with picks: one row per (round, arm) with a reward, and a second
+    run over the same file adds nothing (every round of that shape is done)."""
+    mod = _efficiency_remeasure()
+    args = mod.argparse.Namespace(test=[str(p) for p in HELD50], judge=[], budget="gpu:0.15", random_draws=3, seed=0,
+                                  temp=0.15, repeats=2, timing="quick", limit_s=math.inf,
+                                  measure=str(tmp_path / "rows.csv"))
+    tables, _, arms = mod.plan(args)
+    t = min((t for t in tables if arms[t.problem.mnk]), key=lambda t: t.problem.M * t.problem.N * t.problem.K)
+    one = {t.problem.mnk: arms[t.problem.mnk][:2]}
+    assert mod.measure(args, [t], one) == 0
+    rows = mod.read_rows(tmp_path / "rows.csv")
+    assert len(rows) == 2 * len(one[t.problem.mnk])
+    assert all(r["reward"] not in ("", None) and math.isfinite(float(r["reward"])) for r in rows), rows
+    assert mod.measure(args, [t], one) == 0 and len(mod.read_rows(tmp_path / "rows.csv")) == len(rows)
