@@ -1,0 +1,91 @@
+"""What a library serves per shape, as measured in the run that selected it: one panel per protocol, per shape the
+served entry's speedup over vendor_best (both from the selection rows) against FLOPs, coloured by family.
+
+    python scripts/library_plot.py LIBRARY.json[.gz] --out PLOT.png [--gpu "NVIDIA H100 80GB HBM3"]
+
+Per (shape, protocol) the fastest exact entry over the layouts (what `gemmrl.mm` serves at that shape for that
+protocol; an M-range bucket serves shapes between the measured ones and is left out); a vendor entry is 1.0 by
+construction. The legend gives each family's count and the geomean over all shapes. These are
+selection figures, an upper bound for a separate re-measure (DESIGN.md's noise rule), not the figures that count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from gemmrl.library import Library, LibraryError  # noqa: E402
+from gemmrl.report_plots import _plain, _plt, _save  # noqa: E402
+
+COLOURS = {"vendor": "#9e9e9e", "triton": "#1f77b4", "cutlass": "#ff7f0e"}
+
+
+def served(lib: Library, gpu: str | None) -> dict[str, dict[str, tuple[float, float, str]]]:
+    """protocol -> mnk -> (flops, vendor_best_ms / served time_ms, family): the fastest entry per shape."""
+    best: dict[tuple[str, str], object] = {}
+    for e in lib.entries:
+        if (gpu and e.gpu != gpu) or e.m_lo != e.m_hi:  # exact entries: what a bucket serves between its shapes
+            continue                                     # was not measured there
+        k = (e.protocol, f"{e.M}_{e.N}_{e.K}")
+        if k not in best or e.time_ms < best[k].time_ms:
+            best[k] = e
+    out: dict[str, dict] = {}
+    for (p, m), e in best.items():
+        M, N, K = (int(x) for x in m.split("_"))
+        out.setdefault(p, {})[m] = (2.0 * M * N * K, e.vendor_best_ms / e.time_ms, e.family)
+    return out
+
+
+def plot(data: dict, path: Path, title: str) -> Path:
+    plt = _plt()
+    protos = [p for p in ("graph", "cold", "offline", "server") if p in data]
+    fig, axes = plt.subplots(1, len(protos), figsize=(6.5 * len(protos), 4.6), squeeze=False)
+    for ax, p in zip(axes[0], protos):
+        rows = data[p]
+        geo = math.exp(sum(math.log(r) for _, r, _ in rows.values()) / len(rows))
+        for fam, col in COLOURS.items():
+            pts = [(f, r) for f, r, fm in rows.values() if fm == fam]
+            if pts:
+                ax.scatter([f for f, _ in pts], [r for _, r in pts], s=9, c=col, alpha=0.75,
+                           label=f"{fam} ({len(pts)})", edgecolors="none")
+        ax.axhline(1.0, color="k", lw=0.6)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _plain(ax.yaxis)
+        ax.set_xlabel("FLOPs (2MNK)")
+        ax.set_ylabel("vendor_best time / served time")
+        ax.set_title(f"{p}: {len(rows)} shapes, geomean {geo:.4f}")
+        ax.legend(loc="upper right", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("library")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--gpu", help="only this GPU's entries (default all)")
+    args = ap.parse_args(argv)
+    try:
+        lib = Library.load(args.library)
+    except LibraryError as e:
+        print(f"library_plot: {e}", file=sys.stderr)
+        return 2
+    data = served(lib, args.gpu)
+    if not data:
+        print(f"library_plot: no entries{' for ' + args.gpu if args.gpu else ''} in {args.library}", file=sys.stderr)
+        return 2
+    path = plot(data, Path(args.out), f"{Path(args.library).name}: selection-run figures")
+    for p, rows in data.items():
+        geo = math.exp(sum(math.log(r) for _, r, _ in rows.values()) / len(rows))
+        print(f"{p}: {len(rows)} shapes, geomean {geo:.4f}, generated served on {sum(f != 'vendor' for *_, f in rows.values())}")
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
