@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -545,3 +546,29 @@ def test_cli_build_warns_where_torch_is_the_only_vendor_path(env, capsys):
     assert "warning: 1 shape(s) have torch as their only vendor path" in out and T in out
     assert main(["lib", "build", csv, "--out", str(tmp / "b.json"), "--trials", str(tmp / "t2.sqlite")]) == 0
     assert "warning" not in capsys.readouterr().out
+
+
+def test_library_plot_takes_exact_entries_per_shape(tmp_path, capsys):
+    """scripts/library_plot.py: per (shape, protocol) the fastest exact entry over the layouts (a bucket's time was
+    measured at its own shapes, not between them), its speedup over vendor_best, and a PNG."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("library_plot", Path(__file__).resolve().parents[1] / "scripts" /
+                                                  "library_plot.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lib = Library([_entry(time_ms=0.01, vendor_best_ms=0.02),
+                   _entry(layout="tn", family="vendor", impl="cublas_tn", algo="", time_ms=0.02, vendor_best_ms=0.02),
+                   _entry(M=32, family="vendor", impl="cublas_nn", algo="", time_ms=0.03, vendor_best_ms=0.03),
+                   _bucket(64, 128, time_ms=0.001, vendor_best_ms=0.02),
+                   _entry(gpu=GPU2, M=16, time_ms=0.01, vendor_best_ms=0.05)])
+    got = mod.served(lib, GPU)
+    assert set(got["offline"]) == {"64_128_256", "32_128_256"}
+    assert got["offline"]["64_128_256"] == (2.0 * 64 * 128 * 256, 2.0, "triton")
+    assert got["offline"]["32_128_256"][1:] == (1.0, "vendor")
+    p = lib.save(tmp_path / "lib.json.gz")
+    assert mod.main([str(p), "--out", str(tmp_path / "p.png"), "--gpu", GPU]) == 0
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    assert "offline: 2 shapes, geomean 1.4142, generated served on 1" in capsys.readouterr().out
+    assert mod.main([str(p), "--out", str(tmp_path / "q.png"), "--gpu", "nope"]) == 2
+    assert "no entries for nope" in capsys.readouterr().err
