@@ -238,6 +238,8 @@ def test_remeasured_shares_follow_the_second_run_not_the_screen():
     assert got["exhaustive"]["geomean"] == pytest.approx(math.exp(0.35 / 2))
     with pytest.raises(ValueError, match="no re-measured reward"):
         remeasured_shares(tabs, chosen, lambda t, i: None)
+    failed = remeasured_shares(tabs, chosen, lambda t, i: -math.inf if (tabs.index(t), i) == (0, 1) else 0.3)
+    assert failed["first2"]["share"] == 0.0 and failed["exhaustive"]["log_gain"] == pytest.approx(0.6)
 
 
 def test_screen_valued_picks_reproduce_the_efficiency_table(tables):

@@ -119,11 +119,8 @@ def evaluate_methods(tables: Sequence[Table], rankers: dict[str, Callable[[Table
     rand_orders = [[rng.sample(range(len(t.arms)), len(t.arms)) for t in tables] for _ in range(random_draws)]
     rows = []
     for budget in budgets:
-        kind, val = budget.split(":")
-        v = float(val)
-
-        def n_for(t: Table, o: list[int]) -> int:
-            return int(v) if kind == "arms" else arms_within(t, o, v)
+        def n_for(t: Table, o: list[int], budget=budget) -> int:
+            return budget_arms(t, o, budget)
 
         methods = {name: [[f(t) for t in tables]] for name, f in rankers.items()}
         methods["random"] = rand_orders
@@ -194,17 +191,17 @@ def picks(tables: Sequence[Table], rankers: dict[str, Callable[[Table], list[int
 def remeasured_shares(tables: Sequence[Table], chosen: dict[str, list[list[int | None]]],
                       reward: Callable[[Table, int], float | None]) -> dict[str, dict[str, float]]:
     """DESIGN.md's noise rule applied to search efficiency: each method's picks (from :func:`picks`, chosen on the
-    screen) valued by ``reward(table, arm)`` from a separate measurement (None: not re-measured, which is an
-    error). A shape's log-gain is max(0, re-measured reward) of its pick (0 where the pick is None: the vendor
+    screen) valued by ``reward(table, arm)`` from a separate measurement (None or NaN: not re-measured, an error;
+    -inf: it failed there). A shape's log-gain is max(0, re-measured reward) of its pick (0 where the pick is None: the vendor
     path); a method's share is its summed log-gain over the exhaustive sweep's, averaged over draws. Returns
     method -> {"share", "screen_share", "log_gain", "geomean"} (screen_share: the same picks valued on the screen)."""
     def value(t: Table, i: int | None, screen: bool) -> float:
         if i is None:
             return 0.0
         r = t.arms[i].reward if screen else reward(t, i)
-        if r is None or not math.isfinite(r):
+        if r is None or math.isnan(r):
             raise ValueError(f"{t.problem.mnk}: arm {i} ({t.arms[i].spec.label()}) has no re-measured reward")
-        return max(0.0, r)
+        return max(0.0, r)   # -inf: the pick failed when re-measured, and the vendor path is served
 
     sweep = chosen["exhaustive"][0]
     tot = sum(value(t, i, False) for t, i in zip(tables, sweep))
