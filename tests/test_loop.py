@@ -67,6 +67,34 @@ def test_every_outcome_is_stored_once_and_resume_does_nothing_twice(tmp_path):
     assert set(rep3.best) == {p.mnk for p in SHAPES} and all(v > 0 for v in rep3.best.values())
 
 
+def test_each_dtype_of_a_shape_is_tuned_resumed_and_reported_on_its_own(tmp_path):
+    """`gemmrl tune --model X --dtypes fp16,bf16`: the same M_N_K in two dtypes is two problems. Each gets its own
+    rounds, its own outcomes as context, its own entry in the report, and a resume counts each apart (the loop once
+    keyed everything by M_N_K: fp16 got two groups, bf16 one, and a resume dropped fp16's outcomes)."""
+    from gemmrl.search.loop import shape_key
+
+    probs = tuple(p.with_(dtype=d) for p in SHAPES[:2] for d in ("fp16", "bf16"))
+    store = TrialsStore(tmp_path / "t.sqlite")
+
+    def tuner(rounds):
+        return Tuner(TuneSpec(probs, group=2, rounds=rounds, run="d", gpu="model"),
+                     [RLPolicy(candidates=SMALL)], ModelExecutor(), store, progress=False)
+
+    rep = tuner(2).run()
+    assert rep.groups == 2 * len(probs) and set(rep.best) == {shape_key(p) for p in probs}
+    assert {shape_key(p) for p in probs} >= {SHAPES[0].mnk, f"{SHAPES[0].mnk}:bf16:fp32"}
+    groups = {}
+    for o in store.outcomes(gpu="model", run="d"):
+        groups.setdefault((o["mnk"], o["dtype"]), set()).add(json.loads(o["record"])["group"])
+    assert {k: len(v) for k, v in groups.items()} == {(p.mnk, p.dtype): 2 for p in probs}
+    assert tuner(2).pending() == [] and tuner(3).pending() == list(probs)
+    t = tuner(3)
+    for p in probs:   # a resume gives each problem its own outcomes as context, never the other dtype's
+        own = t.context(p).own
+        assert len(own) == 4 and {o.problem.dtype for o in own} == {p.dtype}
+        assert all(o.problem.dtype == p.dtype for o in t.context(p).neighbours)
+
+
 def test_more_rounds_only_where_the_vendor_still_wins(tmp_path):
     """--more-below: a shape's later groups only while its best speedup is under the threshold; a resumed run
     agrees (pending) with what the first run stopped at."""

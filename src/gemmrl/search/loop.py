@@ -63,8 +63,14 @@ class TuneReport:
     failures: dict
     gpu_s: float
     wall_s: float
-    best: dict                          # mnk -> best speedup (exp reward) over vendor_best, this GPU, all runs
+    best: dict                          # shape_key -> best speedup (exp reward) over vendor_best, this GPU, all runs
     stopped: str                        # "done" | "gpu budget" | "wall budget"
+
+
+def shape_key(p: GemmProblem) -> str:
+    """How the loop names a problem: M_N_K, with the dtype and accumulator where they are not fp16 / fp32, so a
+    run over several dtypes (``gemmrl tune --model X --dtypes fp16,bf16``) tunes, resumes and reports each apart."""
+    return p.mnk if (p.dtype, p.acc) == ("fp16", "fp32") else f"{p.mnk}:{p.dtype}:{p.acc}"
 
 
 def _now() -> str:
@@ -130,25 +136,26 @@ class Tuner:
 
     def pending(self) -> list[GemmProblem]:
         """The shapes this run still has groups to do for (all of them in a new run; fewer when resumed)."""
-        return [p for p in self.spec.problems if self.groups_done.get(p.mnk, 0) < self.spec.rounds and self._more(p.mnk)]
+        return [p for p in self.spec.problems
+                if self.groups_done.get(shape_key(p), 0) < self.spec.rounds and self._more(shape_key(p))]
 
-    def _more(self, mnk: str) -> bool:
+    def _more(self, key: str) -> bool:
         """Whether a shape gets a(nother) group: its first always; later ones while no verified candidate reaches
         ``spec.more_below`` (a speedup; the best outcome stored for this GPU, any run)."""
-        if not self.groups_done.get(mnk, 0):
+        if not self.groups_done.get(key, 0):
             return True
-        best = self._best_of(mnk)
+        best = self._best_of(key)
         return best is None or best < self.spec.more_below
 
     def _load(self) -> None:
-        by = {p.mnk: p for p in self.spec.problems}
+        by = {(p.mnk, p.dtype, p.acc): p for p in self.spec.problems}
         groups: dict[str, set] = {}
         for row in self.store.outcomes(gpu=self.gpu):
-            p = by.get(row["mnk"])
-            if p is not None and (row["dtype"], row["acc"]) == (p.dtype, p.acc):
-                self.own.setdefault(p.mnk, []).append(stored_outcome(row, p))
+            p = by.get((row["mnk"], row["dtype"], row["acc"]))
+            if p is not None:
+                self.own.setdefault(shape_key(p), []).append(stored_outcome(row, p))
                 if row["run"] == self.spec.run:
-                    groups.setdefault(p.mnk, set()).add(json.loads(row["record"] or "{}").get("group", ""))
+                    groups.setdefault(shape_key(p), set()).add(json.loads(row["record"] or "{}").get("group", ""))
             if row["run"] == self.spec.run:
                 self.gpu_s_before += float(row["gpu_s"] or 0.0)
         self.groups_done = {m: len(g) for m, g in groups.items()}
@@ -156,15 +163,18 @@ class Tuner:
     def context(self, problem: GemmProblem) -> Context:
         near = []
         lp = [math.log2(x) for x in (problem.M, problem.N, problem.K)]
-        for mnk, outs in self.own.items():
-            if mnk == problem.mnk or not outs:
+        me = shape_key(problem)
+        for key, outs in self.own.items():
+            if key == me or not outs:
                 continue
             q = outs[0].problem
+            if (q.dtype, q.acc) != (problem.dtype, problem.acc):  # neighbours of the same data type and accumulator
+                continue
             d = sum((a - math.log2(b)) ** 2 for a, b in zip(lp, (q.M, q.N, q.K)))
-            near.append((d, mnk))
+            near.append((d, key))
         near.sort()
         neighbours = tuple(o for _, m in near[:self.spec.neighbours] for o in self.own[m])
-        return Context(problem, self.hardware, tuple(self.own.get(problem.mnk, ())), neighbours)
+        return Context(problem, self.hardware, tuple(self.own.get(me, ())), neighbours)
 
     def _proposals(self, problem: GemmProblem) -> list[tuple[Proposer, Proposal]]:
         """This group's proposals: the group is shared out among the proposers in turn."""
@@ -183,9 +193,9 @@ class Tuner:
 
     def run(self) -> TuneReport:
         t0 = time.monotonic()
-        todo = {p.mnk: max(0, self.spec.rounds - self.groups_done.get(p.mnk, 0)) if self._more(p.mnk) else 0
-                for p in self.spec.problems}
-        queue = [p for p in self.spec.problems if todo[p.mnk]]
+        todo = {shape_key(p): max(0, self.spec.rounds - self.groups_done.get(shape_key(p), 0))
+                if self._more(shape_key(p)) else 0 for p in self.spec.problems}
+        queue = [p for p in self.spec.problems if todo[shape_key(p)]]
         inflight: dict = {}
         gpu_s, evaluated, groups, failures = 0.0, 0, 0, {}
         stopped = "done"
@@ -202,11 +212,11 @@ class Tuner:
                 p = queue.pop(0)
                 props = self._proposals(p)
                 if not props:
-                    exhausted.add(p.mnk)
+                    exhausted.add(shape_key(p))
                     if bar:
-                        bar.update(todo[p.mnk])
+                        bar.update(todo[shape_key(p)])
                     continue
-                gid = f"{self.spec.run}:{p.mnk}:{self.groups_done.get(p.mnk, 0)}:{_now()}"
+                gid = f"{self.spec.run}:{shape_key(p)}:{self.groups_done.get(shape_key(p), 0)}:{_now()}"
                 fut = self.executor.submit(p, [pr.spec for _, pr in props])
                 inflight[fut] = (p, props, gid)
             if stopped != "done":
@@ -239,19 +249,20 @@ class Tuner:
                         prop.update(ctx, mine)
                 if self.save_policy:
                     self.save_policy()
+                key = shape_key(p)
                 if self.on_group:
-                    self.on_group(p.mnk, outs)
-                self.groups_done[p.mnk] = self.groups_done.get(p.mnk, 0) + 1
-                todo[p.mnk] -= 1
-                if todo[p.mnk] > 0 and self._more(p.mnk):
+                    self.on_group(key, outs)
+                self.groups_done[key] = self.groups_done.get(key, 0) + 1
+                todo[key] -= 1
+                if todo[key] > 0 and self._more(key):
                     queue.append(p)
-                elif todo[p.mnk] > 0:  # found what it was searched for: its other rounds are not needed
+                elif todo[key] > 0:  # found what it was searched for: its other rounds are not needed
                     if bar:
-                        bar.update(todo[p.mnk])
-                    todo[p.mnk] = 0
+                        bar.update(todo[key])
+                    todo[key] = 0
                 if bar:
                     bar.update(1)
-                    bar.set_postfix_str(self._postfix(p.mnk))
+                    bar.set_postfix_str(self._postfix(key))
         if bar:
             bar.close()
         return TuneReport(groups, evaluated, failures, self.gpu_s_before + gpu_s, time.monotonic() - t0,
@@ -274,22 +285,22 @@ class Tuner:
                              reward=o.reward if math.isfinite(o.reward) else None,
                              record=json.dumps(_denan(keep), default=str), gpu_s=share, worker=res.worker, ts=ts))
         self.store.add_outcomes(rows, res.rows, f"tune:{self.spec.run}")
-        self.own.setdefault(problem.mnk, []).extend(outs)
+        self.own.setdefault(shape_key(problem), []).extend(outs)
         return outs
 
     def best(self) -> dict:
         """Per shape with a verified outcome: its best speedup (exp of the best reward)."""
-        return {mnk: b for mnk in self.own if (b := self._best_of(mnk)) is not None}
+        return {key: b for key in self.own if (b := self._best_of(key)) is not None}
 
-    def _best_of(self, mnk: str) -> float | None:
-        r = [o.reward for o in self.own.get(mnk, ()) if o.ok]
+    def _best_of(self, key: str) -> float | None:
+        r = [o.reward for o in self.own.get(key, ()) if o.ok]
         return math.exp(max(r)) if r else None
 
-    def _postfix(self, mnk: str) -> str:
+    def _postfix(self, key: str) -> str:
         b = self.best()
-        here = b.get(mnk)
+        here = b.get(key)
         geo = math.exp(sum(math.log(max(1.0, v)) for v in b.values()) / len(b)) if b else float("nan")
-        return (f"{mnk} best {here:.3f}x" if here else f"{mnk} no win") + f" | library geomean {geo:.3f}x"
+        return (f"{key} best {here:.3f}x" if here else f"{key} no win") + f" | library geomean {geo:.3f}x"
 
     def _bar(self, total: int):
         if not self.progress:
