@@ -200,6 +200,34 @@ def test_autotune_picks_fastest_and_second_run_hits_cache(cache):
     assert V.load_choice(_key())["algo"] == "id=2"
 
 
+@pytest.mark.parametrize("blocker", ["file", "readonly"])
+def test_autotune_without_a_writable_cache_still_chooses(tmp_path, monkeypatch, blocker):
+    """A sandbox worker cannot write the autotune cache (Landlock; seen on the H100 as PermissionError on
+    <cache>/autotune, which stopped a tune with cuBLASLt autotuned as a baseline): the choice is made and
+    returned all the same, nothing is cached, nothing is left behind."""
+    if blocker == "file":  # the cache root's parent is a file: mkdir fails for root too
+        (tmp_path / "f").write_text("")
+        monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "f" / "cache"))
+    else:  # the directory exists but writing in it fails
+        monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
+        (tmp_path / "cache" / "autotune").mkdir(parents=True)
+
+        def denied(*a, **kw):
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(V.tempfile, "mkstemp", denied)
+    assert V.store_choice(_key(), {"algo": "id=1", "index": 0}) is False
+    calls = []
+    for _ in range(2):
+        idx, rec, hit = V.autotune(_key(), ["id=0", "id=1"], lambda i: (lambda: None),
+                                   lambda fns, n: calls.append(1) or {"algo000": 2.0, "algo001": 1.0})
+        assert (idx, hit, rec["algo"]) == (1, False, "id=1")
+    assert len(calls) > 2  # timed both times: nothing was cached
+    assert V.load_choice(_key()) is None
+    if blocker == "readonly":
+        assert list((tmp_path / "cache" / "autotune").iterdir()) == []
+
+
 def test_autotune_keeps_heuristic_first_within_tie_margin(cache):
     descs = ["id=0", "id=1", "id=2"]
     near = {"algo000": 1.000, "algo001": 0.990, "algo002": 1.5}  # 1% faster: within the 2% tie margin

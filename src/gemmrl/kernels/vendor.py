@@ -37,6 +37,7 @@ Importing this module does no CUDA work and compiles nothing.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import hashlib
@@ -534,12 +535,24 @@ def load_choice(key: AutotuneKey) -> dict | None:
     return rec if rec.get("key") == asdict(key) else None
 
 
-def store_choice(key: AutotuneKey, record: dict) -> None:
-    path = _cache_file(key)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"key": asdict(key), **record}, fh, indent=1)
-    os.replace(tmp, path)
+def store_choice(key: AutotuneKey, record: dict) -> bool:
+    """Write the choice to the autotune cache; False (nothing written, nothing raised) where the cache cannot
+    be written. A sandbox worker is such a place by design: Landlock keeps the cache read-only there, so a
+    candidate running in the same process cannot plant a slow algorithm for the vendor baseline it is
+    measured against; the choice is then made afresh per process, which costs time, not correctness."""
+    tmp = None
+    try:
+        path = _cache_file(key)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"key": asdict(key), **record}, fh, indent=1)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return False
 
 
 AUTOTUNE_TIE = 0.02
