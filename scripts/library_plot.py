@@ -24,19 +24,28 @@ from gemmrl.report_plots import _plain, _plt, _save  # noqa: E402
 COLOURS = {"vendor": "#9e9e9e", "triton": "#1f77b4", "cutlass": "#ff7f0e"}
 
 
-def served(lib: Library, gpu: str | None) -> dict[str, dict[str, tuple[float, float, str]]]:
-    """protocol -> mnk -> (flops, vendor_best_ms / served time_ms, family): the fastest entry per shape."""
+def shape_key(e) -> str:
+    """M_N_K, with the dtype and accumulator where they are not fp16 / fp32 (as the tuning loop names a problem):
+    an fp16 and a bf16 entry of one shape are two problems, never compared with each other."""
+    mnk = f"{e.M}_{e.N}_{e.K}"
+    return mnk if (e.dtype, e.acc) == ("fp16", "fp32") else f"{mnk}:{e.dtype}:{e.acc}"
+
+
+def served(lib: Library, gpu: str | None, dtype: str | None = None) -> dict[str, dict[str, tuple[float, float, str]]]:
+    """protocol -> shape key -> (flops, vendor_best_ms / served time_ms, family): the fastest entry per problem
+    (only ``dtype``'s entries when given)."""
     best: dict[tuple[str, str], object] = {}
     for e in lib.entries:
         if (gpu and e.gpu != gpu) or e.m_lo != e.m_hi:  # exact entries: what a bucket serves between its shapes
             continue                                     # was not measured there
-        k = (e.protocol, f"{e.M}_{e.N}_{e.K}")
+        if dtype and e.dtype != dtype:
+            continue
+        k = (e.protocol, shape_key(e))
         if k not in best or e.time_ms < best[k].time_ms:
             best[k] = e
     out: dict[str, dict] = {}
-    for (p, m), e in best.items():
-        M, N, K = (int(x) for x in m.split("_"))
-        out.setdefault(p, {})[m] = (2.0 * M * N * K, e.vendor_best_ms / e.time_ms, e.family)
+    for (p, key), e in best.items():
+        out.setdefault(p, {})[key] = (2.0 * e.M * e.N * e.K, e.vendor_best_ms / e.time_ms, e.family)
     return out
 
 
@@ -69,17 +78,20 @@ def main(argv=None) -> int:
     ap.add_argument("library")
     ap.add_argument("--out", required=True)
     ap.add_argument("--gpu", help="only this GPU's entries (default all)")
+    ap.add_argument("--dtype", help="only this input dtype's entries, e.g. fp16 or bf16 (default all, each apart)")
     args = ap.parse_args(argv)
     try:
         lib = Library.load(args.library)
     except LibraryError as e:
         print(f"library_plot: {e}", file=sys.stderr)
         return 2
-    data = served(lib, args.gpu)
+    data = served(lib, args.gpu, args.dtype)
     if not data:
-        print(f"library_plot: no entries{' for ' + args.gpu if args.gpu else ''} in {args.library}", file=sys.stderr)
+        what = " ".join(x for x in (args.gpu, args.dtype) if x)
+        print(f"library_plot: no entries{' for ' + what if what else ''} in {args.library}", file=sys.stderr)
         return 2
-    path = plot(data, Path(args.out), f"{Path(args.library).name}: selection-run figures")
+    path = plot(data, Path(args.out), f"{Path(args.library).name}{' ' + args.dtype if args.dtype else ''}: "
+                                      "selection-run figures")
     for p, rows in data.items():
         geo = math.exp(sum(math.log(r) for _, r, _ in rows.values()) / len(rows))
         print(f"{p}: {len(rows)} shapes, geomean {geo:.4f}, generated served on {sum(f != 'vendor' for *_, f in rows.values())}")

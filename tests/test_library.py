@@ -572,3 +572,25 @@ def test_library_plot_takes_exact_entries_per_shape(tmp_path, capsys):
     assert "offline: 2 shapes, geomean 1.4142, generated served on 1" in capsys.readouterr().out
     assert mod.main([str(p), "--out", str(tmp_path / "q.png"), "--gpu", "nope"]) == 2
     assert "no entries for nope" in capsys.readouterr().err
+
+
+def test_library_plot_keeps_dtypes_apart(tmp_path, capsys):
+    """An fp16 and a bf16 entry of one shape are two problems (the model shapes are tuned in both): the faster
+    bf16 entry must not stand for the fp16 shape; --dtype picks one."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("library_plot", Path(__file__).resolve().parents[1] / "scripts" /
+                                                  "library_plot.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lib = Library([_entry(family="vendor", impl="cublas_nn", algo="", time_ms=0.02, vendor_best_ms=0.02),
+                   _entry(dtype="bf16", time_ms=0.005, vendor_best_ms=0.01)])
+    got = mod.served(lib, GPU)["offline"]
+    assert got == {"64_128_256": (2.0 * 64 * 128 * 256, 1.0, "vendor"),
+                   "64_128_256:bf16:fp32": (2.0 * 64 * 128 * 256, 2.0, "triton")}
+    assert set(mod.served(lib, GPU, "bf16")["offline"]) == {"64_128_256:bf16:fp32"}
+    p = lib.save(tmp_path / "lib.json")
+    assert mod.main([str(p), "--out", str(tmp_path / "p.png"), "--dtype", "fp16"]) == 0
+    assert "offline: 1 shapes, geomean 1.0000, generated served on 0" in capsys.readouterr().out
+    assert mod.main([str(p), "--out", str(tmp_path / "q.png"), "--dtype", "fp8"]) == 2
+    assert "no entries for fp8" in capsys.readouterr().err

@@ -490,3 +490,47 @@ def test_library_progress_table_per_run_and_in_all(tmp_path):
         shutil.copyfileobj(src, dst)
     assert mod.main([str(tmp_path / "t.sqlite.gz"), "--runs", "grid", "--md", str(tmp_path / "p.md")]) == 0
     assert f"| grid-a | {len(SHAPES)} | {4 * len(SHAPES)} | 0 |" in (tmp_path / "p.md").read_text()
+
+
+def test_tune_prebuilds_the_first_round_cutlass_configs_once_and_in_one_batch(monkeypatch, capsys):
+    """The tune's set-up builds every first-round CUTLASS config (deduplicated) in one parallel batch, so no group
+    waits for nvcc (the bf16 model shapes did, 40-140 s a group, on the H100); a build that cannot run is reported
+    and left to the groups, never raised."""
+    from types import SimpleNamespace
+
+    from gemmrl import tune_cli
+    from gemmrl.kernels import cutlass_sm90 as cs
+    from gemmrl.kernels.cuda_source import Build
+
+    a, b = "coop_128x256x64_c2x1_persistent_tn_bf16", "pingpong_64x64x64_c2x4_persistent_tn_fp16_swap"
+    calls = []
+
+    def fake_build_family(cfgs, arch, progress=False):
+        calls.append((list(cfgs), arch))
+        return {c: Build(key=str(c), arch=arch, so="/x.so" if i == 0 else None) for i, c in enumerate(cfgs)}
+
+    monkeypatch.setattr(cs, "build_family", fake_build_family)
+    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
+
+    class Policy:  # two shapes, each proposing config a; the second also b and a Triton config
+        def propose(self, ctx, n):
+            specs = [CandidateSpec("cutlass", a), CandidateSpec("triton", "BM=64", layout="nn")]
+            if ctx.problem.M == 128:
+                specs.append(CandidateSpec("cutlass", f"{b}:s1_rh_dheuristic_k1"))
+            return [Proposal(s, "rl") for s in specs[:n]]
+
+    args = SimpleNamespace(group=4, no_progress=True, proposer="rl", no_shared_triton_cache=True)
+    tune_cli.precompile_first_round(args, [GemmProblem(64, 64, 64), GemmProblem(128, 64, 64, dtype="bf16")], Policy())
+    assert calls == [([cs.CutlassConfig.parse(a), cs.CutlassConfig.parse(b)], "90a")]
+    assert "tune: prebuilt 1 of 2 first-round CUTLASS configs" in capsys.readouterr().out
+
+    assert tune_cli.prebuild_cutlass([CandidateSpec("triton", "BM=64")]) == 0 and len(calls) == 1  # nothing to build
+
+    def broken(cfgs, arch, progress=False):
+        raise FileNotFoundError("nvcc")
+
+    monkeypatch.setattr(cs, "build_family", broken)
+    assert tune_cli.prebuild_cutlass([CandidateSpec("cutlass", a)]) == 0
+    assert "not prebuilt (FileNotFoundError: nvcc); each group builds its own" in capsys.readouterr().out
+    assert tune_cli.prebuild_cutlass([CandidateSpec("cutlass", "nonsense_config")]) == 0  # reported, not raised
+    assert "first-round CUTLASS configs not prebuilt (CutlassConfigError" in capsys.readouterr().out

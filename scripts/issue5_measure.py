@@ -1,0 +1,143 @@
+"""Issue 5's done-criteria from the measure pass: `gemmrl bench --library` rows (the run that counts, separate from
+tuning and selection), chunked and resumed over several calls.
+
+    python scripts/issue5_measure.py MEASURE.csv[.gz] ... [--offline OFFLINE.csv[.gz] ...] [--md OUT.md]
+
+Per shape class (min(M,N) <= 256, all dims >= 4096, the rest, all) and protocol: the shapes measured, the geomean of
+gemmrl's speed over vendor_best (first-run rows; bars 1.05 graph, 1.10 cold over the 1000), its minimum, the
+shapes below 0.98 in the first run and the ones that stay below after the noise rule (median of the 3 interleaved
+re-measurements `gemmrl bench` makes where gemmrl is > 2% slower), and on how many shapes a generated kernel was
+served (the library's choice recorded in the gemmrl row's `algo`: graph= in graph, eager= otherwise). With
+--offline: CUDA-L2's statistic, the arithmetic mean over shapes of gemmrl's mean per-call TFLOPS over
+cublaslt_autotuned's (the better of tn and nn), bar 1.07. Coverage is counted against the 1000-shape grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from gemmrl.bench import noise_rule_below  # noqa: E402
+from gemmrl.problem import grid  # noqa: E402
+from gemmrl.results import read_rows  # noqa: E402
+from gemmrl.summary import ratios, table  # noqa: E402
+
+CLASSES = ("small", "other", "large", "all")
+LABEL = {"small": "min(M,N) <= 256", "other": "the rest", "large": "all dims >= 4096", "all": "all"}
+BARS = {"graph": 1.05, "cold": 1.10}
+FLOOR = 0.98  # no shape below this (noise rule)
+OFFLINE_BAR = 1.07
+
+
+def shape_class(mnk: str) -> str:
+    m, n, k = (int(x) for x in mnk.split("_"))
+    if min(m, n) <= 256:
+        return "small"
+    if min(m, n, k) >= 4096:
+        return "large"
+    return "other"
+
+
+def served(row: dict, protocol: str) -> str:
+    """What the library served in this protocol, from the gemmrl row's ``algo`` (e.g. ``graph=triton:...``)."""
+    want = "graph=" if protocol == "graph" else "eager="
+    for part in (row.get("algo") or "").split(";"):
+        part = part.strip()
+        if part.startswith(want):
+            return part[len(want):]
+    return ""
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else math.nan
+
+
+def measure_table(rows: list[dict]) -> list[dict]:
+    """One record per (protocol, dtype, class): the measure pass's figures against vendor_best."""
+    rat = ratios(rows, "gemmrl", "vendor_best")
+    tab = table(rows)
+    below = {(mnk, proto, dtype) for dtype in {r["dtype"] for r in rows}  # noise_rule_below is per dtype
+             for mnk, proto in noise_rule_below([r for r in rows if r["dtype"] == dtype], "gemmrl", "vendor_best",
+                                                margin=1 - FLOOR)}
+    out = []
+    for proto, dtype in sorted({k[:2] for k in rat}, key=lambda pd: (pd[0] != "graph", pd[0], pd[1] != "fp16", pd[1])):
+        for cls in CLASSES:
+            keys = [k for k in rat if k[:2] == (proto, dtype) and (cls == "all" or shape_class(k[3]) == cls)]
+            if not keys:
+                continue
+            xs = [rat[k] for k in keys]
+            gen = sum(1 for k in keys if served(tab[k]["gemmrl"], proto) and
+                      not served(tab[k]["gemmrl"], proto).startswith("vendor:"))
+            stays = sorted(k[3] for k in keys if (k[3], proto, dtype) in below)
+            out.append({"protocol": proto, "dtype": dtype, "class": cls, "shapes": len(keys), "geomean": geomean(xs),
+                        "min": min(xs), "first_below": sum(x < FLOOR for x in xs), "noise_below": len(stays),
+                        "below_shapes": stays, "generated": gen, "bar": BARS.get(proto) if cls == "all" else None})
+    return out
+
+
+def offline_statistic(rows: list[dict]) -> dict | None:
+    """CUDA-L2's offline statistic over the shapes where both gemmrl and cublaslt_autotuned ran."""
+    rat = {k: v for k, v in ratios(rows, "gemmrl", "cublaslt_autotuned").items() if k[0] == "offline"}
+    if not rat:
+        return None
+    xs = list(rat.values())
+    return {"shapes": len(xs), "mean": statistics.fmean(xs), "geomean": geomean(xs), "min": min(xs)}
+
+
+def coverage(rows: list[dict]) -> dict[str, int]:
+    """Grid shapes with a usable gemmrl row, per protocol."""
+    on_grid = {p.mnk for p in grid()}
+    seen: dict[str, set] = {}
+    for (proto, _d, _a, mnk), by in table(rows).items():
+        if "gemmrl" in by and mnk in on_grid:
+            seen.setdefault(proto, set()).add(mnk)
+    return {p: len(s) for p, s in seen.items()}
+
+
+def markdown(recs: list[dict], off: dict | None, cov: dict[str, int], sources: list[str]) -> str:
+    lines = [f"Sources: {', '.join(Path(s).name for s in sources)}", "",
+             "Coverage of the 1000-shape grid: " + ", ".join(f"{p} {n}" for p, n in sorted(cov.items())), "",
+             "| protocol | dtype | class | shapes | geomean gemmrl / vendor_best | bar | min | below 0.98 first run | "
+             "below 0.98 after the noise rule | generated served |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in recs:
+        bar = f"{r['bar']:.2f}" if r["bar"] else ""
+        lines.append(f"| {r['protocol']} | {r['dtype']} | {LABEL[r['class']]} | {r['shapes']} | {r['geomean']:.4f} | {bar} | "
+                     f"{r['min']:.3f} | {r['first_below']} | {r['noise_below']} | {r['generated']} |")
+    stays = [(r["protocol"], r["dtype"], s) for r in recs if r["class"] == "all" for s in r["below_shapes"]]
+    if stays:
+        lines += ["", "Below 0.98 after the noise rule: " + ", ".join(f"{s} ({p} {d})" for p, d, s in stays)]
+    if off:
+        lines += ["", f"offline, CUDA-L2's statistic over {off['shapes']} shapes (arithmetic mean of gemmrl / "
+                      f"cublaslt_autotuned, mean per-call TFLOPS): {off['mean']:.4f} (bar {OFFLINE_BAR}); geomean "
+                      f"{off['geomean']:.4f}, min {off['min']:.3f}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("measure", nargs="+", help="gemmrl bench --library rows (graph, cold; shards and chunks)")
+    ap.add_argument("--offline", nargs="*", default=[], help="gemmrl bench --library rows in offline")
+    ap.add_argument("--md", help="also write the table as markdown here")
+    args = ap.parse_args(argv)
+    rows = read_rows(args.measure)
+    off_rows = read_rows(args.offline) if args.offline else []
+    recs = measure_table(rows)
+    if not recs and not off_rows:
+        print("no shape has both a gemmrl and a vendor_best row: is this a `gemmrl bench --library` run?",
+              file=sys.stderr)
+        return 2
+    text = markdown(recs, offline_statistic(off_rows), coverage(rows + off_rows), args.measure + args.offline)
+    print(text, end="")
+    if args.md:
+        Path(args.md).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

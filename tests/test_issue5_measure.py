@@ -1,0 +1,104 @@
+"""scripts/issue5_measure.py: issue 5's figures from the measure pass (`gemmrl bench --library` rows)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from gemmrl.results import COLUMNS
+
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture(scope="module")
+def mod():
+    spec = importlib.util.spec_from_file_location(
+        "issue5_measure", Path(__file__).resolve().parents[1] / "scripts" / "issue5_measure.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def _row(mnk, cand, time_ms, protocol="graph", algo="", dtype="fp16", **kw):
+    r = {c: "" for c in COLUMNS}
+    m, n, k = mnk.split("_")
+    r.update(mnk=mnk, dtype=dtype, acc="fp32", layout="tn", candidate=cand, protocol=protocol, time_ms=str(time_ms),
+             tflops=str(2 * int(m) * int(n) * int(k) / (time_ms * 1e9)), n="10", verified="true", floor_ok="true",
+             rep="0", gpu=GPU, cc="9.0", algo=algo, M=m, N=n, K=k, torch="2.11", timestamp="t")
+    r.update(kw)
+    return r
+
+
+def _shape(mnk, ours, vendor, protocol="graph", served="triton:cfg", rechecks=(), dtype="fp16"):
+    """gemmrl and one vendor member (cublas_tn, also vendor_best) in a first run, then (ours, vendor) rechecks."""
+    algo = f"eager={served} (cold entry {mnk}); graph={served} (graph entry {mnk}); hot=torch"
+    rows = [_row(mnk, "cublas_tn", vendor, protocol, "cublasGemmEx", dtype),
+            _row(mnk, "vendor_best", vendor, protocol, "cublasGemmEx", dtype, members="cublas_tn"),
+            _row(mnk, "gemmrl", ours, protocol, algo, dtype)]
+    for i, (o, v) in enumerate(rechecks, 1):
+        rows += [_row(mnk, "gemmrl", o, protocol, algo, dtype, recheck=str(i)),
+                 _row(mnk, "cublas_tn", v, protocol, "cublasGemmEx", dtype, recheck=str(i))]
+    return rows
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+ROWS = (_shape("64_128_256", 1.0, 1.2)  # small, generated, 1.2x
+        + _shape("64_128_512", 1.0, 0.9, served="vendor:cublaslt_autotuned_tn",  # 0.9x, stays below
+                 rechecks=[(1.0, 0.9), (1.0, 0.91), (1.0, 0.9)])
+        + _shape("4096_4096_4096", 1.0, 0.97, served="vendor:cublas_tn",  # 0.97x first, recovers in the rechecks
+                 rechecks=[(1.0, 1.0), (1.0, 1.01), (1.0, 0.99)])
+        + _shape("1024_1024_1024", 1.0, 1.0, protocol="cold")
+        + _shape("64_128_256", 1.0, 0.5, dtype="bf16",  # a bf16 row of a grid shape: its own problem
+                 rechecks=[(1.0, 0.5)] * 3))
+
+
+def test_figures_per_class_and_protocol(mod, tmp_path):
+    recs = {(r["protocol"], r["class"]): r for r in mod.measure_table(ROWS) if r["dtype"] == "fp16"}
+    small, large, alls = recs["graph", "small"], recs["graph", "large"], recs["graph", "all"]
+    assert small["shapes"] == 2 and large["shapes"] == 1 and alls["shapes"] == 3
+    assert math.isclose(small["geomean"], math.sqrt(1.2 * 0.9))
+    assert math.isclose(alls["min"], 0.9) and alls["first_below"] == 2
+    # the noise rule: 64_128_512 stays below (median of the rechecks 0.9), 4096^3 recovers (median 1.0)
+    assert alls["noise_below"] == 1 and alls["below_shapes"] == ["64_128_512"]
+    assert small["generated"] == 1 and large["generated"] == 0 and alls["bar"] == 1.05
+    assert recs["cold", "other"]["shapes"] == 1 and recs["cold", "all"]["bar"] == 1.10
+    assert ("cold", "large") not in recs
+    assert mod.coverage(ROWS) == {"graph": 3, "cold": 1}  # the bf16 row is the same grid shape: counted once
+    bf16 = [r for r in mod.measure_table(ROWS) if r["dtype"] == "bf16"]
+    assert [(r["class"], r["shapes"], r["below_shapes"]) for r in bf16] == [("small", 1, ["64_128_256"]),
+                                                                            ("all", 1, ["64_128_256"])]
+
+
+def test_offline_statistic_is_an_arithmetic_mean_against_cublaslt_autotuned(mod):
+    rows = []
+    for mnk, ours, theirs in (("64_64_64", 1.0, 2.0), ("128_128_128", 1.0, 1.0)):
+        rows += [_row(mnk, "cublaslt_autotuned_tn", theirs, "offline", "id=1"),
+                 _row(mnk, "cublaslt_autotuned", theirs, "offline", "id=1", members="cublaslt_autotuned_tn"),
+                 _row(mnk, "gemmrl", ours, "offline", "eager=vendor:cublas_tn (offline entry x)")]
+    off = mod.offline_statistic(rows)
+    assert off["shapes"] == 2 and math.isclose(off["mean"], 1.5) and math.isclose(off["geomean"], math.sqrt(2))
+    assert mod.offline_statistic(ROWS) is None
+
+
+def test_main_writes_markdown_and_refuses_rows_without_gemmrl(mod, tmp_path, capsys):
+    src = _write(tmp_path / "m.csv", ROWS)
+    md = tmp_path / "m.md"
+    assert mod.main([str(src), "--md", str(md)]) == 0
+    out = capsys.readouterr().out
+    assert "| graph | fp16 | all | 3 | " in out
+    assert "Below 0.98 after the noise rule: 64_128_512 (graph fp16), 64_128_256 (graph bf16)" in out
+    assert md.read_text() == out
+    other = _write(tmp_path / "v.csv", [r for r in ROWS if r["candidate"] != "gemmrl"])
+    assert mod.main([str(other)]) == 2
+    assert "gemmrl bench --library" in capsys.readouterr().err
