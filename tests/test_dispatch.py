@@ -313,6 +313,24 @@ def test_import_gemmrl_does_not_import_torch_dispatch():
     assert out == ["False", "False"]
 
 
+@pytest.mark.parametrize("impl", ["cublaslt_autotuned_tn", "cublaslt_heuristic_nn"])
+def test_a_pinned_vendor_algorithm_is_found_by_its_description_and_reported(impl):
+    """A vendor entry pins its cuBLASLt algorithm by description; served_by (and a bench row's algo) say whether
+    this cuBLASLt offered it: a measure pass that finds gemmrl slower than a fresh autotune on a vendor-served shape
+    must tell a pin not honoured from the autotune changing its mind (two such shapes in the H100 measure pass)."""
+    import dataclasses
+
+    pinned = "id=66 tile=176x64 cluster=4x1x1 waves=0.712"
+    e = dataclasses.replace(entry(64, 16384, 128, family="vendor", impl=impl), algo=pinned)
+    descs = ["id=66 tile=128x64 cluster=2x1x1 waves=0.970", pinned, "id=66 tile=144x64 cluster=4x1x1 waves=0.864"]
+    assert dispatch.pin_algorithm(e, descs) == (1, " [pinned: heuristic #1 of 3]")
+    idx, note = dispatch.pin_algorithm(e, descs[:1] + descs[2:])
+    what = "tuned here" if "autotuned" in impl else "the heuristic's first"
+    assert idx is None and note == f" [pinned algorithm not among this cuBLASLt's 2: {what}]"
+    # the match is exact: a description that differs anywhere (here its wave count) is not the pinned one
+    assert dispatch.pin_algorithm(e, [pinned.replace("0.712", "0.713")])[0] is None
+
+
 # -- GPU tier ---------------------------------------------------------------------------------------------
 def _gpu_name():
     return torch.cuda.get_device_properties(torch.cuda.current_device()).name

@@ -450,6 +450,7 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
     try:
         bufs = make_buffers(problem, device, seed=1234)
         fn, cand, spec = maker(e.family)(e, problem, bufs)
+        desc += getattr(cand, "note", "")
         measured = problem.mnk in e.members
         if e.same_software(sw) and measured:
             _reference_check(fn, bufs, problem)
@@ -557,14 +558,17 @@ def _make_vendor(e: Entry, problem: GemmProblem, bufs):
     mode = {"cublas": "cublas", "cublaslt_heuristic": "heuristic", "cublaslt_autotuned": "heuristic"}[e.impl[:-3]]
     cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", mode)
     cand.prepare(problem, bufs, e.protocol, None)
+    note = ""
     if mode == "heuristic" and e.algo:
         lib, ptr = cand._lib, cand._ptr
         descs = [lib.describe(ptr, i) for i in range(lib.plan_count(ptr))]
-        if e.algo in descs:
-            lib.check(lib.plan_select(ptr, descs.index(e.algo)), "vb_plan_select")
+        idx, note = pin_algorithm(e, descs)
+        if idx is not None:
+            lib.check(lib.plan_select(ptr, idx), "vb_plan_select")
         elif e.impl.startswith("cublaslt_autotuned"):  # this cuBLASLt does not offer it: tune here
             cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", "autotuned")
             cand.prepare(problem, bufs, e.protocol, None)
+            note = f"{note[:-1]}: {cand.info().get('algo', '?')}]"
     a, b, bt, c = bufs.args()
     align = 16 if mode == "cublas" else alignment(a.data_ptr(), (bt if problem.layout == "tn" else b).data_ptr(),
                                                   c.data_ptr())
@@ -587,7 +591,22 @@ def _make_vendor(e: Entry, problem: GemmProblem, bufs):
             error(st)
 
     spec = (2, stream, dev, mask, unaligned, ctypes.cast(vb_run, ctypes.c_void_p).value, ptr, error, cand)
-    return call, _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout), spec
+    adapter = _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout)
+    adapter.note = note
+    return call, adapter, spec
+
+
+def pin_algorithm(e: Entry, descs: list[str]) -> tuple[int | None, str]:
+    """The index of the entry's pinned cuBLASLt algorithm among this cuBLASLt's heuristic results ``descs``
+    (None where it is not offered), and a note for what `served_by` and a bench row's ``algo`` report: whether
+    the pin was honoured. A measure pass compares the served entry with a fresh autotune; where those differ, the
+    note tells a pin that was not found (tuned again here, or the heuristic's first) from a run-to-run change of
+    the autotune's own choice."""
+    if e.algo in descs:
+        i = descs.index(e.algo)
+        return i, f" [pinned: heuristic #{i} of {len(descs)}]"
+    what = "tuned here" if e.impl.startswith("cublaslt_autotuned") else "the heuristic's first"
+    return None, f" [pinned algorithm not among this cuBLASLt's {len(descs)}: {what}]"
 
 
 def maker(family: str) -> Callable:
