@@ -374,11 +374,14 @@ if [ "${ISSUE5:-0}" = 1 ]; then
       # one bench per GPU (ISSUE5_SHARDS=N or gpus), shard i of the shapes (every N-th, so each is a like mix) on
       # GPU i (the only one it sees), each to its own CSV (resumed when T5REM_DIR carries the earlier shards in)
       # shellcheck disable=SC2086
+      # (a shard file holds M_N_K only: the dtype and accumulator ISSUE5_SHAPES_ARGS named go to every shard's bench)
       python3 -c "import sys; from gemmrl.cli import build_parser, _problems
 a = build_parser().parse_args(['bench'] + sys.argv[2:]); ps, _ = _problems(a); n = int(sys.argv[1])
 for i in range(n):
     open(f'$GEMMRL_OUT/shard{i}.txt', 'w').write(''.join(p.mnk + chr(10) for p in ps[i::n]))
-print(f'{len(ps)} shapes in {n} shards')" "$nsh" $shapes5
+open('$GEMMRL_OUT/shard_args.txt', 'w').write(f'--dtype {a.dtype} --acc {a.acc}')
+print(f'{len(ps)} shapes in {n} shards ({a.dtype}, acc {a.acc})')" "$nsh" $shapes5
+      shard_args=$(cat "$GEMMRL_OUT/shard_args.txt" 2>/dev/null)
       for ((i = 0; i < nsh; i++)); do
         out="${t5rem%.csv}_shard${i}of${nsh}.csv"
         if [ -n "${T5REM_DIR:-}" ]; then
@@ -392,11 +395,11 @@ print(f'{len(ps)} shapes in {n} shards')" "$nsh" $shapes5
         fi
         # shellcheck disable=SC2086
         CUDA_VISIBLE_DEVICES=$i timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench \
-          --shapes "$GEMMRL_OUT/shard$i.txt" $what5 --protocol "${ISSUE5_PROTOCOL:-graph,cold}" ${ISSUE5_BENCH_ARGS:-} \
+          --shapes "$GEMMRL_OUT/shard$i.txt" $shard_args $what5 --protocol "${ISSUE5_PROTOCOL:-graph,cold}" ${ISSUE5_BENCH_ARGS:-} \
           --no-progress --out "$out" >"$GEMMRL_OUT/issue5_remeasure_shard$i.log" 2>&1 &
       done
       wait
-      rm -f "$GEMMRL_OUT"/shard*.txt
+      rm -f "$GEMMRL_OUT"/shard*.txt "$GEMMRL_OUT"/shard_args.txt
       for ((i = 0; i < nsh; i++)); do
         out="${t5rem%.csv}_shard${i}of${nsh}.csv"
         echo "re-measure shard $i of $nsh: $(grep -c . "$out" 2>/dev/null) lines, $(cut -d, -f1 "$out" 2>/dev/null | sort -u | grep -c _) shapes"
