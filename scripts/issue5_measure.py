@@ -1,7 +1,7 @@
 """Issue 5's done-criteria from the measure pass: `gemmrl bench --library` rows (the run that counts, separate from
 tuning and selection), chunked and resumed over several calls.
 
-    python scripts/issue5_measure.py MEASURE.csv[.gz] ... [--offline OFFLINE.csv[.gz] ...] [--md OUT.md]
+    python scripts/issue5_measure.py MEASURE.csv[.gz] ... [--offline OFFLINE.csv[.gz] ...] [--library LIB] [--md OUT.md]
 
 Per shape class (min(M,N) <= 256, all dims >= 4096, the rest, all) and protocol: the shapes measured, the geomean of
 gemmrl's speed over vendor_best (first-run rows; bars 1.05 graph, 1.10 cold over the 1000), its minimum, the
@@ -9,7 +9,9 @@ shapes below 0.98 in the first run and the ones that stay below after the noise 
 re-measurements `gemmrl bench` makes where gemmrl is > 2% slower), and on how many shapes a generated kernel was
 served (the library's choice recorded in the gemmrl row's `algo`: graph= in graph, eager= otherwise). With
 --offline: CUDA-L2's statistic, the arithmetic mean over shapes of gemmrl's mean per-call TFLOPS over
-cublaslt_autotuned's (the better of tn and nn), bar 1.07. Coverage is counted against the 1000-shape grid.
+cublaslt_autotuned's (the better of tn and nn), bar 1.07. Coverage is counted against the 1000-shape grid. With
+--library (the library measured): beside each figure, what the library's selection run said for the same shapes
+(scripts/library_plot.served: its exact entries' vendor_best / served time), so the winner's curse is in sight.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.bench import noise_rule_below  # noqa: E402
 from gemmrl.problem import grid  # noqa: E402
@@ -57,8 +60,26 @@ def geomean(xs: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else math.nan
 
 
-def measure_table(rows: list[dict]) -> list[dict]:
-    """One record per (protocol, dtype, class): the measure pass's figures against vendor_best."""
+def selection_figures(library_path: str) -> dict[tuple[str, str, str], float]:
+    """(protocol, dtype, mnk) -> the library's selection-run speedup over vendor_best at that shape."""
+    from gemmrl.library import Library
+    from library_plot import served as lib_served
+
+    lib = Library.load(library_path)
+    out = {}
+    for dtype in {e.dtype for e in lib.entries}:
+        for proto, by in lib_served(lib, None, dtype).items():
+            for key, (_flops, ratio, _fam) in by.items():
+                mnk, *rest = key.split(":")
+                if rest and rest[-1] != "fp32":  # fp16-accumulate entries are another mode: gemmrl.mm serves fp32
+                    continue
+                out[(proto, dtype, mnk)] = ratio
+    return out
+
+
+def measure_table(rows: list[dict], selection: dict | None = None) -> list[dict]:
+    """One record per (protocol, dtype, class): the measure pass's figures against vendor_best (and, given the
+    library's ``selection`` figures, their geomean over the same shapes)."""
     rat = ratios(rows, "gemmrl", "vendor_best")
     tab = table(rows)
     below = {(mnk, proto, dtype) for dtype in {r["dtype"] for r in rows}  # noise_rule_below is per dtype
@@ -77,6 +98,9 @@ def measure_table(rows: list[dict]) -> list[dict]:
             out.append({"protocol": proto, "dtype": dtype, "class": cls, "shapes": len(keys), "geomean": geomean(xs),
                         "min": min(xs), "first_below": sum(x < FLOOR for x in xs), "noise_below": len(stays),
                         "below_shapes": stays, "generated": gen, "bar": BARS.get(proto) if cls == "all" else None})
+            if selection is not None:
+                sel = [selection[(proto, dtype, k[3])] for k in keys if (proto, dtype, k[3]) in selection]
+                out[-1]["selection"] = geomean(sel) if len(sel) == len(keys) else math.nan
     return out
 
 
@@ -102,13 +126,15 @@ def coverage(rows: list[dict]) -> dict[str, int]:
 def markdown(recs: list[dict], off: dict | None, cov: dict[str, int], sources: list[str]) -> str:
     lines = [f"Sources: {', '.join(Path(s).name for s in sources)}", "",
              "Coverage of the 1000-shape grid: " + ", ".join(f"{p} {n}" for p, n in sorted(cov.items())), "",
-             "| protocol | dtype | class | shapes | geomean gemmrl / vendor_best | bar | min | below 0.98 first run | "
-             "below 0.98 after the noise rule | generated served |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| protocol | dtype | class | shapes | geomean gemmrl / vendor_best | bar | selection run, same shapes | min "
+             "| below 0.98 first run | below 0.98 after the noise rule | generated served |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in recs:
         bar = f"{r['bar']:.2f}" if r["bar"] else ""
-        lines.append(f"| {r['protocol']} | {r['dtype']} | {LABEL[r['class']]} | {r['shapes']} | {r['geomean']:.4f} | {bar} | "
-                     f"{r['min']:.3f} | {r['first_below']} | {r['noise_below']} | {r['generated']} |")
+        sel = "" if "selection" not in r else ("(not all in the library)" if math.isnan(r["selection"])
+                                               else f"{r['selection']:.4f}")
+        lines.append(f"| {r['protocol']} | {r['dtype']} | {LABEL[r['class']]} | {r['shapes']} | {r['geomean']:.4f} | "
+                     f"{bar} | {sel} | {r['min']:.3f} | {r['first_below']} | {r['noise_below']} | {r['generated']} |")
     stays = [(r["protocol"], r["dtype"], s) for r in recs if r["class"] == "all" for s in r["below_shapes"]]
     if stays:
         lines += ["", "Below 0.98 after the noise rule: " + ", ".join(f"{s} ({p} {d})" for p, d, s in stays)]
@@ -123,11 +149,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("measure", nargs="+", help="gemmrl bench --library rows (graph, cold; shards and chunks)")
     ap.add_argument("--offline", nargs="*", default=[], help="gemmrl bench --library rows in offline")
+    ap.add_argument("--library", help="the library measured: its selection-run figures on the same shapes beside")
     ap.add_argument("--md", help="also write the table as markdown here")
     args = ap.parse_args(argv)
     rows = read_rows(args.measure)
     off_rows = read_rows(args.offline) if args.offline else []
-    recs = measure_table(rows)
+    recs = measure_table(rows, selection_figures(args.library) if args.library else None)
     if not recs and not off_rows:
         print("no shape has both a gemmrl and a vendor_best row: is this a `gemmrl bench --library` run?",
               file=sys.stderr)

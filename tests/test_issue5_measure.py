@@ -102,3 +102,28 @@ def test_main_writes_markdown_and_refuses_rows_without_gemmrl(mod, tmp_path, cap
     other = _write(tmp_path / "v.csv", [r for r in ROWS if r["candidate"] != "gemmrl"])
     assert mod.main([str(other)]) == 2
     assert "gemmrl bench --library" in capsys.readouterr().err
+
+
+def test_selection_figures_from_the_library_stand_beside(mod, tmp_path, capsys):
+    """--library: the library's selection-run speedup over the same shapes, per protocol and dtype (a shape the
+    library lacks leaves the figure out rather than averaging a subset)."""
+    from gemmrl.library import Entry, Library
+
+    def e(mnk, protocol, t, vb, dtype="fp16"):
+        m, n, k = (int(x) for x in mnk.split("_"))
+        return Entry(gpu=GPU, cc="9.0", dtype=dtype, acc="fp32", layout="tn", protocol=protocol, M=m, N=n, K=k,
+                     family="triton", impl="cfg", algo="cfg", time_ms=t, vendor_best_ms=vb, vendor_best="cublas_tn",
+                     m_lo=m, m_hi=m, members=(mnk,), verified=True)
+
+    lib = Library([e("64_128_256", "graph", 1.0, 1.25), e("64_128_512", "graph", 1.0, 1.0),
+                   e("4096_4096_4096", "graph", 1.0, 1.0), e("64_128_256", "graph", 1.0, 4.0, dtype="bf16")])
+    path = lib.save(tmp_path / "lib.json.gz")
+    sel = mod.selection_figures(str(path))
+    assert sel[("graph", "fp16", "64_128_256")] == 1.25 and sel[("graph", "bf16", "64_128_256")] == 4.0
+    recs = {(r["protocol"], r["dtype"], r["class"]): r for r in mod.measure_table(ROWS, sel)}
+    assert math.isclose(recs["graph", "fp16", "small"]["selection"], math.sqrt(1.25))
+    assert math.isclose(recs["graph", "fp16", "all"]["selection"], 1.25 ** (1 / 3))
+    assert math.isnan(recs["cold", "fp16", "all"]["selection"])  # 1024^3 cold is not in this library
+    src = _write(tmp_path / "m.csv", ROWS)
+    assert mod.main([str(src), "--library", str(path)]) == 0
+    assert "(not all in the library)" in capsys.readouterr().out
