@@ -92,8 +92,7 @@ def measure_table(rows: list[dict], selection: dict | None = None) -> list[dict]
             if not keys:
                 continue
             xs = [rat[k] for k in keys]
-            gen = sum(1 for k in keys if served(tab[k]["gemmrl"], proto) and
-                      not served(tab[k]["gemmrl"], proto).startswith("vendor:"))
+            gen = sum(1 for k in keys if (what := served(tab[k]["gemmrl"], proto)) and not what.startswith("vendor:"))
             stays = sorted(k[3] for k in keys if (k[3], proto, dtype) in below)
             out.append({"protocol": proto, "dtype": dtype, "class": cls, "shapes": len(keys), "geomean": geomean(xs),
                         "min": min(xs), "first_below": sum(x < FLOOR for x in xs), "noise_below": len(stays),

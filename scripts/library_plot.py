@@ -19,28 +19,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.library import Library, LibraryError  # noqa: E402
+from gemmrl.problem import GemmProblem  # noqa: E402
 from gemmrl.report_plots import _plain, _plt, _save  # noqa: E402
+from gemmrl.search.loop import shape_key  # noqa: E402
 
 COLOURS = {"vendor": "#9e9e9e", "triton": "#1f77b4", "cutlass": "#ff7f0e"}
 
 
-def shape_key(e) -> str:
-    """M_N_K, with the dtype and accumulator where they are not fp16 / fp32 (as the tuning loop names a problem):
-    an fp16 and a bf16 entry of one shape are two problems, never compared with each other."""
-    mnk = f"{e.M}_{e.N}_{e.K}"
-    return mnk if (e.dtype, e.acc) == ("fp16", "fp32") else f"{mnk}:{e.dtype}:{e.acc}"
-
-
 def served(lib: Library, gpu: str | None, dtype: str | None = None) -> dict[str, dict[str, tuple[float, float, str]]]:
     """protocol -> shape key -> (flops, vendor_best_ms / served time_ms, family): the fastest entry per problem
-    (only ``dtype``'s entries when given)."""
+    (only ``dtype``'s entries when given). Keyed as the tuning loop names a problem (``loop.shape_key``): an fp16
+    and a bf16 entry of one shape are two problems, never compared with each other."""
     best: dict[tuple[str, str], object] = {}
     for e in lib.entries:
         if (gpu and e.gpu != gpu) or e.m_lo != e.m_hi:  # exact entries: what a bucket serves between its shapes
             continue                                     # was not measured there
         if dtype and e.dtype != dtype:
             continue
-        k = (e.protocol, shape_key(e))
+        k = (e.protocol, shape_key(GemmProblem(e.M, e.N, e.K, dtype=e.dtype, acc=e.acc)))
         if k not in best or e.time_ms < best[k].time_ms:
             best[k] = e
     out: dict[str, dict] = {}

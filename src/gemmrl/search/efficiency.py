@@ -169,20 +169,13 @@ def picks(tables: Sequence[Table], rankers: dict[str, Callable[[Table], list[int
     (every arm tried) and, with ``random_draws`` > 0, ``random`` (that many orders, seeded) are added; other
     methods have one draw."""
     rng = random.Random(seed)
+
+    def served(order_of: Callable[[Table], list[int]]) -> list[int | None]:
+        return [pick(t, o, budget_arms(t, o, budget)) for t in tables for o in (order_of(t),)]
+
     out = {"exhaustive": [[pick(t, list(range(len(t.arms))), len(t.arms)) for t in tables]]}
-    for name, f in rankers.items():
-        row = []
-        for t in tables:
-            o = f(t)
-            row.append(pick(t, o, budget_arms(t, o, budget)))
-        out[name] = [row]
-    draws = []
-    for _ in range(random_draws):
-        row = []
-        for t in tables:
-            o = rng.sample(range(len(t.arms)), len(t.arms))
-            row.append(pick(t, o, budget_arms(t, o, budget)))
-        draws.append(row)
+    out.update({name: [served(f)] for name, f in rankers.items()})
+    draws = [served(lambda t: rng.sample(range(len(t.arms)), len(t.arms))) for _ in range(random_draws)]
     if draws:
         out["random"] = draws
     return out
