@@ -2,6 +2,7 @@
 tuning and selection), chunked and resumed over several calls.
 
     python scripts/issue5_measure.py MEASURE.csv[.gz] ... [--offline OFFLINE.csv[.gz] ...] [--library LIB] [--md OUT.md]
+                                     [--plot OUT.png]
 
 Per shape class (min(M,N) <= 256, all dims >= 4096, the rest, all) and protocol: the shapes measured, the geomean of
 gemmrl's speed over vendor_best (first-run rows; bars 1.05 graph, 1.10 cold over the 1000), its minimum, the
@@ -12,6 +13,8 @@ served (the library's choice recorded in the gemmrl row's `algo`: graph= in grap
 cublaslt_autotuned's (the better of tn and nn), bar 1.07. Coverage is counted against the 1000-shape grid. With
 --library (the library measured): beside each figure, what the library's selection run said for the same shapes
 (scripts/library_plot.served: its exact entries' vendor_best / served time), so the winner's curse is in sight.
+With --plot: per protocol and dtype, each shape's measured gemmrl / vendor_best against FLOPs, coloured by the family
+served, the shapes that stay below 0.98 after the noise rule ringed.
 """
 
 from __future__ import annotations
@@ -103,6 +106,55 @@ def measure_table(rows: list[dict], selection: dict | None = None) -> list[dict]
     return out
 
 
+def measured_points(rows: list[dict]) -> tuple[dict[str, dict[str, tuple[float, float, str]]], dict[str, set]]:
+    """For --plot: panel ("graph fp16", ...) -> mnk -> (flops, gemmrl / vendor_best first run, family served), and
+    panel -> the shapes that stay below 0.98 after the noise rule (as measure_table counts them)."""
+    tab = table(rows)
+    pts: dict[str, dict] = {}
+    for (proto, dtype, _acc, mnk), x in ratios(rows, "gemmrl", "vendor_best").items():
+        fam = served(tab[(proto, dtype, _acc, mnk)]["gemmrl"], proto).split(":")[0] or "vendor"
+        m, n, k = (int(v) for v in mnk.split("_"))
+        pts.setdefault(f"{proto} {dtype}", {})[mnk] = (2.0 * m * n * k, x, fam)
+    below: dict[str, set] = {}
+    for dtype in {r["dtype"] for r in rows}:
+        for mnk, proto in noise_rule_below([r for r in rows if r["dtype"] == dtype], "gemmrl", "vendor_best",
+                                           margin=1 - FLOOR):
+            below.setdefault(f"{proto} {dtype}", set()).add(mnk)
+    return pts, below
+
+
+def plot(pts: dict, below: dict, path: Path, title: str) -> Path:
+    from library_plot import COLOURS
+
+    from gemmrl.report_plots import _plain, _plt, _save
+
+    plt = _plt()
+    panels = sorted(pts, key=lambda p: (p.split()[0] != "graph", p))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.6), squeeze=False)
+    for ax, p in zip(axes[0], panels):
+        by = pts[p]
+        for fam, col in COLOURS.items():
+            xy = [(f, r) for f, r, fm in by.values() if fm == fam]
+            if xy:
+                ax.scatter([f for f, _ in xy], [r for _, r in xy], s=9, c=col, alpha=0.75, edgecolors="none",
+                           label=f"{fam} served ({len(xy)})")
+        lost = [by[m] for m in sorted(below.get(p, ())) if m in by]
+        if lost:
+            ax.scatter([f for f, *_ in lost], [r for _, r, _ in lost], s=40, facecolors="none", edgecolors="r",
+                       lw=0.8, label=f"< {FLOOR} after the noise rule ({len(lost)})")
+        ax.axhline(1.0, color="k", lw=0.6)
+        ax.axhline(FLOOR, color="r", lw=0.5, ls=":")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _plain(ax.yaxis)
+        ax.set_xlabel("FLOPs (2MNK)")
+        ax.set_ylabel("vendor_best time / gemmrl time")
+        ax.set_title(f"{p}: {len(by)} shapes, geomean {geomean([r for _, r, _ in by.values()]):.4f}")
+        ax.legend(loc="upper right", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
 def offline_statistic(rows: list[dict]) -> dict | None:
     """CUDA-L2's offline statistic over the shapes where both gemmrl and cublaslt_autotuned ran."""
     rat = {k: v for k, v in ratios(rows, "gemmrl", "cublaslt_autotuned").items() if k[0] == "offline"}
@@ -150,6 +202,7 @@ def main(argv=None) -> int:
     ap.add_argument("--offline", nargs="*", default=[], help="gemmrl bench --library rows in offline")
     ap.add_argument("--library", help="the library measured: its selection-run figures on the same shapes beside")
     ap.add_argument("--md", help="also write the table as markdown here")
+    ap.add_argument("--plot", help="also plot each shape's measured speedup against FLOPs here (PNG; needs matplotlib)")
     args = ap.parse_args(argv)
     rows = read_rows(args.measure)
     off_rows = read_rows(args.offline) if args.offline else []
@@ -162,6 +215,10 @@ def main(argv=None) -> int:
     print(text, end="")
     if args.md:
         Path(args.md).write_text(text)
+    if args.plot and recs:
+        cov = coverage(rows)
+        print(plot(*measured_points(rows), Path(args.plot), f"gemmrl bench --library (the measure pass): "
+                   f"{max(cov.values())} of 1000 grid shapes, {len(args.measure)} file(s)"))
     return 0
 
 

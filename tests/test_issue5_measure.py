@@ -127,3 +127,18 @@ def test_selection_figures_from_the_library_stand_beside(mod, tmp_path, capsys):
     src = _write(tmp_path / "m.csv", ROWS)
     assert mod.main([str(src), "--library", str(path)]) == 0
     assert "(not all in the library)" in capsys.readouterr().out
+
+
+def test_plot_marks_the_shapes_that_stay_below(mod, tmp_path):
+    """--plot: one panel per protocol and dtype, each shape's first-run ratio, the noise rule's losers ringed."""
+    pytest.importorskip("matplotlib")
+    pts, below = mod.measured_points(ROWS)
+    assert set(pts) == {"graph fp16", "cold fp16", "graph bf16"}
+    flops, x, fam = pts["graph fp16"]["64_128_512"]
+    assert (flops, fam) == (2.0 * 64 * 128 * 512, "vendor") and math.isclose(x, 0.9)
+    assert math.isclose(pts["graph fp16"]["64_128_256"][1], 1.2) and pts["graph fp16"]["64_128_256"][2] == "triton"
+    assert below == {"graph fp16": {"64_128_512"}, "graph bf16": {"64_128_256"}}
+    src = _write(tmp_path / "m.csv", ROWS)
+    png = tmp_path / "m.png"
+    assert mod.main([str(src), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
