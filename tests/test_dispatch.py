@@ -7,9 +7,11 @@ CUDA-graph capture of seen and unseen shapes, torch.compile, vendor entries, and
 
 from __future__ import annotations
 
+import ctypes
 import math
-import warnings
 import time
+import types
+import warnings
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ import gemmrl
 from conftest import have_cutlass_toolchain
 from gemmrl import dispatch
 from gemmrl.library import Entry, Library
+from gemmrl.problem import GemmProblem
 
 CFG = "tiled(BM=32,BN=32,BK=32,warps=4,stages=2,group_m=1)"
 CUT = "coop_128x128x64_c1x1_persistent_tn_fp16:s1_rh_dheuristic_k1"  # a CUTLASS SM90 <config>:<knobs>
@@ -331,6 +334,69 @@ def test_a_pinned_vendor_algorithm_is_found_by_its_description_and_reported(impl
     assert dispatch.pin_algorithm(e, [pinned.replace("0.712", "0.713")])[0] is None
 
 
+class _FakeLt:
+    """CtypesCandidate's surface as _make_vendor uses it, on the CPU: which mode it was made in, and a plan whose
+    heuristic results are ``DESCS`` (the pin is looked up among them)."""
+
+    DESCS = ["id=66 tile=128x64", "id=66 tile=144x64 cluster=4x1x1", "id=66 tile=96x64"]
+    made: list = []
+
+    def __init__(self, name, layout, acc, mode):
+        self.mode, self.selected = mode, None
+        run = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_void_p)(lambda *_: 0)
+        self._lib = types.SimpleNamespace(
+            run=run, describe=lambda ptr, i: self.DESCS[i], plan_count=lambda ptr: len(self.DESCS),
+            plan_select=lambda ptr, i: setattr(self, "selected", i) or 0, check=lambda st, what: None)
+        self._ptr, self._stream, self._device = 1, (lambda dev: 0), 0
+        _FakeLt.made.append(self)
+
+    def prepare(self, problem, bufs, protocol, timer):
+        self.prepared = (protocol, timer)
+
+    def info(self):
+        return {"algo": self.DESCS[2] if self.mode == "autotuned" else self.DESCS[0]}
+
+
+@pytest.mark.parametrize("tune", ["pin", "here", None])
+@pytest.mark.parametrize("impl", ["cublaslt_autotuned_tn", "cublaslt_heuristic_tn", "cublas_tn"])
+def test_vendor_tune_here_autotunes_only_autotuned_entries(monkeypatch, tune, impl):
+    """GEMMRL_VENDOR_TUNE=here: a cuBLASLt-autotuned entry is tuned on this machine (its pin unused, the choice in
+    the note); pin (the default) selects the library's algorithm; heuristic and cuBLAS entries are never retuned."""
+    import dataclasses
+
+    from gemmrl.candidate import make_buffers
+    from gemmrl.kernels import vendor
+
+    if tune is None:
+        monkeypatch.delenv(dispatch.VENDOR_TUNE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(dispatch.VENDOR_TUNE_ENV, tune)
+    monkeypatch.setattr(vendor, "CtypesCandidate", _FakeLt)
+    _FakeLt.made = []
+    e = dataclasses.replace(entry(64, 16384, 128, family="vendor", impl=impl), algo=_FakeLt.DESCS[1])
+    p = GemmProblem(64, 16384, 128, layout="tn")
+    _call, adapter, _spec = dispatch._make_vendor(e, p, make_buffers(p, "cpu", seed=0))
+    (cand,) = _FakeLt.made
+    if tune == "here" and "autotuned" in impl:
+        assert cand.mode == "autotuned" and cand.selected is None
+        assert adapter.note == " [GEMMRL_VENDOR_TUNE=here: id=66 tile=96x64]"
+    elif impl.startswith("cublaslt"):
+        assert cand.mode == "heuristic" and cand.selected == 1
+        assert adapter.note == " [pinned: heuristic #1 of 3]"
+    else:
+        assert cand.mode == "cublas" and adapter.note == ""
+    assert cand.prepared == (e.protocol, None)
+
+
+def test_a_bad_vendor_tune_setting_is_refused_with_the_choices(monkeypatch):
+    monkeypatch.setenv(dispatch.VENDOR_TUNE_ENV, "always")
+    with pytest.raises(dispatch.DispatchError, match="'pin'.*'here'"):
+        dispatch.vendor_tune()
+    monkeypatch.setenv(dispatch.VENDOR_TUNE_ENV, " HERE ")
+    assert dispatch.vendor_tune() == "here"
+
+
 # -- GPU tier ---------------------------------------------------------------------------------------------
 def _gpu_name():
     return torch.cuda.get_device_properties(torch.cuda.current_device()).name
@@ -370,6 +436,32 @@ def test_capture_seen_and_unseen_shapes_gpu(lib, layout):
     assert gemmrl.served_by(a2, b)["eager"] == "torch.matmul"  # built eagerly now: no entry there
     e = gemmrl.mm(a, b)
     assert (e.float() - a.float() @ b.float()).abs().max() <= tol(512)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tune", ["pin", "here"])
+def test_vendor_tune_serves_a_correct_cublaslt_choice_gpu(lib, monkeypatch, tune):
+    """A cuBLASLt-autotuned entry pinned to an algorithm this cuBLASLt offers runs its pin by default; with
+    GEMMRL_VENDOR_TUNE=here it is autotuned on this GPU instead, and served_by says what was chosen. Both are right."""
+    import dataclasses
+
+    from gemmrl.candidate import make_buffers
+    from gemmrl.kernels import vendor
+
+    monkeypatch.setenv(dispatch.VENDOR_TUNE_ENV, tune)
+    gpu, (M, N, K) = _gpu_name(), (128, 1024, 512)
+    lt = vendor.CtypesCandidate("probe", "tn", "fp32", "heuristic")
+    p = GemmProblem(M, N, K, layout="tn")
+    lt.prepare(p, make_buffers(p, "cuda"), "offline", None)
+    first = lt.info()["algo"]  # the heuristic's first: a pin this cuBLASLt offers
+    lib(dataclasses.replace(entry(M, N, K, gpu=gpu, protocol="offline", family="vendor", impl="cublaslt_autotuned_tn"),
+                            algo=first))
+    a = torch.randn(M, K, device="cuda").half()
+    b = torch.randn(N, K, device="cuda").half().t()
+    served = gemmrl.served_by(a, b)["eager"]
+    assert ("GEMMRL_VENDOR_TUNE=here: id=" in served) == (tune == "here"), served
+    assert ("[pinned: heuristic #0 of" in served) == (tune == "pin"), served
+    assert (gemmrl.mm(a, b).float() - a.float() @ b.float()).abs().max() <= tol(K)
 
 
 @pytest.mark.gpu

@@ -11,7 +11,10 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
 - An entry is a Triton config (compiled once, launched through its C launcher on torch's current stream), a
   CUTLASS SM90 config with its scheduler knobs (built with nvcc once and cached, loaded with ctypes, launched on
   torch's current stream; CUDA tensors only) or the vendor path measured fastest there (cuBLAS/cuBLASLt through
-  our extension, with the measured algorithm where this cuBLASLt offers it, or torch.matmul).
+  our extension, with the measured algorithm where this cuBLASLt offers it, or torch.matmul). With
+  ``GEMMRL_VENDOR_TUNE=here`` a cuBLASLt-autotuned entry is autotuned on this machine at build time instead (the
+  same screen-and-confirm rule as the baseline, its choice cached per machine) rather than pinned: the autotune's
+  pick among near-tie algorithms moves from machine to machine by more than the noise rule's 2%.
 - No entry, ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a
   kernel the GPU's validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
 - Nothing compiles inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
@@ -422,6 +425,7 @@ def _identity(device) -> tuple[str, dict]:
 def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     gpu, sw = _identity(device)
     dt = _DTYPES[dtype]
+    vendor_tune()  # a bad GEMMRL_VENDOR_TUNE is the caller's error, not a kernel that failed to build
     lib = library()
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
     made: dict[tuple, tuple[Callable, str, tuple]] = {}
@@ -556,10 +560,13 @@ def _make_vendor(e: Entry, problem: GemmProblem, bufs):
         tc.prepare(problem.with_(layout="nn"), bufs, e.protocol, None)
         return _torch_mm, _VendorAdapter(tc, "torch", problem.layout), ()
     mode = {"cublas": "cublas", "cublaslt_heuristic": "heuristic", "cublaslt_autotuned": "heuristic"}[e.impl[:-3]]
-    cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", mode)
+    here = e.impl.startswith("cublaslt_autotuned") and vendor_tune() == "here"
+    cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", "autotuned" if here else mode)
     cand.prepare(problem, bufs, e.protocol, None)
     note = ""
-    if mode == "heuristic" and e.algo:
+    if here:  # the library's pin is not used: what this machine's autotune chose (or its cache held)
+        note = f" [{VENDOR_TUNE_ENV}=here: {cand.info().get('algo', '?')}]"
+    elif mode == "heuristic" and e.algo:
         lib, ptr = cand._lib, cand._ptr
         descs = [lib.describe(ptr, i) for i in range(lib.plan_count(ptr))]
         idx, note = pin_algorithm(e, descs)
@@ -594,6 +601,20 @@ def _make_vendor(e: Entry, problem: GemmProblem, bufs):
     adapter = _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout)
     adapter.note = note
     return call, adapter, spec
+
+
+VENDOR_TUNE_ENV = "GEMMRL_VENDOR_TUNE"
+VENDOR_TUNE_CHOICES = ("pin", "here")
+
+
+def vendor_tune() -> str:
+    """``GEMMRL_VENDOR_TUNE``, checked: ``pin`` (default: a cuBLASLt-autotuned entry runs the algorithm the library
+    measured, where this cuBLASLt offers it) or ``here`` (it is autotuned on this machine when first built)."""
+    v = os.environ.get(VENDOR_TUNE_ENV, "pin").strip().lower() or "pin"
+    if v not in VENDOR_TUNE_CHOICES:
+        raise DispatchError(f"{VENDOR_TUNE_ENV}={v!r}: use 'pin' (the library's algorithm) or 'here' (autotune "
+                            "cuBLASLt-autotuned entries on this machine)")
+    return v
 
 
 def pin_algorithm(e: Entry, descs: list[str]) -> tuple[int | None, str]:
