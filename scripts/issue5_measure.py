@@ -124,35 +124,10 @@ def measured_points(rows: list[dict]) -> tuple[dict[str, dict[str, tuple[float, 
 
 
 def plot(pts: dict, below: dict, path: Path, title: str) -> Path:
-    from library_plot import COLOURS
+    import library_plot
 
-    from gemmrl.report_plots import _plain, _plt, _save
-
-    plt = _plt()
-    panels = sorted(pts, key=lambda p: (p.split()[0] != "graph", p))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.6), squeeze=False)
-    for ax, p in zip(axes[0], panels):
-        by = pts[p]
-        for fam, col in COLOURS.items():
-            xy = [(f, r) for f, r, fm in by.values() if fm == fam]
-            if xy:
-                ax.scatter([f for f, _ in xy], [r for _, r in xy], s=9, c=col, alpha=0.75, edgecolors="none",
-                           label=f"{fam} served ({len(xy)})")
-        lost = [by[m] for m in sorted(below.get(p, ())) if m in by]
-        if lost:
-            ax.scatter([f for f, *_ in lost], [r for _, r, _ in lost], s=40, facecolors="none", edgecolors="r",
-                       lw=0.8, label=f"< {FLOOR} after the noise rule ({len(lost)})")
-        ax.axhline(1.0, color="k", lw=0.6)
-        ax.axhline(FLOOR, color="r", lw=0.5, ls=":")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        _plain(ax.yaxis)
-        ax.set_xlabel("FLOPs (2MNK)")
-        ax.set_ylabel("vendor_best time / gemmrl time")
-        ax.set_title(f"{p}: {len(by)} shapes, geomean {geomean([r for _, r, _ in by.values()]):.4f}")
-        ax.legend(loc="upper right", fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    return _save(fig, path)
+    return library_plot.plot(pts, path, title, ylabel="vendor_best time / gemmrl time", served_word=" served",
+                             ringed=below, ring_label=f"< {FLOOR} after the noise rule", floor=FLOOR)
 
 
 def offline_statistic(rows: list[dict]) -> dict | None:

@@ -45,24 +45,37 @@ def served(lib: Library, gpu: str | None, dtype: str | None = None) -> dict[str,
     return out
 
 
-def plot(data: dict, path: Path, title: str) -> Path:
+PANEL_ORDER = ("graph", "cold", "offline", "server")
+
+
+def plot(data: dict, path: Path, title: str, *, ylabel: str = "vendor_best time / served time",
+         served_word: str = "", ringed: dict | None = None, ring_label: str = "", floor: float | None = None) -> Path:
+    """One panel per key of ``data`` (a protocol, or "protocol dtype"), each point (flops, ratio, family) of a
+    shape; ``ringed``: panel -> the shape keys to ring in red (``ring_label`` in the legend), ``floor``: a dotted
+    line there."""
     plt = _plt()
-    protos = [p for p in ("graph", "cold", "offline", "server") if p in data]
-    fig, axes = plt.subplots(1, len(protos), figsize=(6.5 * len(protos), 4.6), squeeze=False)
-    for ax, p in zip(axes[0], protos):
+    panels = sorted(data, key=lambda p: (PANEL_ORDER.index(p.split()[0]) if p.split()[0] in PANEL_ORDER else 9, p))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.6), squeeze=False)
+    for ax, p in zip(axes[0], panels):
         rows = data[p]
         geo = math.exp(sum(math.log(r) for _, r, _ in rows.values()) / len(rows))
         for fam, col in COLOURS.items():
             pts = [(f, r) for f, r, fm in rows.values() if fm == fam]
             if pts:
                 ax.scatter([f for f, _ in pts], [r for _, r in pts], s=9, c=col, alpha=0.75,
-                           label=f"{fam} ({len(pts)})", edgecolors="none")
+                           label=f"{fam}{served_word} ({len(pts)})", edgecolors="none")
+        lost = [rows[k] for k in sorted((ringed or {}).get(p, ())) if k in rows]
+        if lost:
+            ax.scatter([f for f, *_ in lost], [r for _, r, _ in lost], s=40, facecolors="none", edgecolors="r",
+                       lw=0.8, label=f"{ring_label} ({len(lost)})")
         ax.axhline(1.0, color="k", lw=0.6)
+        if floor is not None:
+            ax.axhline(floor, color="r", lw=0.5, ls=":")
         ax.set_xscale("log")
         ax.set_yscale("log")
         _plain(ax.yaxis)
         ax.set_xlabel("FLOPs (2MNK)")
-        ax.set_ylabel("vendor_best time / served time")
+        ax.set_ylabel(ylabel)
         ax.set_title(f"{p}: {len(rows)} shapes, geomean {geo:.4f}")
         ax.legend(loc="upper right", fontsize=8)
     fig.suptitle(title, fontsize=10)
