@@ -262,10 +262,10 @@ def test_build_entries_ignores(bad):
 
 
 def test_build_entries_judges_by_median_over_runs():
-    """Two runs: cublas_nn is faster in both but drew one slow measurement; cublaslt_heuristic_nn drew one lucky
-    one. By minimum the lucky path would win; by median (first runs and re-measurements alike) cublas_nn does."""
+    """Two runs: cublaslt_heuristic_nn drew one lucky measurement (0.9 in run a) and is slower everywhere else. By
+    minimum the lucky path would win; by median (first runs and re-measurements alike) cublas_nn does."""
     rows = [_row(S, "cublas_nn", 1.0, source="a"), _row(S, "cublas_nn", 1.0, recheck="1", source="a"),
-            _row(S, "cublas_nn", 1.5, source="b"),
+            _row(S, "cublas_nn", 1.0, source="b"),
             _row(S, "cublaslt_heuristic_nn", 0.9, source="a"), _row(S, "cublaslt_heuristic_nn", 1.2, source="b"),
             _row(S, "cublaslt_heuristic_nn", 1.2, recheck="2", source="b")]
     got = _by(build_entries(rows, buckets=False))[(S, "nn", "offline", 64, 64)]
@@ -277,6 +277,29 @@ def test_build_entries_judges_by_median_over_runs():
     algos = [_row(S, "cublaslt_autotuned_nn", t, algo=a) for a, t in (("x", 1.0), ("y", 0.8), ("y", 0.9), ("x", 1.1))]
     e = _by(build_entries(algos, buckets=False))[(S, "nn", "offline", 64, 64)]
     assert (e.algo, e.time_ms) == ("y", pytest.approx(0.85))
+
+
+def test_build_entries_compares_within_each_run():
+    """Run b's machine is 20% slower (cold small shapes differed that much between two H100 hosts). A CUTLASS config
+    timed only in run a, 2% behind the vendor path there, beats the vendor's absolute median over both runs; judged
+    against each run's own vendor time it loses. A run that timed no vendor path is judged against the others'."""
+    rows = [_row(S, "cublas_nn", 1.0, source="a"), _row(S, "cublas_nn", 1.2, source="b"),
+            _row(S, "cublas_nn", 1.2, recheck="1", source="b"),
+            _row(S, f"cutlass:{CUT}", 1.02, algo=CUT, source="a")]
+    e = _by(build_entries(rows, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.impl, e.time_ms, e.vendor_best_ms) == ("vendor", "cublas_nn", 1.2, 1.2)
+    # 10% ahead of the vendor in run a: it wins, its vendor_best scaled by the relative medians (1.0 / 0.9)
+    faster = [dict(r, time_ms="0.9") if r["candidate"].startswith("cutlass") else r for r in rows]
+    e = _by(build_entries(faster, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.time_ms) == ("cutlass", 0.9) and e.vendor_best_ms == pytest.approx(1.0)  # 0.9 x 1.0 / 0.9
+    assert e.speedup == pytest.approx(1 / 0.9)
+    # a select run (source c) timed the config beside no vendor path: judged against the median reference (1.1)
+    alone = rows + [_row(S, f"cutlass:{CUT}", 1.21, algo=CUT, source="c"), _row(S, f"cutlass:{CUT}", 1.21, algo=CUT,
+                                                                               source="c")]
+    e = _by(build_entries(alone, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.impl) == ("vendor", "cublas_nn")  # the config: 1.02, 1.1, 1.1 relative; cublas 1.0, 1.0, 1.0
+    only = [r for r in alone if r.get("source") == "c"]
+    assert build_entries(only, buckets=False) == []  # no vendor path anywhere: nothing to claim against
 
 
 def test_build_entries_counts_what_gemmrl_served():

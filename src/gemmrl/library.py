@@ -25,6 +25,7 @@ import functools
 import gzip
 import hashlib
 import json
+import math
 import os
 import sqlite3
 import statistics
@@ -429,13 +430,20 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
     is judged by the median of its measurements, and the fastest candidate that read that layout wins.
     ``vendor_best`` is the fastest vendor path in any layout, also by median. Medians, not minima: with several
     runs a minimum picks whichever candidate drew the luckiest measurement, and the library then serves a path
-    that loses in the next run. A Triton or CUTLASS config is one candidate whatever label its rows carry
+    that loses in the next run. Each measurement counts relative to its own run: divided by the fastest vendor
+    path's first-run time in the same run (a row's ``source``, its file) at that shape and protocol. Runs on
+    different machines differ by more than the candidates do (cold small shapes: 20% between two H100 hosts), so
+    absolute times from two runs would favour a candidate timed only in the faster one. Where a run timed no vendor
+    path at a shape, its rows are judged against the median of the other runs' references. With one run the
+    result is the same as by absolute times; an entry's ``time_ms`` is its median absolute time and its
+    ``vendor_best_ms`` is scaled from it by the relative medians (in one run: the vendor path's median time). A Triton or CUTLASS config is one candidate whatever label its rows carry
     (``triton-sel:graph``, ``cutlass:<config>:<knobs>``, ``cutlass-sel:graph+cold``, ...: keyed by its ``algo``),
     and a ``gemmrl`` row that it served (a ``gemmrl bench --library`` run) is one more measurement of it. With
     ``buckets``, Triton winners of one config at neighbouring measured M of one (N, K) are merged into a bucket
     entry that serves the M between them."""
-    times: dict[tuple, list[float]] = {}
+    times: dict[tuple, list[tuple[str, float]]] = {}  # candidate key -> [(run, time_ms)]
     first: dict[tuple, Mapping[str, str]] = {}
+    ref: dict[tuple, float] = {}  # (shape, run) -> the run's fastest vendor first-run time there
     for r in rows:
         r = _served_kernel(r) or r
         kind = _kind(r.get("candidate", ""))
@@ -452,22 +460,37 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
         else:
             name = f"{kind}:{variant}"  # a config is one candidate whatever label its rows carry
         key = shape + (r.get("layout") or "nn", kind, name, variant)
-        times.setdefault(key, []).append(float(r["time_ms"]))
+        run, t = r.get("source") or "", float(r["time_ms"])
+        times.setdefault(key, []).append((run, t))
         if not recheck:
             first.setdefault(key, r)
-    best: dict[tuple, tuple[float, tuple]] = {}   # (shape, layout) -> (median, key)
-    vbest: dict[tuple, tuple[float, tuple]] = {}  # shape -> (median, key), any layout
+            if kind == "vendor":
+                ref[shape + (run,)] = min(ref.get(shape + (run,), math.inf), t)
+    refs: dict[tuple, list[float]] = {}
+    for k, t in ref.items():
+        refs.setdefault(k[:5], []).append(t)
+    pooled = {k: statistics.median(v) for k, v in refs.items()}  # for a run that timed no vendor path at a shape
+    score: dict[tuple, tuple[float, float]] = {}  # key -> (median relative time, median absolute time)
     for key in sorted(k for k in times if k in first):
-        t, shape, layout, kind = statistics.median(times[key]), key[:5], key[5], key[6]
-        if kind == "vendor" and (shape not in vbest or t < vbest[shape][0]):
-            vbest[shape] = (t, key)
-        if (shape + (layout,)) not in best or t < best[shape + (layout,)][0]:
-            best[shape + (layout,)] = (t, key)
+        rel = [t / (ref.get(key[:5] + (run,)) or pooled[key[:5]]) for run, t in times[key] if key[:5] in pooled]
+        if rel:
+            score[key] = (statistics.median(rel), statistics.median(t for _, t in times[key]))
+    best: dict[tuple, tuple[tuple, tuple]] = {}   # (shape, layout) -> ((relative median, absolute), key)
+    vbest: dict[tuple, tuple[tuple, tuple]] = {}  # shape -> the same, any layout
+    for key, (rel, t) in score.items():
+        shape, layout, kind = key[:5], key[5], key[6]
+        rank = (round(rel, 9), t)  # a tie in one run (cold times come in 32 ns steps) falls to the absolute time,
+        if kind == "vendor" and (shape not in vbest or rank < vbest[shape][0]):  # not to the division's last bit
+            vbest[shape] = (rank, key)
+        if (shape + (layout,)) not in best or rank < best[shape + (layout,)][0]:
+            best[shape + (layout,)] = (rank, key)
     out: list[Entry] = []
-    for (gpu, dtype, acc, mnk, proto, layout), (t, key) in best.items():
+    for (gpu, dtype, acc, mnk, proto, layout), (_rank, key) in best.items():
         if (gpu, dtype, acc, mnk, proto) not in vbest:
             continue  # no vendor reference measured: nothing to claim against
-        vt, vkey = vbest[(gpu, dtype, acc, mnk, proto)]
+        vkey = vbest[(gpu, dtype, acc, mnk, proto)][1]
+        (rel, t), vrel = score[key], score[vkey][0]
+        vt = score[vkey][1] if vkey == key else t * vrel / rel
         r = first[key]
         M, N, K = (int(x) for x in mnk.split("_"))
         fam = key[6]
