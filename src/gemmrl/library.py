@@ -436,11 +436,12 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
     absolute times from two runs would favour a candidate timed only in the faster one. Where a run timed no vendor
     path at a shape, its rows are judged against the median of the other runs' references. With one run the
     result is the same as by absolute times; an entry's ``time_ms`` is its median absolute time and its
-    ``vendor_best_ms`` is scaled from it by the relative medians (in one run: the vendor path's median time). A Triton or CUTLASS config is one candidate whatever label its rows carry
-    (``triton-sel:graph``, ``cutlass:<config>:<knobs>``, ``cutlass-sel:graph+cold``, ...: keyed by its ``algo``),
-    and a ``gemmrl`` row that it served (a ``gemmrl bench --library`` run) is one more measurement of it. With
-    ``buckets``, Triton winners of one config at neighbouring measured M of one (N, K) are merged into a bucket
-    entry that serves the M between them."""
+    ``vendor_best_ms`` is scaled from it by the relative medians (in one run: the vendor path's median time).
+    A Triton or CUTLASS config is one candidate whatever label its rows carry (``triton-sel:graph``,
+    ``cutlass:<config>:<knobs>``, ``cutlass-sel:graph+cold``, ...: keyed by its ``algo``), and a ``gemmrl`` row
+    that it served (a ``gemmrl bench --library`` run) is one more measurement of it. With ``buckets``, Triton
+    winners of one config at neighbouring measured M of one (N, K) are merged into a bucket entry that serves the
+    M between them."""
     times: dict[tuple, list[tuple[str, float]]] = {}  # candidate key -> [(run, time_ms)]
     first: dict[tuple, Mapping[str, str]] = {}
     ref: dict[tuple, float] = {}  # (shape, run) -> the run's fastest vendor first-run time there
