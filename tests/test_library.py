@@ -280,7 +280,7 @@ def test_build_entries_judges_by_median_over_runs():
 
 
 def test_build_entries_compares_within_each_run():
-    """Run b's machine is 20% slower (cold small shapes differed that much between two H100 hosts). A CUTLASS config
+    """Run b's machine is 20% slower (cold small shapes differed by ~25% between two H100 hosts). A CUTLASS config
     timed only in run a, 2% behind the vendor path there, beats the vendor's absolute median over both runs; judged
     against each run's own vendor time it loses. A run that timed no vendor path is judged against the others'."""
     rows = [_row(S, "cublas_nn", 1.0, source="a"), _row(S, "cublas_nn", 1.2, source="b"),

@@ -432,7 +432,7 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
     runs a minimum picks whichever candidate drew the luckiest measurement, and the library then serves a path
     that loses in the next run. Each measurement counts relative to its own run: divided by the fastest vendor
     path's first-run time in the same run (a row's ``source``, its file) at that shape and protocol. Runs on
-    different machines differ by more than the candidates do (cold small shapes: 20% between two H100 hosts), so
+    different machines differ by more than the candidates do (cold small shapes: ~25% between two H100 hosts), so
     absolute times from two runs would favour a candidate timed only in the faster one. Where a run timed no vendor
     path at a shape, its rows are judged against the median of the other runs' references. With one run the
     result is the same as by absolute times; an entry's ``time_ms`` is its median absolute time and its
