@@ -8,7 +8,7 @@ Per shape class (min(M,N) <= 256, all dims >= 4096, the rest, all) and protocol:
 gemmrl's speed over vendor_best (first-run rows; bars 1.05 graph, 1.10 cold over the 1000), its minimum, the
 shapes below 0.98 in the first run and the ones that stay below after the noise rule (median of the 3 interleaved
 re-measurements `gemmrl bench` makes where gemmrl is > 2% slower), and on how many shapes a generated kernel was
-served (the library's choice recorded in the gemmrl row's `algo`: graph= in graph, eager= otherwise). With
+served (the library's choice recorded in the gemmrl row's `algo`: `library.served_desc`). With
 --offline: CUDA-L2's statistic, the arithmetic mean over shapes of gemmrl's mean per-call TFLOPS over
 cublaslt_autotuned's (the better of tn and nn), bar 1.07. Coverage is counted against the 1000-shape grid. With
 --library (the library measured): beside each figure, what the library's selection run said for the same shapes
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.bench import noise_rule_below  # noqa: E402
+from gemmrl.library import served_desc  # noqa: E402
 from gemmrl.problem import grid  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
 from gemmrl.summary import ratios, table  # noqa: E402
@@ -47,16 +48,6 @@ def shape_class(mnk: str) -> str:
     if min(m, n, k) >= 4096:
         return "large"
     return "other"
-
-
-def served(row: dict, protocol: str) -> str:
-    """What the library served in this protocol, from the gemmrl row's ``algo`` (e.g. ``graph=triton:...``)."""
-    want = "graph=" if protocol == "graph" else "eager="
-    for part in (row.get("algo") or "").split(";"):
-        part = part.strip()
-        if part.startswith(want):
-            return part[len(want):]
-    return ""
 
 
 def geomean(xs: list[float]) -> float:
@@ -80,14 +71,19 @@ def selection_figures(library_path: str) -> dict[tuple[str, str, str], float]:
     return out
 
 
-def measure_table(rows: list[dict], selection: dict | None = None) -> list[dict]:
+def noise_below(rows: list[dict]) -> set[tuple[str, str, str]]:
+    """(mnk, protocol, dtype) where gemmrl stays below 0.98 of vendor_best after the noise rule (a rule per dtype)."""
+    return {(mnk, proto, dtype) for dtype in {r["dtype"] for r in rows}
+            for mnk, proto in noise_rule_below([r for r in rows if r["dtype"] == dtype], "gemmrl", "vendor_best",
+                                               margin=1 - FLOOR)}
+
+
+def measure_table(rows: list[dict], selection: dict | None = None, below: set | None = None) -> list[dict]:
     """One record per (protocol, dtype, class): the measure pass's figures against vendor_best (and, given the
-    library's ``selection`` figures, their geomean over the same shapes)."""
+    library's ``selection`` figures, their geomean over the same shapes). ``below``: noise_below(rows), if known."""
     rat = ratios(rows, "gemmrl", "vendor_best")
     tab = table(rows)
-    below = {(mnk, proto, dtype) for dtype in {r["dtype"] for r in rows}  # noise_rule_below is per dtype
-             for mnk, proto in noise_rule_below([r for r in rows if r["dtype"] == dtype], "gemmrl", "vendor_best",
-                                                margin=1 - FLOOR)}
+    below = noise_below(rows) if below is None else below
     out = []
     for proto, dtype in sorted({k[:2] for k in rat}, key=lambda pd: (pd[0] != "graph", pd[0], pd[1] != "fp16", pd[1])):
         for cls in CLASSES:
@@ -95,7 +91,7 @@ def measure_table(rows: list[dict], selection: dict | None = None) -> list[dict]
             if not keys:
                 continue
             xs = [rat[k] for k in keys]
-            gen = sum(1 for k in keys if (what := served(tab[k]["gemmrl"], proto)) and not what.startswith("vendor:"))
+            gen = sum(1 for k in keys if (what := served_desc(tab[k]["gemmrl"])) and not what.startswith("vendor:"))
             stays = sorted(k[3] for k in keys if (k[3], proto, dtype) in below)
             out.append({"protocol": proto, "dtype": dtype, "class": cls, "shapes": len(keys), "geomean": geomean(xs),
                         "min": min(xs), "first_below": sum(x < FLOOR for x in xs), "noise_below": len(stays),
@@ -106,21 +102,19 @@ def measure_table(rows: list[dict], selection: dict | None = None) -> list[dict]
     return out
 
 
-def measured_points(rows: list[dict]) -> tuple[dict[str, dict[str, tuple[float, float, str]]], dict[str, set]]:
+def measured_points(rows: list[dict], below: set | None = None) -> tuple[dict[str, dict], dict[str, set]]:
     """For --plot: panel ("graph fp16", ...) -> mnk -> (flops, gemmrl / vendor_best first run, family served), and
-    panel -> the shapes that stay below 0.98 after the noise rule (as measure_table counts them)."""
+    panel -> the shapes that stay below 0.98 after the noise rule (``below``: noise_below(rows), if known)."""
     tab = table(rows)
     pts: dict[str, dict] = {}
     for (proto, dtype, _acc, mnk), x in ratios(rows, "gemmrl", "vendor_best").items():
-        fam = served(tab[(proto, dtype, _acc, mnk)]["gemmrl"], proto).split(":")[0] or "vendor"
+        fam = served_desc(tab[(proto, dtype, _acc, mnk)]["gemmrl"]).split(":")[0] or "vendor"
         m, n, k = (int(v) for v in mnk.split("_"))
         pts.setdefault(f"{proto} {dtype}", {})[mnk] = (2.0 * m * n * k, x, fam)
-    below: dict[str, set] = {}
-    for dtype in {r["dtype"] for r in rows}:
-        for mnk, proto in noise_rule_below([r for r in rows if r["dtype"] == dtype], "gemmrl", "vendor_best",
-                                           margin=1 - FLOOR):
-            below.setdefault(f"{proto} {dtype}", set()).add(mnk)
-    return pts, below
+    panels: dict[str, set] = {}
+    for mnk, proto, dtype in noise_below(rows) if below is None else below:
+        panels.setdefault(f"{proto} {dtype}", set()).add(mnk)
+    return pts, panels
 
 
 def plot(pts: dict, below: dict, path: Path, title: str) -> Path:
@@ -181,7 +175,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rows = read_rows(args.measure)
     off_rows = read_rows(args.offline) if args.offline else []
-    recs = measure_table(rows, selection_figures(args.library) if args.library else None)
+    below = noise_below(rows)
+    recs = measure_table(rows, selection_figures(args.library) if args.library else None, below)
     if not recs and not off_rows:
         print("no shape has both a gemmrl and a vendor_best row: is this a `gemmrl bench --library` run?",
               file=sys.stderr)
@@ -191,9 +186,9 @@ def main(argv=None) -> int:
     if args.md:
         Path(args.md).write_text(text)
     if args.plot and recs:
-        cov = coverage(rows)
-        print(plot(*measured_points(rows), Path(args.plot), f"gemmrl bench --library (the measure pass): "
-                   f"{max(cov.values())} of 1000 grid shapes, {len(args.measure)} file(s)"))
+        shapes = max(r["shapes"] for r in recs if r["class"] == "all")
+        print(plot(*measured_points(rows, below), Path(args.plot), f"gemmrl bench --library (the measure pass): "
+                   f"{shapes} of 1000 grid shapes, {len(args.measure)} file(s)"))
     return 0
 
 

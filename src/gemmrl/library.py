@@ -399,6 +399,17 @@ def _impl(kind: str, r: Mapping[str, str]) -> str | None:
     return impl
 
 
+def served_desc(r: Mapping[str, str]) -> str:
+    """What served a ``gemmrl`` row (``gemmrl bench --library``) in its protocol, as dispatch describes it in the
+    row's ``algo`` (``eager=<desc>; graph=<desc>; hot=...``; a desc is ``<family>:<impl> (<protocol> entry ...)``,
+    with a note): the graph part in ``graph``, the eager part otherwise; "" where the row says neither."""
+    want = "graph=" if r.get("protocol") == "graph" else "eager="
+    for part in (r.get("algo") or "").split(";"):
+        if (part := part.strip()).startswith(want):
+            return part[len(want):]
+    return ""
+
+
 def _served_kernel(r: Mapping[str, str]) -> Mapping[str, str] | None:
     """A ``gemmrl`` row (gemmrl.mm timed by ``gemmrl bench --library``) that a Triton or CUTLASS entry served, as a
     row of that config: the library's own re-measurement of a kernel it chose. The served kernel is read from the
@@ -409,14 +420,9 @@ def _served_kernel(r: Mapping[str, str]) -> Mapping[str, str] | None:
     not of the kernel."""
     if r.get("candidate") != "gemmrl":
         return None
-    part = "graph=" if r.get("protocol") == "graph" else "eager="
-    algo = r.get("algo") or ""
-    if part == "eager=" and "hot=torch" not in algo:
+    if r.get("protocol") != "graph" and "hot=torch" not in (r.get("algo") or ""):
         return None
-    i = algo.find(part)
-    if i < 0:
-        return None
-    served = algo[i + len(part):].split(";", 1)[0].split(" (", 1)[0].strip()
+    served = served_desc(r).split(" (", 1)[0].strip()
     fam, _, impl = served.partition(":")
     if fam not in KERNELS or not impl:
         return None
