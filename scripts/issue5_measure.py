@@ -91,11 +91,14 @@ def measure_table(rows: list[dict], selection: dict | None = None, below: set | 
             if not keys:
                 continue
             xs = [rat[k] for k in keys]
-            gen = sum(1 for k in keys if (what := served_desc(tab[k]["gemmrl"])) and not what.startswith("vendor:"))
+            gen_keys = [k for k in keys if (what := served_desc(tab[k]["gemmrl"])) and not what.startswith("vendor:")]
+            gen = len(gen_keys)
             stays = sorted(k[3] for k in keys if (k[3], proto, dtype) in below)
             out.append({"protocol": proto, "dtype": dtype, "class": cls, "shapes": len(keys), "geomean": geomean(xs),
                         "min": min(xs), "first_below": sum(x < FLOOR for x in xs), "noise_below": len(stays),
-                        "below_shapes": stays, "generated": gen, "bar": BARS.get(proto) if cls == "all" else None})
+                        "below_shapes": stays, "generated": gen, "bar": BARS.get(proto) if cls == "all" else None,
+                        "generated_geomean": geomean([rat[k] for k in gen_keys]),
+                        "vendor_geomean": geomean([rat[k] for k in keys if k not in set(gen_keys)])})
             if selection is not None:
                 sel = [selection[(proto, dtype, k[3])] for k in keys if (proto, dtype, k[3]) in selection]
                 out[-1]["selection"] = geomean(sel) if len(sel) == len(keys) else math.nan
@@ -143,18 +146,24 @@ def coverage(rows: list[dict]) -> dict[str, int]:
     return {p: len(s) for p, s in seen.items()}
 
 
+def _fmt(x: float) -> str:
+    return "" if math.isnan(x) else f"{x:.4f}"
+
+
 def markdown(recs: list[dict], off: dict | None, cov: dict[str, int], sources: list[str]) -> str:
     lines = [f"Sources: {', '.join(Path(s).name for s in sources)}", "",
              "Coverage of the 1000-shape grid: " + ", ".join(f"{p} {n}" for p, n in sorted(cov.items())), "",
              "| protocol | dtype | class | shapes | geomean gemmrl / vendor_best | bar | selection run, same shapes | min "
-             "| below 0.98 first run | below 0.98 after the noise rule | generated served |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| below 0.98 first run | below 0.98 after the noise rule | generated served | geomean where generated serves "
+             "| geomean where a vendor path serves |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in recs:
         bar = f"{r['bar']:.2f}" if r["bar"] else ""
         sel = "" if "selection" not in r else ("(not all in the library)" if math.isnan(r["selection"])
                                                else f"{r['selection']:.4f}")
         lines.append(f"| {r['protocol']} | {r['dtype']} | {LABEL[r['class']]} | {r['shapes']} | {r['geomean']:.4f} | "
-                     f"{bar} | {sel} | {r['min']:.3f} | {r['first_below']} | {r['noise_below']} | {r['generated']} |")
+                     f"{bar} | {sel} | {r['min']:.3f} | {r['first_below']} | {r['noise_below']} | {r['generated']} | "
+                     f"{_fmt(r['generated_geomean'])} | {_fmt(r['vendor_geomean'])} |")
     stays = [(r["protocol"], r["dtype"], s) for r in recs if r["class"] == "all" for s in r["below_shapes"]]
     if stays:
         lines += ["", "Below 0.98 after the noise rule: " + ", ".join(f"{s} ({p} {d})" for p, d, s in stays)]

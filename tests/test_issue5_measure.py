@@ -72,6 +72,9 @@ def test_figures_per_class_and_protocol(mod, tmp_path):
     # the noise rule: 64_128_512 stays below (median of the rechecks 0.9), 4096^3 recovers (median 1.0)
     assert alls["noise_below"] == 1 and alls["below_shapes"] == ["64_128_512"]
     assert small["generated"] == 1 and large["generated"] == 0 and alls["bar"] == 1.05
+    # generated-served and vendor-served apart: 64_128_256 (1.2) against 64_128_512 and 4096^3 (0.9, 0.97)
+    assert math.isclose(alls["generated_geomean"], 1.2) and math.isclose(alls["vendor_geomean"], math.sqrt(0.9 * 0.97))
+    assert math.isnan(large["generated_geomean"])
     assert recs["cold", "other"]["shapes"] == 1 and recs["cold", "all"]["bar"] == 1.10
     assert ("cold", "large") not in recs
     assert mod.coverage(ROWS) == {"graph": 3, "cold": 1}  # the bf16 row is the same grid shape: counted once
@@ -97,6 +100,7 @@ def test_main_writes_markdown_and_refuses_rows_without_gemmrl(mod, tmp_path, cap
     assert mod.main([str(src), "--md", str(md)]) == 0
     out = capsys.readouterr().out
     assert "| graph | fp16 | all | 3 | " in out
+    assert "| 1 | 1.2000 | 0.9343 |" in out  # generated served, its geomean, the vendor-served geomean
     assert "Below 0.98 after the noise rule: 64_128_512 (graph fp16), 64_128_256 (graph bf16)" in out
     assert md.read_text() == out
     other = _write(tmp_path / "v.csv", [r for r in ROWS if r["candidate"] != "gemmrl"])
