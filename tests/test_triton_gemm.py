@@ -421,6 +421,9 @@ COMPILE_CASES = [
     (SplitKConfig(BM=64, BN=64, BK=64, warps=4, stages=4, split=4, reduction="two_pass", pdl=True), (256, 512, 1024),
      "fp16", "nn", "fp32"),
     (TiledConfig(BM=64, BN=64, BK=64, warps=4, stages=3, pdl=True), (64, 64, 64), "bf16", "tn", "fp32"),
+    # the split-K sums unrolled (test_split_sums_are_unrolled)
+    *[(SplitKConfig(BM=64, BN=64, BK=128, warps=4, stages=4, split=split, reduction=reduction), (64, 64, 16384), "fp16",
+       "tn", "fp32") for reduction in ("fused", "two_pass") for split in (8, 16)],
 ]
 
 
@@ -472,6 +475,22 @@ def test_compiles_for_sm90(compiled, case):
         assert main.warps > cfg.warps, rep
     assert len(rep.kernels) == (2 if getattr(cfg, "reduction", "") == "two_pass" else 1)
     assert all(k.pdl == cfg.pdl for k in rep.kernels), rep  # launch_pdl set and griddepcontrol.wait in the PTX
+
+
+@pytest.mark.parametrize("reduction", ["fused", "two_pass"])
+def test_split_sums_are_unrolled(compiled, reduction):
+    """The program that sums a tile's SPLIT fp32 partials (the fused epilogue's last arrival, or the two-pass
+    reduction kernel) issues its loads in straight-line code, one group per partial, so twice the split is twice
+    the loads. With ``range`` the fused epilogue compiled to a loop of SPLIT - 1 dependent L2 round trips at split 8
+    and 16 (16 loads in the PTX at both), the two-pass kernel to one at split 16 (4 loads; LLVM unrolled split 8)."""
+    loads = {}
+    for i, (cfg, shape, *_rest) in enumerate(COMPILE_CASES):
+        if isinstance(cfg, SplitKConfig) and cfg.reduction == reduction and shape == (64, 64, 16384):
+            rep = compiled[i]
+            assert not isinstance(rep, str), rep
+            summing = rep.kernels[0] if reduction == "fused" else rep.kernels[1]
+            loads[cfg.split] = summing.ptx.count("ld.global.cg" if reduction == "fused" else "ld.global")
+    assert set(loads) == {8, 16} and loads[16] >= 2 * loads[8] - 1 and loads[8] >= 8, loads
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ class KernelReport:
     tma: bool
     seconds: float
     pdl: bool = False         # launched with PDL (metadata) and waiting on the previous grid (griddepcontrol.wait)
+    ptx: str = field(default="", repr=False, compare=False)  # the PTX itself, for checks of its shape
 
 
 @dataclass(frozen=True)
@@ -115,5 +116,6 @@ def compile_only(cfg: Config, problem: GemmProblem, arch: Arch = H100) -> Compil
                                     regs, spills, serialized,
                                     "wgmma" in ptx, "cp.async.bulk.tensor" in ptx,
                                     time.perf_counter() - t0,
-                                    bool(getattr(ck.metadata, "launch_pdl", False)) and "griddepcontrol.wait" in ptx))
+                                    bool(getattr(ck.metadata, "launch_pdl", False)) and "griddepcontrol.wait" in ptx,
+                                    ptx))
     return CompileReport(cfg, problem, tuple(reports))
