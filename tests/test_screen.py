@@ -40,11 +40,33 @@ def test_configs_for_takes_the_model_top_then_valid_exploration(mnk):
     assert [str(c) for c, _, _ in configs_for(p, H100, 8, 6, pool)] == names  # seeded per shape
 
 
+@pytest.mark.parametrize("mnk", ["64_64_16384", "256_256_1024", "1_4096_4096"])
+def test_configs_for_one_variant_only(mnk):
+    """--variants splitk: the model's top and the explored configs are all split-K, the explored ones drawn from
+    the same pool entries as in a screen of every variant (one generator, the others left out after)."""
+    p = parse_mnk(mnk)
+    full, sk = exploration_pool(0, 64), exploration_pool(0, 64, ("splitk",))
+    assert sk and [str(c) for c in sk] == [str(c) for c in full if c.variant == "splitk"]
+    es = configs_for(p, H100, 8, 6, sk, variants=("splitk",))
+    assert [s for _, s, _ in es][:8] == ["top"] * 8 and all(c.variant == "splitk" for c, _, _ in es)
+    assert all(valid(c, p, H100)[0] for c, _, _ in es)
+    # the model's split-K top 8 here are its 8 best split-K configs of the whole space
+    from gemmrl.search.costmodel import estimate
+    from gemmrl.search.space import enumerate_space
+
+    best = sorted(enumerate_space(p, H100, ["splitk"]), key=lambda c: (estimate(c, p, H100).seconds, str(c)))[:8]
+    assert {str(c) for c, s, _ in es if s == "top"} == {str(c) for c in best}
+
+
 def test_screen_spec_rejects_bad_counts():
     with pytest.raises(ValueError, match="top \\+ explore"):
         ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", top=0, explore=0)
     with pytest.raises(ValueError, match="graph and cold"):
         ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", protocols=("offline",))
+    with pytest.raises(ValueError, match="unknown Triton variant.*split_k.*use any of tiled"):
+        ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", variants=("split_k",))
+    with pytest.raises(ValueError, match="the cutlass family has none"):
+        ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", variants=("splitk",), family="cutlass")
 
 
 def test_precompile_groups_by_what_triton_specializes_on():
@@ -103,6 +125,10 @@ def test_cli_select_errors_are_clear(tmp_path, capsys):
     if not HAS_CUDA:  # the flags are taken; only the GPU is missing
         rc = main(["select", "--mnk", "64_64_64", "--timing", "full", "--pdl", "both", "--out", str(tmp_path)])
         assert rc == 2 and "CUDA GPU" in capsys.readouterr().err
+        rc = main(["select", "--mnk", "64_64_16384", "--variants", "splitk,smallm", "--out", str(tmp_path)])
+        assert rc == 2 and "CUDA GPU" in capsys.readouterr().err
+    rc = main(["select", "--mnk", "64_64_64", "--variants", "splitK", "--out", str(tmp_path)])
+    assert rc == 2 and "unknown Triton variant(s) splitK" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -295,6 +295,7 @@ def cmd_select(args) -> int:
                           family=args.family, pdl=args.pdl,
                           configs=tuple(x.strip() for x in (args.configs or "").split(",") if x.strip()),
                           all_knobs=args.knobs == "all",
+                          variants=tuple(x.strip() for x in (args.variants or "").split(",") if x.strip()),
                           **({"timing": TimingConfig()} if args.timing == "full" else {}))
     except ValueError as e:
         raise CliError(str(e)) from None
@@ -305,7 +306,8 @@ def cmd_select(args) -> int:
         torch.cuda.set_device(args.gpu_device_id)
         tag = (f"triton-select-top{args.top}-explore{args.explore}" + ("" if args.pdl == "off" else f"-pdl-{args.pdl}")
                if args.family == "triton" else f"{args.family}-select") + ("-full-timing" if args.timing == "full" else "") \
-            + (f"-configs{len(spec.configs)}" if spec.configs else "") + ("-all-knobs" if spec.all_knobs else "")
+            + (f"-configs{len(spec.configs)}" if spec.configs else "") + ("-all-knobs" if spec.all_knobs else "") \
+            + (f"-{'-'.join(spec.variants)}" if spec.variants else "")
         spec = replace(spec, out=out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv")
     path = run_screen(spec, progress=not args.no_progress)
     from .results import read_rows
@@ -519,6 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--knobs", default="screen", choices=("screen", "all"),
                    help="cutlass: the scheduler knobs screened per config: screen (defaults, swizzle 8 on large grids, "
                         "stream-K splits) or all (every swizzle x raster order, and stream-K's decompositions)")
+    s.add_argument("--variants", default="",
+                   help="triton: comma-separated variants to screen (tiled, persistent, splitk, smallm; default all), "
+                        "e.g. splitk: the cost model's --top and --explore configs of those variants only")
     s.add_argument("--workers", type=int, help="compile processes (default: CPU count - 1)")
     s.add_argument("--out", default="benchmarks/results", help="directory or .csv path; an existing file is resumed")
     s.add_argument("--no-progress", action="store_true")

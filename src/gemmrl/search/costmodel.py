@@ -174,13 +174,14 @@ def rank(problem: GemmProblem, configs: Iterable[Config], arch: Arch = H100, war
 
 
 def prune(problem: GemmProblem, k: int, arch: Arch = H100, warm_l2: bool = False, min_per_variant: int = 2,
-          params: CostParams = DEFAULT) -> list[Config]:
+          params: CostParams = DEFAULT, variants: Iterable[str] | None = None) -> list[Config]:
     """The ``k`` configs predicted fastest for ``problem``: first the ``min_per_variant`` best of every variant
-    that has valid configs (where k leaves room), then the best of the rest; sorted fastest first."""
+    that has valid configs (where k leaves room), then the best of the rest; sorted fastest first. ``variants``:
+    only those (all when None)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     by_variant: dict[str, list] = {v: [] for v in VARIANTS}
-    for cfg in enumerate_space(problem, arch):
+    for cfg in enumerate_space(problem, arch, variants):
         t = estimate(cfg, problem, arch, warm_l2, params).seconds
         heapq.heappush(by_variant[cfg.variant], (t, str(cfg), cfg))
     live = [v for v in VARIANTS if by_variant[v]]

@@ -69,6 +69,7 @@ class ScreenSpec:
     pdl: str = "off"           # Triton: each config screened without PDL ("off"), with it ("on"), or both, side by side
     configs: tuple[str, ...] = ()  # CUTLASS: the configs to screen instead of the family ("family" stands for it)
     all_knobs: bool = False        # CUTLASS: every swizzle x raster setting (and stream-K's), not knobs_for's few
+    variants: tuple[str, ...] = ()  # Triton: screen only these variants (e.g. ("splitk",)); () = every variant
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -91,6 +92,13 @@ class ScreenSpec:
             if self.family != "cutlass":
                 raise ValueError(f"a config list is for the cutlass family; the {self.family} family screens its own")
             cutlass_configs(self.configs)  # every name read and checked before the GPU is asked for
+        if self.variants:
+            if self.family != "triton":
+                raise ValueError(f"variants are the Triton family's ({', '.join(VARIANTS)}); the {self.family} family "
+                                 "has none")
+            unknown = [v for v in self.variants if v not in VARIANTS]
+            if unknown:
+                raise ValueError(f"unknown Triton variant(s) {', '.join(unknown)}; use any of {', '.join(VARIANTS)}")
         if self.all_knobs and self.family != "cutlass":
             raise ValueError(f"all_knobs is for the cutlass family's scheduler knobs; the {self.family} family has none")
 
@@ -118,25 +126,30 @@ def cutlass_configs(names: Iterable[str], layout: str | None = None, dtype: str 
     return list(dict.fromkeys(out))
 
 
-def exploration_pool(seed: int, per_variant: int) -> list[Config]:
-    """``per_variant`` configs drawn (without replacement, seeded) from each variant's raw space: shared by all
-    shapes, so the kernels to compile stay few however many shapes are screened."""
+def exploration_pool(seed: int, per_variant: int, variants: Iterable[str] = ()) -> list[Config]:
+    """``per_variant`` configs drawn (without replacement, seeded) from each variant's raw space (of ``variants``,
+    all when empty): shared by all shapes, so the kernels to compile stay few however many shapes are screened.
+    A variant draws the same configs whichever others are asked for (every variant is drawn, in order, from one
+    generator; those not asked for are left out after)."""
     rng = random.Random(seed)
     out: list[Config] = []
     for v in VARIANTS:
         every = [c for c in _combos(v) if not getattr(c, "nondeterministic", False)]
-        out += rng.sample(every, min(per_variant, len(every)))
+        drawn = rng.sample(every, min(per_variant, len(every)))
+        if not variants or v in variants:
+            out += drawn
     return out
 
 
 def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: list[Config],
-                seed: int = 0) -> list[tuple[Config, str, int]]:
+                seed: int = 0, variants: Iterable[str] = ()) -> list[tuple[Config, str, int]]:
     """(config, source, model rank within the list) for one shape: the model's ``top`` then ``explore`` valid
-    configs of ``pool`` not among them (seeded per shape)."""
-    picked = prune(problem, top, arch, min_per_variant=max(1, top // len(VARIANTS))) if top else []
+    configs of ``pool`` not among them (seeded per shape); of ``variants`` only, when given."""
+    live = tuple(variants) or VARIANTS
+    picked = prune(problem, top, arch, min_per_variant=max(1, top // len(live)), variants=live) if top else []
     seen = {str(c) for c in picked}
     rng = random.Random(f"{seed}:{problem.mnk}:{problem.layout}")
-    ok = [c for c in pool if str(c) not in seen and valid(c, problem, arch)[0]]
+    ok = [c for c in pool if str(c) not in seen and c.variant in live and valid(c, problem, arch)[0]]
     extra = rng.sample(ok, min(explore, len(ok)))
     out = [(c, "top") for c in picked] + [(c, "explore") for c in extra]
     order = sorted(range(len(out)), key=lambda i: estimate(out[i][0], problem, arch).seconds)
@@ -216,7 +229,7 @@ def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[C
     out = []
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
-        for c0, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed):
+        for c0, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed, spec.variants):
             for c in (replace(c0, pdl=v) for v in PDL_CHOICES[spec.pdl]):  # twins side by side, in one chunk
                 if not valid(c, pl, arch)[0]:
                     continue
@@ -341,7 +354,7 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
         for dtype in sorted({p.dtype for p in todo}):
             wg.build_dtype(dtype)  # one nvcc run per dtype, before any timing; a failure stops here with its log
     else:
-        pool = exploration_pool(spec.seed, spec.pool)
+        pool = exploration_pool(spec.seed, spec.pool, spec.variants)
         plan = {p: entries_for(p, spec, arch, pool) for p in todo}
         if todo:
             failed = precompile([(e.config, problem.with_(layout=e.layout))
