@@ -2,7 +2,7 @@
 tuning and selection), chunked and resumed over several calls.
 
     python scripts/issue5_measure.py MEASURE.csv[.gz] ... [--offline OFFLINE.csv[.gz] ...] [--library LIB] [--md OUT.md]
-                                     [--plot OUT.png]
+                                     [--plot OUT.png] [--against EARLIER.csv[.gz] ...]
 
 Per shape class (min(M,N) <= 256, all dims >= 4096, the rest, all) and protocol: the shapes measured, the geomean of
 gemmrl's speed over vendor_best (first-run rows; bars 1.05 graph, 1.10 cold over the 1000), its minimum, the
@@ -14,7 +14,8 @@ cublaslt_autotuned's (the better of tn and nn), bar 1.07. Coverage is counted ag
 --library (the library measured): beside each figure, what the library's selection run said for the same shapes
 (scripts/library_plot.served: its exact entries' vendor_best / served time), so the winner's curse is in sight.
 With --plot: per protocol and dtype, each shape's measured gemmrl / vendor_best against FLOPs, coloured by the family
-served, the shapes that stay below 0.98 after the noise rule ringed.
+served, the shapes that stay below 0.98 after the noise rule ringed. With --against (an earlier pass over some of
+the same shapes, e.g. before a kernel change): per cell both runs' gemmrl / vendor_best and their ratio.
 """
 
 from __future__ import annotations
@@ -136,6 +137,38 @@ def offline_statistic(rows: list[dict]) -> dict | None:
     return {"shapes": len(xs), "mean": statistics.fmean(xs), "geomean": geomean(xs), "min": min(xs)}
 
 
+def against(rows: list[dict], old: list[dict]) -> list[dict]:
+    """Cell by cell against an earlier measure pass (``old``), over the (protocol, dtype, shape) both measured: each
+    run's gemmrl / vendor_best (first run), what served it in each, and new / old. The ratio to each run's own
+    vendor_best is what compares across runs (hosts and runs move absolute times by more than a kernel change)."""
+    new_r, old_r = ratios(rows, "gemmrl", "vendor_best"), ratios(old, "gemmrl", "vendor_best")
+    new_t, old_t = table(rows), table(old)
+    out = []
+    for k in sorted(set(new_r) & set(old_r), key=lambda k: (k[0] != "graph", k[0], k[1], k[3])):
+        out.append({"protocol": k[0], "dtype": k[1], "mnk": k[3], "new": new_r[k], "old": old_r[k],
+                    "change": new_r[k] / old_r[k], "served_new": served_desc(new_t[k]["gemmrl"]),
+                    "served_old": served_desc(old_t[k]["gemmrl"])})
+    return out
+
+
+def against_markdown(cells: list[dict], sources: list[str]) -> str:
+    lines = [f"Against the earlier pass {', '.join(Path(s).name for s in sources)}: gemmrl / vendor_best per cell, "
+             "each run's own reference", "",
+             "| protocol | dtype | cells | geomean now | geomean before | now / before | min | max |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for proto, dtype in sorted({(c["protocol"], c["dtype"]) for c in cells}, key=lambda pd: (pd[0] != "graph", pd)):
+        cs = [c for c in cells if (c["protocol"], c["dtype"]) == (proto, dtype)]
+        ch = [c["change"] for c in cs]
+        lines.append(f"| {proto} | {dtype} | {len(cs)} | {geomean([c['new'] for c in cs]):.4f} | "
+                     f"{geomean([c['old'] for c in cs]):.4f} | {geomean(ch):.4f} | {min(ch):.3f} | {max(ch):.3f} |")
+    lines += ["", "| protocol | dtype | shape | now | before | now / before | served now | served before |",
+              "|---|---|---|---:|---:|---:|---|---|"]
+    for c in cells:
+        lines.append(f"| {c['protocol']} | {c['dtype']} | {c['mnk']} | {c['new']:.3f} | {c['old']:.3f} | "
+                     f"{c['change']:.3f} | {c['served_new'][:90]} | {c['served_old'][:90]} |")
+    return "\n".join(lines) + "\n"
+
+
 def coverage(rows: list[dict]) -> dict[str, int]:
     """Grid shapes with a usable gemmrl row, per protocol."""
     on_grid = {p.mnk for p in grid()}
@@ -179,6 +212,8 @@ def main(argv=None) -> int:
     ap.add_argument("measure", nargs="+", help="gemmrl bench --library rows (graph, cold; shards and chunks)")
     ap.add_argument("--offline", nargs="*", default=[], help="gemmrl bench --library rows in offline")
     ap.add_argument("--library", help="the library measured: its selection-run figures on the same shapes beside")
+    ap.add_argument("--against", nargs="*", default=[],
+                    help="an earlier measure pass's rows: each shape both measured, now against before")
     ap.add_argument("--md", help="also write the table as markdown here")
     ap.add_argument("--plot", help="also plot each shape's measured speedup against FLOPs here (PNG; needs matplotlib)")
     args = ap.parse_args(argv)
@@ -191,6 +226,13 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     text = markdown(recs, offline_statistic(off_rows), coverage(rows + off_rows), args.measure + args.offline)
+    if args.against:
+        cells = against(rows, read_rows(args.against))
+        if not cells:
+            print(f"--against: no (protocol, dtype, shape) with gemmrl and vendor_best rows in both runs "
+                  f"({', '.join(args.against)})", file=sys.stderr)
+            return 2
+        text += "\n" + against_markdown(cells, args.against)
     print(text, end="")
     if args.md:
         Path(args.md).write_text(text)

@@ -146,3 +146,24 @@ def test_plot_marks_the_shapes_that_stay_below(mod, tmp_path):
     png = tmp_path / "m.png"
     assert mod.main([str(src), "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_against_an_earlier_pass_cell_by_cell(mod, tmp_path, capsys):
+    """--against: the shapes both passes measured, each run's gemmrl / vendor_best and now / before; a shape only
+    one run has is left out; rows with nothing in common are refused."""
+    before = (_shape("64_64_2048", 1.0, 1.05, served="triton:splitk(split=8)")
+              + _shape("64_64_4096", 1.0, 1.0, served="vendor:cublas_tn"))
+    now = (_shape("64_64_2048", 0.8, 1.0, served="triton:splitk(split=8)")  # 1.25 now against 1.05 before
+           + _shape("128_128_128", 1.0, 1.0))
+    cells = mod.against(now, before)
+    assert [(c["mnk"], c["protocol"]) for c in cells] == [("64_64_2048", "graph")]
+    c = cells[0]
+    assert math.isclose(c["new"], 1.25) and math.isclose(c["old"], 1.05) and math.isclose(c["change"], 1.25 / 1.05)
+    assert c["served_new"].startswith("triton:splitk") and c["served_old"].startswith("triton:splitk")
+    a, b = _write(tmp_path / "now.csv", now), _write(tmp_path / "before.csv", before)
+    assert mod.main([str(a), "--against", str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "| graph | fp16 | 1 | 1.2500 | 1.0500 | 1.1905 |" in out and "| graph | fp16 | 64_64_2048 | 1.250 |" in out
+    other = _write(tmp_path / "other.csv", _shape("256_256_256", 1.0, 1.0))
+    assert mod.main([str(a), "--against", str(other)]) == 2
+    assert "no (protocol, dtype, shape)" in capsys.readouterr().err

@@ -324,6 +324,43 @@ def test_build_entries_counts_what_gemmrl_served():
     assert (e.family, e.impl, e.time_ms) == ("triton", CFG, pytest.approx(0.925))  # median of 0.9 and 0.95
 
 
+SK = "splitk(BM=64,BN=64,BK=64,warps=4,stages=4,group_m=8,split=4,reduction=fused,tma=False,nondeterministic=False)"
+
+
+def test_stale_before_drops_one_variants_old_measurements():
+    """A split-K config timed before its kernel changed (same name, old kernel): with --stale-before its old rows,
+    and the gemmrl rows it served then, are left out, so the median is the new kernel's alone; other variants'
+    rows, vendor rows and the config's new rows stay."""
+    old, new = "2026-11-25T10:00:00Z", "2026-11-26T12:00:00Z"
+    served_old = _row(S, "gemmrl", 1.3, timestamp=old,
+                      algo=f"eager=triton:{SK} (offline entry {S}); graph=vendor:cublas_nn (graph entry {S}); hot=torch")
+    rows = [_row(S, "cublas_nn", 1.0, timestamp=old), _row(S, "cublas_nn", 1.0, timestamp=new),
+            _row(S, f"triton:{SK}", 1.3, algo=SK, timestamp=old), _row(S, f"triton:{SK}", 1.3, algo=SK, timestamp=old),
+            served_old, _row(S, f"triton:{SK}", 0.8, algo=SK, timestamp=new),
+            _row(S, f"triton:{CFG}", 1.1, algo=CFG, timestamp=old)]
+    e = _by(build_entries(rows, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.impl) == ("vendor", "cublas_nn")  # median 1.3 of four rows: the old kernel outvotes the new
+    kept, dropped = L.stale_before(rows, {"splitk": "2026-11-26T09:00:00Z"})
+    assert dropped == 3 and served_old not in kept and all(r in kept for r in rows[:2] + rows[5:])
+    e = _by(build_entries(kept, buckets=False))[(S, "nn", "offline", 64, 64)]
+    assert (e.family, e.impl, e.time_ms) == ("triton", SK, 0.8)
+    assert L.stale_before(rows, {"tiled": "2026-11-26T09:00:00Z"})[1] == 1  # only the tiled row
+    for bad in ({"split-k": "2026-11-26T09:00:00Z"}, {"splitk": "2026-11-26"}, {"splitk": "yesterday"}):
+        with pytest.raises(L.LibraryError, match="VARIANT=YYYY-MM-DDTHH:MM:SSZ.*tiled, persistent, splitk, smallm"):
+            L.stale_before(rows, bad)
+
+
+def test_cli_build_stale_before(env, capsys, tmp_path):
+    tmp, csv = env
+    assert main(["lib", "build", csv, "--out", str(tmp / "S.json"), "--trials", str(tmp / "T.sqlite"),
+                 "--stale-before", "tiled=2030-01-01T00:00:00Z"]) == 0
+    out = capsys.readouterr().out
+    assert "rows left out" in out and not any(e.family == "triton" for e in Library.load(tmp / "S.json").entries)
+    assert main(["lib", "build", csv, "--out", str(tmp / "S.json"), "--trials", str(tmp / "T.sqlite"),
+                 "--stale-before", "splitk=now"]) == 2
+    assert "VARIANT=YYYY-MM-DDTHH:MM:SSZ" in capsys.readouterr().err
+
+
 def test_build_entries_cutlass_winners():
     """A CUTLASS config wins where it is fastest, keyed by its algo: a ``cutlass-sel:graph`` row and a ``cutlass:``
     row of one config are one candidate (judged by their median), and a faster vendor path still beats it."""

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from .library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default,
-                      user_library_path)
+                      stale_before, user_library_path)
 
 
 class LibCliError(Exception):
@@ -108,6 +108,12 @@ def cmd_build(args) -> int:
             rows += [dict(r, source=Path(path).name) for r in rs]
     finally:
         store.close()
+    if args.stale_before:
+        try:
+            rows, dropped = stale_before(rows, dict(x.partition("=")[::2] for x in args.stale_before))
+        except LibraryError as e:
+            raise LibCliError(str(e)) from None
+        print(f"--stale-before {' '.join(args.stale_before)}: {dropped} rows left out (timed before the kernel changed)")
     entries = build_entries(rows, buckets=not args.no_buckets)
     if not entries:
         raise LibCliError("no winners: the files hold no verified, timed rows of both a kernel and a vendor path")
@@ -212,6 +218,10 @@ def add_parsers(sub, entry) -> None:
     p.add_argument("--replace", action="store_true", help="start from an empty library instead of merging")
     p.add_argument("--no-buckets", action="store_true", help="exact shapes only (no M ranges)")
     p.add_argument("--trials", help="trials store (default: the cache directory's trials.sqlite)")
+    p.add_argument("--stale-before", nargs="+", metavar="VARIANT=UTC", default=[],
+                   help="leave out the rows of a Triton variant's configs timed before its kernel changed, e.g. "
+                        "splitk=2026-11-26T09:00:00Z (its configs keep their names: without this one median would "
+                        "mix both kernels)")
     p.set_defaults(lib_func=cmd_build)
     p = ls.add_parser("export", help="write the library (or one GPU's part) to a JSON file")
     p.add_argument("out")

@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sqlite3
 import statistics
 import zlib
@@ -427,6 +428,33 @@ def _served_kernel(r: Mapping[str, str]) -> Mapping[str, str] | None:
     if fam not in KERNELS or not impl:
         return None
     return dict(r, candidate=served, algo=impl)
+
+
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def stale_before(rows: Iterable[Mapping[str, str]], before: Mapping[str, str]) -> tuple[list[Mapping[str, str]], int]:
+    """The rows less the measurements of a Triton variant's configs timed before that variant's kernel changed
+    (``before``: variant -> UTC time ``YYYY-MM-DDTHH:MM:SSZ``, as rows stamp ``timestamp``), and how many were
+    dropped. A config keeps its name across a kernel change, so ``build_entries`` would otherwise take one median
+    over two kernels. A ``gemmrl`` row that such a config served counts as one of its measurements and goes too;
+    vendor rows and the other variants stay."""
+    from .kernels.triton_gemm.configs import CONFIG_TYPES
+
+    bad = [f"{v}={t}" for v, t in before.items() if v not in CONFIG_TYPES or not _STAMP.fullmatch(t)]
+    if bad:
+        raise LibraryError(f"stale-before {', '.join(bad)}: give VARIANT=YYYY-MM-DDTHH:MM:SSZ (UTC, as rows stamp "
+                           f"their timestamp) with VARIANT one of {', '.join(CONFIG_TYPES)}")
+    kept, dropped = [], 0
+    for r in rows:
+        k = _served_kernel(r) or r
+        impl = _impl("triton", k) if _kind(k.get("candidate", "")) == "triton" else None
+        variant = impl.split("(", 1)[0] if impl else None
+        if variant in before and (r.get("timestamp") or "") < before[variant]:
+            dropped += 1
+            continue
+        kept.append(r)
+    return kept, dropped
 
 
 def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> list[Entry]:
