@@ -58,6 +58,31 @@ def test_configs_for_one_variant_only(mnk):
     assert {str(c) for c, s, _ in es if s == "top"} == {str(c) for c in best}
 
 
+@pytest.mark.parametrize("mnk", ["64_64_16384", "256_256_1024", "33_65_129"])
+def test_diverse_top_is_one_config_per_kernel_shape(mnk):
+    """--diverse: the top configs are the model's best of distinct (variant, tile, split, reduction) groups, the
+    first of them the model's best overall, each the best of its group; the plain top crowds into twins."""
+    from gemmrl.search.costmodel import estimate, prune, prune_diverse, shape_group
+    from gemmrl.search.space import enumerate_space
+
+    p = parse_mnk(mnk)
+    div = prune_diverse(p, 8, H100, variants=("splitk",))
+    groups = [shape_group(c) for c in div]
+    assert len(set(groups)) == len(div) == 8
+    key = lambda c: (estimate(c, p, H100).seconds, str(c))  # noqa: E731
+    every = list(enumerate_space(p, H100, ["splitk"]))
+    assert str(div[0]) == str(min(every, key=key))
+    for c in div:
+        assert key(c) == min(key(x) for x in every if shape_group(x) == shape_group(c))
+    assert [key(c) for c in div] == sorted(key(c) for c in div)
+    if mnk == "64_64_16384":  # the plain top 8 are twins of two or three kernels
+        assert len({shape_group(c) for c in prune(p, 8, H100, min_per_variant=8, variants=("splitk",))}) < 8
+    es = configs_for(p, H100, 8, 2, exploration_pool(0, 64, ("splitk",)), variants=("splitk",), diverse=True)
+    assert [str(c) for c, s, _ in es if s == "top"] == [str(c) for c in div]
+    with pytest.raises(ValueError, match="the cutlass family screens its own"):
+        ScreenSpec(problems=(p,), out="x.csv", diverse=True, family="cutlass")
+
+
 def test_screen_spec_rejects_bad_counts():
     with pytest.raises(ValueError, match="top \\+ explore"):
         ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", top=0, explore=0)
@@ -129,6 +154,8 @@ def test_cli_select_errors_are_clear(tmp_path, capsys):
         assert rc == 2 and "CUDA GPU" in capsys.readouterr().err
     rc = main(["select", "--mnk", "64_64_64", "--variants", "splitK", "--out", str(tmp_path)])
     assert rc == 2 and "unknown Triton variant(s) splitK" in capsys.readouterr().err
+    rc = main(["select", "--mnk", "64_64_64", "--diverse", "--family", "cutlass", "--out", str(tmp_path)])
+    assert rc == 2 and "screens its own" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -296,6 +296,7 @@ def cmd_select(args) -> int:
                           configs=tuple(x.strip() for x in (args.configs or "").split(",") if x.strip()),
                           all_knobs=args.knobs == "all",
                           variants=tuple(x.strip() for x in (args.variants or "").split(",") if x.strip()),
+                          diverse=args.diverse,
                           **({"timing": TimingConfig()} if args.timing == "full" else {}))
     except ValueError as e:
         raise CliError(str(e)) from None
@@ -307,7 +308,7 @@ def cmd_select(args) -> int:
         tag = (f"triton-select-top{args.top}-explore{args.explore}" + ("" if args.pdl == "off" else f"-pdl-{args.pdl}")
                if args.family == "triton" else f"{args.family}-select") + ("-full-timing" if args.timing == "full" else "") \
             + (f"-configs{len(spec.configs)}" if spec.configs else "") + ("-all-knobs" if spec.all_knobs else "") \
-            + (f"-{'-'.join(spec.variants)}" if spec.variants else "")
+            + (f"-{'-'.join(spec.variants)}" if spec.variants else "") + ("-diverse" if spec.diverse else "")
         spec = replace(spec, out=out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv")
     path = run_screen(spec, progress=not args.no_progress)
     from .results import read_rows
@@ -524,6 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--variants", default="",
                    help="triton: comma-separated variants to screen (tiled, persistent, splitk, smallm; default all), "
                         "e.g. splitk: the cost model's --top and --explore configs of those variants only")
+    s.add_argument("--diverse", action="store_true",
+                   help="triton: the --top configs one per (variant, tile, split, reduction), each its group's best by "
+                        "the cost model, instead of the model's K best (which crowd into twins of one kernel)")
     s.add_argument("--workers", type=int, help="compile processes (default: CPU count - 1)")
     s.add_argument("--out", default="benchmarks/results", help="directory or .csv path; an existing file is resumed")
     s.add_argument("--no-progress", action="store_true")

@@ -199,6 +199,29 @@ def prune(problem: GemmProblem, k: int, arch: Arch = H100, warm_l2: bool = False
     return [c for _, _, c in picked[:k]]
 
 
+def shape_group(cfg: Config) -> tuple:
+    """What makes two configs different kernels in kind rather than in tuning: the variant, the tile and the
+    split (for ``prune_diverse``); block K, warps, stages, TMA and the rest are tuning within a group."""
+    return (cfg.variant, cfg.BM, cfg.BN, getattr(cfg, "split", 1), getattr(cfg, "reduction", "none"))
+
+
+def prune_diverse(problem: GemmProblem, k: int, arch: Arch = H100, warm_l2: bool = False,
+                  params: CostParams = DEFAULT, variants: Iterable[str] | None = None) -> list[Config]:
+    """The model's best config of each ``shape_group`` (variant, tile, split, reduction), the ``k`` best groups,
+    fastest first. ``prune`` fills its k with near twins of one kernel where the model's margins are thin (at
+    64_64_16384 its 12 best split-K configs are 2 tiles x splits 16 and 32, in TMA and stage twins); a screen of k
+    configs spread over tiles and splits lets the timing correct the model's choice of the kernel's shape."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    best: dict[tuple, tuple[float, str, Config]] = {}
+    for cfg in enumerate_space(problem, arch, variants):
+        item = (estimate(cfg, problem, arch, warm_l2, params).seconds, str(cfg), cfg)
+        g = shape_group(cfg)
+        if g not in best or item[:2] < best[g][:2]:
+            best[g] = item
+    return [c for _, _, c in heapq.nsmallest(k, best.values(), key=lambda t: t[:2])]
+
+
 def floor_seconds(problem: GemmProblem, arch: Arch = H100) -> float:
     """Roofline floor at the datasheet peaks (problem.floor_s with this arch's numbers)."""
     return max(problem.flops / (arch.peak_tflops * 1e12), problem.bytes / (arch.hbm_tbps * 1e12))

@@ -39,7 +39,7 @@ from typing import Callable, Iterable
 from ..kernels.triton_gemm.configs import Arch, Config, valid
 from ..problem import GemmProblem
 from ..timing import TimingConfig, without_grad
-from .costmodel import estimate, prune
+from .costmodel import estimate, prune, prune_diverse
 from .space import VARIANTS, _combos
 
 QUICK_R = 1.5
@@ -70,6 +70,7 @@ class ScreenSpec:
     configs: tuple[str, ...] = ()  # CUTLASS: the configs to screen instead of the family ("family" stands for it)
     all_knobs: bool = False        # CUTLASS: every swizzle x raster setting (and stream-K's), not knobs_for's few
     variants: tuple[str, ...] = ()  # Triton: screen only these variants (e.g. ("splitk",)); () = every variant
+    diverse: bool = False           # Triton: the top configs one per (variant, tile, split) (costmodel.prune_diverse)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -99,6 +100,8 @@ class ScreenSpec:
             unknown = [v for v in self.variants if v not in VARIANTS]
             if unknown:
                 raise ValueError(f"unknown Triton variant(s) {', '.join(unknown)}; use any of {', '.join(VARIANTS)}")
+        if self.diverse and self.family != "triton":
+            raise ValueError(f"diverse picks the Triton family's top configs; the {self.family} family screens its own")
         if self.all_knobs and self.family != "cutlass":
             raise ValueError(f"all_knobs is for the cutlass family's scheduler knobs; the {self.family} family has none")
 
@@ -142,11 +145,17 @@ def exploration_pool(seed: int, per_variant: int, variants: Iterable[str] = ()) 
 
 
 def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: list[Config],
-                seed: int = 0, variants: Iterable[str] = ()) -> list[tuple[Config, str, int]]:
+                seed: int = 0, variants: Iterable[str] = (), diverse: bool = False) -> list[tuple[Config, str, int]]:
     """(config, source, model rank within the list) for one shape: the model's ``top`` then ``explore`` valid
-    configs of ``pool`` not among them (seeded per shape); of ``variants`` only, when given."""
+    configs of ``pool`` not among them (seeded per shape); of ``variants`` only, when given; with ``diverse`` the
+    top ones are the model's best of as many (variant, tile, split) groups (``costmodel.prune_diverse``)."""
     live = tuple(variants) or VARIANTS
-    picked = prune(problem, top, arch, min_per_variant=max(1, top // len(live)), variants=live) if top else []
+    if not top:
+        picked = []
+    elif diverse:
+        picked = prune_diverse(problem, top, arch, variants=live)
+    else:
+        picked = prune(problem, top, arch, min_per_variant=max(1, top // len(live)), variants=live)
     seen = {str(c) for c in picked}
     rng = random.Random(f"{seed}:{problem.mnk}:{problem.layout}")
     ok = [c for c in pool if str(c) not in seen and c.variant in live and valid(c, problem, arch)[0]]
@@ -229,7 +238,8 @@ def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[C
     out = []
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
-        for c0, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed, spec.variants):
+        for c0, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed, spec.variants,
+                                         spec.diverse):
             for c in (replace(c0, pdl=v) for v in PDL_CHOICES[spec.pdl]):  # twins side by side, in one chunk
                 if not valid(c, pl, arch)[0]:
                     continue
