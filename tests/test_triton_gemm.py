@@ -238,25 +238,34 @@ def test_acc_fp16_mode_interpreter(kind):
 
 @pytest.mark.interpreter
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_split_reductions_are_deterministic_interpreter():
-    """two_pass and fused give the same bits on every call, and the same bits as each other (fixed order)."""
+@pytest.mark.parametrize("split", [3, 6])
+def test_split_reductions_are_deterministic_interpreter(split, monkeypatch):
+    """two_pass and fused give the same bits on every call, and the same bits as each other (fixed order), whether
+    the partials are summed in one group or, with fewer registers for the sum (RED_REGS 32: groups of 2 in the
+    fused epilogue, of 4 in the reduction kernel; split 6 leaves a remainder), in several."""
     pytest.importorskip("triton")
     import torch
+
+    from gemmrl.kernels.triton_gemm import plans
 
     shape = (33, 64, 96)
     p = P(shape, layout="tn")
     outs = []
-    for red in ("two_pass", "fused"):
-        cfg = SplitKConfig(BM=32, BN=64, BK=16, warps=4, stages=2, split=3, reduction=red)
-        cand = TritonGemm(cfg, "tn")
-        bufs = make_buffers(p, CPU, seed=9)
-        cand.prepare(p, bufs, "graph", None)
-        for _ in range(2):
-            bufs.c.fill_(float("nan"))
-            cand(*bufs.args())
-            outs.append(bufs.c.clone())
-        assert int(cand._plan.keep[1].abs().sum()) == 0  # counters reset for the next call
+    for regs in (plans.RED_REGS, 32):
+        monkeypatch.setattr(plans, "RED_REGS", regs)
+        for red in ("two_pass", "fused"):
+            cfg = SplitKConfig(BM=32, BN=64, BK=16, warps=4, stages=2, split=split, reduction=red)
+            cand = TritonGemm(cfg, "tn")
+            bufs = make_buffers(p, CPU, seed=9)
+            cand.prepare(p, bufs, "graph", None)
+            for _ in range(2):
+                bufs.c.fill_(float("nan"))
+                cand(*bufs.args())
+                outs.append(bufs.c.clone())
+            assert int(cand._plan.keep[1].abs().sum()) == 0  # counters reset for the next call
     assert all(torch.equal(o.view(torch.int16), outs[0].view(torch.int16)) for o in outs)
+    ref = (bufs.a.double() @ bufs.bt.double().t())
+    assert torch.allclose(outs[0].double(), ref, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.interpreter
@@ -421,9 +430,14 @@ COMPILE_CASES = [
     (SplitKConfig(BM=64, BN=64, BK=64, warps=4, stages=4, split=4, reduction="two_pass", pdl=True), (256, 512, 1024),
      "fp16", "nn", "fp32"),
     (TiledConfig(BM=64, BN=64, BK=64, warps=4, stages=3, pdl=True), (64, 64, 64), "bf16", "tn", "fp32"),
-    # the split-K sums unrolled (test_split_sums_are_unrolled)
-    *[(SplitKConfig(BM=64, BN=64, BK=128, warps=4, stages=4, split=split, reduction=reduction), (64, 64, 16384), "fp16",
-       "tn", "fp32") for reduction in ("fused", "two_pass") for split in (8, 16)],
+    # the split-K sums unrolled (test_split_sums_are_unrolled): a group of partials within RED_GROUP is straight code
+    *[(SplitKConfig(BM=64, BN=64, BK=128, warps=8, stages=4, split=split, reduction="fused"), (64, 64, 16384), "fp16",
+       "tn", "fp32") for split in (3, 6)],
+    *[(SplitKConfig(BM=64, BN=64, BK=128, warps=4, stages=4, split=split, reduction="two_pass"), (64, 64, 16384),
+       "fp16", "tn", "fp32") for split in (8, 13)],
+    # ... and a big tile at split 32 does not spill (unrolled whole, its loads took 255 registers and 272 bytes of spill)
+    (SplitKConfig(BM=64, BN=128, BK=64, warps=4, stages=3, split=32, reduction="fused"), (256, 512, 16384), "fp16",
+     "tn", "fp32"),
 ]
 
 
@@ -477,12 +491,15 @@ def test_compiles_for_sm90(compiled, case):
     assert all(k.pdl == cfg.pdl for k in rep.kernels), rep  # launch_pdl set and griddepcontrol.wait in the PTX
 
 
-@pytest.mark.parametrize("reduction", ["fused", "two_pass"])
-def test_split_sums_are_unrolled(compiled, reduction):
+@pytest.mark.parametrize("reduction,splits", [("fused", (3, 6)), ("two_pass", (8, 13))])
+def test_split_sums_are_unrolled(compiled, reduction, splits):
     """The program that sums a tile's SPLIT fp32 partials (the fused epilogue's last arrival, or the two-pass
-    reduction kernel) issues its loads in straight-line code, one group per partial, so twice the split is twice
-    the loads. With ``range`` the fused epilogue compiled to a loop of SPLIT - 1 dependent L2 round trips at split 8
-    and 16 (16 loads in the PTX at both), the two-pass kernel to one at split 16 (4 loads; LLVM unrolled split 8)."""
+    reduction kernel) loads a group of up to RED_GROUP partials in straight code (plans.red_group: 5 at split 6 on
+    a 64x64 tile over 8 warps, 12 in the two-pass kernel), so where the group holds them all the loads in the PTX
+    grow with the split. With ``range`` the fused epilogue compiled to a loop of SPLIT - 1 dependent L2 round trips
+    at split 8 and 16 (16 loads in the PTX at both), the two-pass kernel to one at split 16 (4 loads)."""
+    from gemmrl.kernels.triton_gemm.plans import red_group
+
     loads = {}
     for i, (cfg, shape, *_rest) in enumerate(COMPILE_CASES):
         if isinstance(cfg, SplitKConfig) and cfg.reduction == reduction and shape == (64, 64, 16384):
@@ -490,7 +507,18 @@ def test_split_sums_are_unrolled(compiled, reduction):
             assert not isinstance(rep, str), rep
             summing = rep.kernels[0] if reduction == "fused" else rep.kernels[1]
             loads[cfg.split] = summing.ptx.count("ld.global.cg" if reduction == "fused" else "ld.global")
-    assert set(loads) == {8, 16} and loads[16] >= 2 * loads[8] - 1 and loads[8] >= 8, loads
+            elements, warps = (cfg.BM * cfg.BN, cfg.warps) if reduction == "fused" else (1024, 4)
+            assert red_group(elements, warps, cfg.split) == cfg.split - 1  # one group: all straight code
+    lo, hi = splits
+    assert set(loads) == {lo, hi} and loads[hi] * lo >= loads[lo] * hi and loads[lo] >= lo, loads
+
+
+def test_red_group_fits_the_registers():
+    from gemmrl.kernels.triton_gemm.plans import RED_REGS, red_group
+
+    assert red_group(64 * 64, 4, 16) == RED_REGS // 32 == 3 and red_group(16 * 64, 4, 16) == 12
+    assert red_group(64 * 64, 8, 6) == 5 and red_group(1024, 4, 13) == 12  # capped at split - 1
+    assert red_group(128 * 256, 8, 32) == 1 and red_group(16, 4, 2) == 1    # at least one; tiny tiles
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -62,6 +62,16 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+RED_REGS = 96  # registers a thread gives to the loads of one group of partials in a split-K sum
+
+
+def red_group(elements: int, warps: int, split: int) -> int:
+    """Partials a split-K sum loads together (jit/splitk.py: RED_GROUP): as many as fit RED_REGS registers a thread
+    (``elements`` fp32 values of a tile or block spread over ``warps`` warps), at least 1, at most split - 1."""
+    per_thread = max(1, elements // (32 * warps))
+    return max(1, min(split - 1, RED_REGS // per_thread))
+
+
 def _bind(kernel, values: dict) -> list:
     missing = [n for n in kernel.arg_names if n not in values]
     if missing:
@@ -116,12 +126,13 @@ def build(cfg: Config, problem: GemmProblem, device, arch: Arch) -> Plan:
         keep += [ws, cnt]
         vals = {**common, "ws_ptr": ws, "cnt_ptr": cnt, "k_per_split": k_per_split,
                 "GROUP_M": getattr(cfg, "group_m", 1), "SPLIT": split, "MODE": mode,
-                "SWAP_AB": cfg.variant == "smallm", "TMA": cfg.tma, "B_NN": p.layout == "nn"}
+                "SWAP_AB": cfg.variant == "smallm", "TMA": cfg.tma, "B_NN": p.layout == "nn",
+                "RED_GROUP": red_group(cfg.BM * cfg.BN, cfg.warps, split)}
         launches.append(Launch(k, (tiles, split, 1), _bind(k, vals), cfg.warps, cfg.stages, pdl))
         if mode == 1:
             r = ks.splitk.reduce_kernel
             rvals = dict(ws_ptr=ws, c_ptr=C, M=p.M, N=p.N, s_cm=p.N, s_cn=1, SPLIT=split, BLOCK=REDUCE_BLOCK,
-                         UPCAST=upcast, PDL=pdl)
+                         UPCAST=upcast, PDL=pdl, RED_GROUP=red_group(REDUCE_BLOCK, 4, split))
             launches.append(Launch(r, (_cdiv(p.M * p.N, REDUCE_BLOCK), 1, 1), _bind(r, rvals), 4, 1, pdl))
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[p.dtype]
     return Plan(cfg, problem, launches, tma, upcast, dt, keep)

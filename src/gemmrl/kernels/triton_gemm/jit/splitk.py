@@ -13,11 +13,13 @@ MODE (what a program does with its partial):
      GPU scope: the partial is visible before the count); the program that sees SPLIT-1 is the last, sums
      ws[0..SPLIT-1] in that fixed order (bitwise deterministic whoever arrives last), stores C and resets the
      counter to 0 for the next launch. Counters start at 0 (the launcher zero-fills them once).
-  The sums of modes 1 and 2 are unrolled (``tl.static_range``): with ``range`` the compiled code kept a loop whose
-  every trip waited for its own loads, SPLIT - 1 dependent L2 round trips on the summing program's path (sm_90
-  PTX, 64_64_16384: the fused epilogue a loop at split 8 and 16; the two-pass kernel unrolled by LLVM at split 8,
-  a loop at 16). The order of the sum is unchanged (s = 0, 1, ..., SPLIT - 1), so the result is bitwise the
-  same; only the loads may start early.
+  The sums of modes 1 and 2 are unrolled RED_GROUP partials at a time (``tl.static_range`` inside a loop over
+  the groups): with a plain ``range`` the compiled code kept a loop whose every trip waited for its own loads,
+  SPLIT - 1 dependent L2 round trips on the summing program's path (sm_90 PTX, 64_64_16384: the fused epilogue a
+  loop at split 8 and 16; the two-pass kernel unrolled by LLVM at split 8, a loop at 16); unrolled whole, the
+  loads of every partial were hoisted together and big tiles at split 24-32 spilled (255 registers, up to 276
+  bytes). ``plans.red_group`` sizes a group to ~96 registers of loads a thread. The order of the sum is
+  unchanged (s = 0, 1, ..., SPLIT - 1), so the result is bitwise the same; only the loads may start early.
   3  atomic: fp32 atomic adds into ws [M, N] (arrival order: nondeterministic); the last program casts the
      sum to C and zeroes its ws tile and counter for the next launch.
 """
@@ -33,7 +35,7 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_b
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                   SPLIT: tl.constexpr, MODE: tl.constexpr, SWAP_AB: tl.constexpr, TMA: tl.constexpr,
                   B_NN: tl.constexpr, EVEN_K: tl.constexpr, ACC_FP16: tl.constexpr, UPCAST: tl.constexpr,
-                  PDL: tl.constexpr):
+                  PDL: tl.constexpr, RED_GROUP: tl.constexpr):
     pdl_enter(PDL)
     tile = tl.program_id(0)
     sid = tl.program_id(1)
@@ -110,8 +112,14 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_b
         count = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if count == SPLIT - 1:
             total = tl.load(ws_ptr + w_off, mask=mask, other=0.0, cache_modifier=".cg")
-            for s in tl.static_range(1, SPLIT):  # unrolled: the loads issue together (see the module's docstring)
-                total += tl.load(ws_ptr + s * M * N + w_off, mask=mask, other=0.0, cache_modifier=".cg")
+            # partials 1 .. SPLIT-1 in order, RED_GROUP of them unrolled at a time (see the module's docstring)
+            for g in range((SPLIT - 1) // RED_GROUP):
+                for j in tl.static_range(RED_GROUP):
+                    total += tl.load(ws_ptr + (1 + g * RED_GROUP + j) * M * N + w_off, mask=mask, other=0.0,
+                                     cache_modifier=".cg")
+            for j in tl.static_range((SPLIT - 1) % RED_GROUP):
+                total += tl.load(ws_ptr + (SPLIT - (SPLIT - 1) % RED_GROUP + j) * M * N + w_off, mask=mask,
+                                 other=0.0, cache_modifier=".cg")
             tl.store(c_ptrs, to_out(total, c_ptr, UPCAST), mask=mask)
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
     else:
@@ -128,14 +136,17 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_b
 
 @triton.jit
 def reduce_kernel(ws_ptr, c_ptr, M, N, s_cm, s_cn, SPLIT: tl.constexpr, BLOCK: tl.constexpr, UPCAST: tl.constexpr,
-                  PDL: tl.constexpr):
+                  PDL: tl.constexpr, RED_GROUP: tl.constexpr):
     """C = sum over s = 0..SPLIT-1 (in this order) of ws[s], cast to C's dtype."""
     pdl_enter(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mn = M * N
     mask = offs < mn
     total = tl.load(ws_ptr + offs, mask=mask, other=0.0)
-    for s in tl.static_range(1, SPLIT):  # unrolled, as in the fused epilogue
-        total += tl.load(ws_ptr + s * mn + offs, mask=mask, other=0.0)
+    for g in range((SPLIT - 1) // RED_GROUP):  # in order, RED_GROUP at a time, as in the fused epilogue
+        for j in tl.static_range(RED_GROUP):
+            total += tl.load(ws_ptr + (1 + g * RED_GROUP + j) * mn + offs, mask=mask, other=0.0)
+    for j in tl.static_range((SPLIT - 1) % RED_GROUP):
+        total += tl.load(ws_ptr + (SPLIT - (SPLIT - 1) % RED_GROUP + j) * mn + offs, mask=mask, other=0.0)
     c_ptrs = c_ptr + (offs // N) * s_cm + (offs % N) * s_cn
     tl.store(c_ptrs, to_out(total, c_ptr, UPCAST), mask=mask)
