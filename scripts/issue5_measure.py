@@ -93,13 +93,13 @@ def measure_table(rows: list[dict], selection: dict | None = None, below: set | 
                 continue
             xs = [rat[k] for k in keys]
             gen_keys = [k for k in keys if (what := served_desc(tab[k]["gemmrl"])) and not what.startswith("vendor:")]
-            gen = len(gen_keys)
+            gen, is_gen = len(gen_keys), set(gen_keys)
             stays = sorted(k[3] for k in keys if (k[3], proto, dtype) in below)
             out.append({"protocol": proto, "dtype": dtype, "class": cls, "shapes": len(keys), "geomean": geomean(xs),
                         "min": min(xs), "first_below": sum(x < FLOOR for x in xs), "noise_below": len(stays),
                         "below_shapes": stays, "generated": gen, "bar": BARS.get(proto) if cls == "all" else None,
                         "generated_geomean": geomean([rat[k] for k in gen_keys]),
-                        "vendor_geomean": geomean([rat[k] for k in keys if k not in set(gen_keys)])})
+                        "vendor_geomean": geomean([rat[k] for k in keys if k not in is_gen])})
             if selection is not None:
                 sel = [selection[(proto, dtype, k[3])] for k in keys if (proto, dtype, k[3]) in selection]
                 out[-1]["selection"] = geomean(sel) if len(sel) == len(keys) else math.nan

@@ -23,8 +23,13 @@ class CliError(Exception):
     pass
 
 
+def _names(text: str | None) -> tuple[str, ...]:
+    """A comma list as given on the command line, blanks dropped."""
+    return tuple(x.strip() for x in (text or "").split(",") if x.strip())
+
+
 def _protocols(text: str) -> tuple[str, ...]:
-    ps = tuple(p.strip() for p in text.split(",") if p.strip())
+    ps = _names(text)
     bad = [p for p in ps if p not in PROTOCOLS]
     if bad or not ps:
         raise CliError(f"--protocol takes a comma list of {', '.join(PROTOCOLS)}; got {text!r}")
@@ -146,7 +151,7 @@ def _baselines(text: str | None) -> tuple[str, ...] | None:
         return None
     from .summary import BASELINES
 
-    got = tuple(x.strip() for x in text.split(",") if x.strip())
+    got = _names(text)
     bad = [x for x in got if x not in BASELINES]
     if bad or not got:
         raise CliError(f"--baselines {text!r}: {'unknown ' + ', '.join(bad) if bad else 'no path named'}; give a comma "
@@ -290,12 +295,12 @@ def cmd_select(args) -> int:
     _check_out(out)
     try:  # every flag checked before the GPU is asked for; the derived file name needs it
         spec = ScreenSpec(problems=tuple(problems), out=out, top=args.top, explore=args.explore, chunk=args.chunk or 16,
-                          layouts=tuple(x.strip() for x in args.layouts.split(",") if x.strip()),
+                          layouts=_names(args.layouts),
                           protocols=protocols, seed=args.seed, device=args.gpu_device_id, workers=args.workers,
                           family=args.family, pdl=args.pdl,
-                          configs=tuple(x.strip() for x in (args.configs or "").split(",") if x.strip()),
+                          configs=_names(args.configs),
                           all_knobs=args.knobs == "all",
-                          variants=tuple(x.strip() for x in (args.variants or "").split(",") if x.strip()),
+                          variants=_names(args.variants),
                           diverse=args.diverse,
                           **({"timing": TimingConfig()} if args.timing == "full" else {}))
     except ValueError as e:
@@ -381,7 +386,7 @@ def cmd_warmup(args) -> int:
     from .lib_cli import cmd_warmup as warm
 
     problems, _ = _problems(args)
-    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+    layouts = _names(args.layouts)
     if not layouts or set(layouts) - {"tn", "nn"}:
         raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
     return warm(args, problems)

@@ -31,6 +31,21 @@ from .common import mma, pdl_enter, tile_mn, to_out, zero_acc
 
 
 @triton.jit
+def sum_partials(ws_ptr, stride, offs, mask, SPLIT: tl.constexpr, RED_GROUP: tl.constexpr, CACHE: tl.constexpr):
+    """ws[0] + ws[1] + ... + ws[SPLIT-1] at ``offs`` (partial s at ws_ptr + s * stride), in that order, RED_GROUP
+    partials unrolled at a time (see the module's docstring)."""
+    total = tl.load(ws_ptr + offs, mask=mask, other=0.0, cache_modifier=CACHE)
+    for g in range((SPLIT - 1) // RED_GROUP):
+        for j in tl.static_range(RED_GROUP):
+            total += tl.load(ws_ptr + (1 + g * RED_GROUP + j) * stride + offs, mask=mask, other=0.0,
+                             cache_modifier=CACHE)
+    for j in tl.static_range((SPLIT - 1) % RED_GROUP):
+        total += tl.load(ws_ptr + (SPLIT - (SPLIT - 1) % RED_GROUP + j) * stride + offs, mask=mask, other=0.0,
+                         cache_modifier=CACHE)
+    return total
+
+
+@triton.jit
 def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn, k_per_split,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                   SPLIT: tl.constexpr, MODE: tl.constexpr, SWAP_AB: tl.constexpr, TMA: tl.constexpr,
@@ -111,15 +126,7 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K, s_am, s_ak, s_b
         tl.debug_barrier()
         count = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if count == SPLIT - 1:
-            total = tl.load(ws_ptr + w_off, mask=mask, other=0.0, cache_modifier=".cg")
-            # partials 1 .. SPLIT-1 in order, RED_GROUP of them unrolled at a time (see the module's docstring)
-            for g in range((SPLIT - 1) // RED_GROUP):
-                for j in tl.static_range(RED_GROUP):
-                    total += tl.load(ws_ptr + (1 + g * RED_GROUP + j) * M * N + w_off, mask=mask, other=0.0,
-                                     cache_modifier=".cg")
-            for j in tl.static_range((SPLIT - 1) % RED_GROUP):
-                total += tl.load(ws_ptr + (SPLIT - (SPLIT - 1) % RED_GROUP + j) * M * N + w_off, mask=mask,
-                                 other=0.0, cache_modifier=".cg")
+            total = sum_partials(ws_ptr, M * N, w_off, mask, SPLIT, RED_GROUP, ".cg")
             tl.store(c_ptrs, to_out(total, c_ptr, UPCAST), mask=mask)
             tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
     else:
@@ -142,11 +149,6 @@ def reduce_kernel(ws_ptr, c_ptr, M, N, s_cm, s_cn, SPLIT: tl.constexpr, BLOCK: t
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mn = M * N
     mask = offs < mn
-    total = tl.load(ws_ptr + offs, mask=mask, other=0.0)
-    for g in range((SPLIT - 1) // RED_GROUP):  # in order, RED_GROUP at a time, as in the fused epilogue
-        for j in tl.static_range(RED_GROUP):
-            total += tl.load(ws_ptr + (1 + g * RED_GROUP + j) * mn + offs, mask=mask, other=0.0)
-    for j in tl.static_range((SPLIT - 1) % RED_GROUP):
-        total += tl.load(ws_ptr + (SPLIT - (SPLIT - 1) % RED_GROUP + j) * mn + offs, mask=mask, other=0.0)
+    total = sum_partials(ws_ptr, mn, offs, mask, SPLIT, RED_GROUP, "")
     c_ptrs = c_ptr + (offs // N) * s_cm + (offs % N) * s_cn
     tl.store(c_ptrs, to_out(total, c_ptr, UPCAST), mask=mask)
