@@ -324,6 +324,37 @@ def test_build_entries_counts_what_gemmrl_served():
     assert (e.family, e.impl, e.time_ms) == ("triton", CFG, pytest.approx(0.925))  # median of 0.9 and 0.95
 
 
+@pytest.mark.parametrize("rows, protocol, want", [
+    ([("torch", 1.0), ("cublaslt_heuristic_nn", 1.015)], "cold", "cublaslt_heuristic_nn"),  # within 2%: cheaper host
+    ([("torch", 1.0), ("cublaslt_heuristic_nn", 1.03)], "cold", "torch"),                  # outside the band
+    ([("torch", 1.0), ("cublaslt_heuristic_nn", 1.015)], "graph", "torch"),                # graph pays no host cost
+    ([("cublas_nn", 1.0), ("cublaslt_autotuned_nn", 1.01)], "offline", "cublaslt_autotuned_nn"),
+    ([("torch", 1.0), ("cublas_nn", 1.01)], "server", "cublas_nn"),
+    ([("torch", 1.0), ("cublas_nn", 1.005), ("cublaslt_heuristic_nn", 1.019)], "cold", "cublaslt_heuristic_nn"),
+    ([("torch", 1.0), ("cublaslt_heuristic_nn", 1.019), ("cublaslt_autotuned_nn", 1.01)], "cold",
+     "cublaslt_autotuned_nn"),                                                             # the cheapest, then fastest
+    ([("cublas_nn", 1.0), ("cublaslt_heuristic_tn", 1.001)], "cold", "cublas_nn"),         # another layout's entry
+    ([(f"triton:{CFG}", 0.9), ("torch", 1.0), ("cublaslt_heuristic_nn", 1.0)], "cold", CFG),  # a generated winner stays
+    ([("cublaslt_heuristic_nn", 1.0), ("torch", 0.995)], "cold", "cublaslt_heuristic_nn"),  # torch 0.5% faster
+])
+def test_eager_entries_take_a_cheaper_host_path_within_the_band(rows, protocol, want):
+    """Every protocol but graph is served to eager calls, which pay their path's host cost (torch.matmul ~10 us and
+    cuBLAS ~2.4 us a call more than a cuBLASLt path on the H100): a vendor winner gives way to a cheaper vendor path
+    of the same layout timed within 2% of it. vendor_best stays the fastest vendor path."""
+    rs = [_row(S, c, t, protocol=protocol, algo=CFG if c.startswith("triton") else "",
+               layout="tn" if c.endswith("_tn") else "nn") for c, t in rows]
+    e = _by(build_entries(rs, buckets=False))[(S, "nn", protocol, 64, 64)]
+    assert e.impl == want
+    fastest = min((t, c) for c, t in rows if not c.startswith("triton"))
+    assert (e.vendor_best, e.vendor_best_ms) == (fastest[1], pytest.approx(fastest[0]))
+
+
+@pytest.mark.parametrize("path, rank", [("cublaslt_autotuned_tn", 0), ("cublaslt_heuristic", 0), ("cublas_nn", 1),
+                                        ("cublas", 1), ("torch", 2), ("nvmath", 3)])
+def test_host_rank(path, rank):
+    assert L.host_rank(path) == rank
+
+
 SK = "splitk(BM=64,BN=64,BK=64,warps=4,stages=4,group_m=8,split=4,reduction=fused,tma=False,nondeterministic=False)"
 
 
