@@ -335,22 +335,29 @@ def test_build_entries_counts_what_gemmrl_served():
      "cublaslt_autotuned_nn"),                                                             # the cheapest, then fastest
     ([("cublas_nn", 1.0), ("cublaslt_heuristic_tn", 1.001)], "cold", "cublas_nn"),         # another layout's entry
     ([(f"triton:{CFG}", 0.9), ("torch", 1.0), ("cublaslt_heuristic_nn", 1.0)], "cold", CFG),  # a generated winner stays
+    ([("cublaslt_autotuned_nn", 1.0), (f"triton:{CFG}", 1.019)], "cold", CFG),  # the direct launch path: cheapest host
+    ([("torch", 1.0), ("cublaslt_autotuned_nn", 1.0), (f"triton:{CFG}", 1.01)], "offline", CFG),
+    ([("cublaslt_autotuned_nn", 1.0), (f"triton:{CFG}", 1.03)], "cold", "cublaslt_autotuned_nn"),
+    ([("cublaslt_autotuned_nn", 1.0), (f"triton:{CFG}", 1.01)], "graph", "cublaslt_autotuned_nn"),
+    ([(f"cutlass:{CUT}", 0.99), ("cublaslt_autotuned_nn", 1.0), (f"triton:{CFG}", 1.0)], "cold", CUT),  # not ranked
     ([("cublaslt_heuristic_nn", 1.0), ("torch", 0.995)], "cold", "cublaslt_heuristic_nn"),  # torch 0.5% faster
 ])
 def test_eager_entries_take_a_cheaper_host_path_within_the_band(rows, protocol, want):
     """Every protocol but graph is served to eager calls, which pay their path's host cost (torch.matmul ~10 us and
-    cuBLAS ~2.4 us a call more than a cuBLASLt path on the H100): a vendor winner gives way to a cheaper vendor path
-    of the same layout timed within 2% of it. vendor_best stays the fastest vendor path."""
-    rs = [_row(S, c, t, protocol=protocol, algo=CFG if c.startswith("triton") else "",
+    cuBLAS ~2.4 us a call more than a cuBLASLt path on the H100, a Triton config's direct launch less): a vendor
+    winner gives way to a cheaper path of the same layout timed within 2% of it; a generated winner stays.
+    vendor_best stays the fastest vendor path."""
+    rs = [_row(S, c, t, protocol=protocol, algo=c.partition(":")[2],
                layout="tn" if c.endswith("_tn") else "nn") for c, t in rows]
     e = _by(build_entries(rs, buckets=False))[(S, "nn", protocol, 64, 64)]
     assert e.impl == want
-    fastest = min((t, c) for c, t in rows if not c.startswith("triton"))
+    fastest = min((t, c) for c, t in rows if ":" not in c)
     assert (e.vendor_best, e.vendor_best_ms) == (fastest[1], pytest.approx(fastest[0]))
 
 
-@pytest.mark.parametrize("path, rank", [("cublaslt_autotuned_tn", 0), ("cublaslt_heuristic", 0), ("cublas_nn", 1),
-                                        ("cublas", 1), ("torch", 2), ("nvmath", 3)])
+@pytest.mark.parametrize("path, rank", [(f"triton:{CFG}", 0), ("cublaslt_autotuned_tn", 1), ("cublaslt_heuristic", 1),
+                                        ("cublas_nn", 2), ("cublas", 2), ("torch", 3), (f"cutlass:{CUT}", 4),
+                                        ("nvmath", 4)])
 def test_host_rank(path, rank):
     assert L.host_rank(path) == rank
 

@@ -477,7 +477,7 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
     that it served (a ``gemmrl bench --library`` run) is one more measurement of it. With ``buckets``, Triton
     winners of one config at neighbouring measured M of one (N, K) are merged into a bucket entry that serves the
     M between them. An entry of a protocol served to eager calls (all but graph) that a vendor path won goes to a
-    vendor path with a cheaper host cost timed within HOST_BAND of it (``_cheaper_host``)."""
+    Triton config or vendor path with a cheaper host cost timed within HOST_BAND of it (``_cheaper_host``)."""
     times: dict[tuple, list[tuple[str, float]]] = {}  # candidate key -> [(run, time_ms)]
     first: dict[tuple, Mapping[str, str]] = {}
     ref: dict[tuple, float] = {}  # (shape, run) -> the run's fastest vendor first-run time there
@@ -521,13 +521,13 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
             vbest[shape] = (rank, key)
         if (shape + (layout,)) not in best or rank < best[shape + (layout,)][0]:
             best[shape + (layout,)] = (rank, key)
-    vendors: dict[tuple, list[tuple]] = {}  # (shape, layout) -> its vendor candidates
+    ranked: dict[tuple, list[tuple]] = {}  # (shape, layout) -> its candidates with a host rank (Triton, vendor)
     for key in score:
-        if key[6] == "vendor":
-            vendors.setdefault(key[:6], []).append(key)
+        if key[6] in ("vendor", "triton"):
+            ranked.setdefault(key[:6], []).append(key)
     for cell, (rank, key) in best.items():
         if cell[4] != "graph" and key[6] == "vendor":
-            best[cell] = _cheaper_host(rank, key, {k: score[k] for k in vendors[cell]})
+            best[cell] = _cheaper_host(rank, key, {k: score[k] for k in ranked[cell]})
     out: list[Entry] = []
     for (gpu, dtype, acc, mnk, proto, layout), (_rank, key) in best.items():
         if (gpu, dtype, acc, mnk, proto) not in vbest:
@@ -547,25 +547,28 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
     return bucketize(out) if buckets else out
 
 
-# Host cost of the vendor paths, cheapest first: what an eager call pays besides the kernel. Measured on the H100 in
-# CUDA-L2's offline mode (session 25, h100_grid1000-offline_library-cublaslt-autotuned_offline_3cb2dd4_2026-11-26_*):
+# Host cost of the paths an eager call can take, cheapest first: what it pays besides the kernel. Measured on the
+# H100 in CUDA-L2's offline mode (session 25, h100_grid1000-offline_library-cublaslt-autotuned_offline_3cb2dd4_*):
 # per call against the cuBLASLt extension (cublaslt_autotuned), gemmrl.mm serving a cuBLASLt path +0.0 us median,
-# cuBLAS (cublasGemmEx) +2.3..2.5 us, torch.matmul +10.1 us, on kernels of about the same device time.
-HOST_ORDER = ("cublaslt", "cublas", "torch")
+# cuBLAS (cublasGemmEx) +2.3..2.5 us, torch.matmul +10.1 us, on kernels of about the same device time; a Triton
+# config through the direct launch path -6 us (device time included; its host cost alone 7.3-9.7 us a call against
+# 10.4-13.8 us for the cuBLASLt extension, session 4). CUTLASS entries are not ranked (one offline shape: +14 us).
+HOST_ORDER = ("triton", "cublaslt", "cublas", "torch")
 HOST_BAND = 0.02  # device time an eager entry gives up for a cheaper host path: the noise rule's 2%
 
 
-def host_rank(vendor_path: str) -> int:
-    """0 for the cuBLASLt paths, 1 for cuBLAS, 2 for torch.matmul (HOST_ORDER); len(HOST_ORDER) for anything else."""
-    return next((i for i, p in enumerate(HOST_ORDER) if vendor_path.startswith(p)), len(HOST_ORDER))
+def host_rank(path: str) -> int:
+    """A candidate's place in HOST_ORDER by its name (``triton:<config>``, a vendor path); len(HOST_ORDER) for
+    anything else."""
+    return next((i for i, p in enumerate(HOST_ORDER) if path.startswith(p)), len(HOST_ORDER))
 
 
 def _cheaper_host(rank: tuple, key: tuple, score: Mapping[tuple, tuple[float, float]]) -> tuple[tuple, tuple]:
     """An eager entry (every protocol but graph: the call pays its path's host cost) won by the vendor path ``key``
-    gives way to another vendor candidate of the same shape, protocol and layout (``score``: those, key -> (relative
-    median, median time)) with a cheaper host path (``host_rank``) timed within HOST_BAND of it: the cheapest such,
-    then the fastest. The device time it gives up is inside the noise rule's band; the host time it saves (2-10 us
-    a call, HOST_ORDER) is most of a small shape's eager call."""
+    gives way to another candidate of the same shape, protocol and layout (``score``: the Triton configs and vendor
+    paths there, key -> (relative median, median time)) with a cheaper host path (``host_rank``) timed within
+    HOST_BAND of it: the cheapest such, then the fastest. The device time it gives up is inside the noise rule's
+    band; the host time it saves (2-10 us a call, HOST_ORDER) is most of a small shape's eager call."""
     pick = (host_rank(key[7]), rank, key)
     for k, (rel, t) in score.items():
         if host_rank(k[7]) < pick[0] and rel <= score[key][0] * (1 + HOST_BAND):
