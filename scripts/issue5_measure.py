@@ -137,11 +137,24 @@ def offline_statistic(rows: list[dict]) -> dict | None:
     return {"shapes": len(xs), "mean": statistics.fmean(xs), "geomean": geomean(xs), "min": min(xs)}
 
 
+REFERENCE = {"offline": "cublaslt_autotuned", "server": "cublaslt_autotuned"}  # CUDA-L2's; else vendor_best
+
+
+def _reference_ratios(rows: list[dict]) -> dict[tuple, float]:
+    """gemmrl's speed over each cell's reference (first run): vendor_best, or in the host protocols CUDA-L2's
+    cublaslt_autotuned (an offline pass may time only that vendor path)."""
+    out = {}
+    for ref in {"vendor_best", *REFERENCE.values()}:
+        out.update({k: x for k, x in ratios(rows, "gemmrl", ref).items() if REFERENCE.get(k[0], "vendor_best") == ref})
+    return out
+
+
 def against(rows: list[dict], old: list[dict]) -> list[dict]:
     """Cell by cell against an earlier measure pass (``old``), over the (protocol, dtype, shape) both measured: each
-    run's gemmrl / vendor_best (first run), what served it in each, and new / old. The ratio to each run's own
-    vendor_best is what compares across runs (hosts and runs move absolute times by more than a kernel change)."""
-    new_r, old_r = ratios(rows, "gemmrl", "vendor_best"), ratios(old, "gemmrl", "vendor_best")
+    run's gemmrl / vendor_best (offline and server: / cublaslt_autotuned) in the first run, what served it in each,
+    and new / old. The ratio to each run's own reference is what compares across runs (hosts and runs move absolute
+    times by more than a kernel change)."""
+    new_r, old_r = _reference_ratios(rows), _reference_ratios(old)
     new_t, old_t = table(rows), table(old)
     out = []
     for k in sorted(set(new_r) & set(old_r), key=lambda k: (k[0] != "graph", k[0], k[1], k[3])):
@@ -152,8 +165,8 @@ def against(rows: list[dict], old: list[dict]) -> list[dict]:
 
 
 def against_markdown(cells: list[dict], sources: list[str]) -> str:
-    lines = [f"Against the earlier pass {', '.join(Path(s).name for s in sources)}: gemmrl / vendor_best per cell, "
-             "each run's own reference", "",
+    lines = [f"Against the earlier pass {', '.join(Path(s).name for s in sources)}: gemmrl / vendor_best per cell "
+             "(offline, server: / cublaslt_autotuned), each run's own reference", "",
              "| protocol | dtype | cells | geomean now | geomean before | now / before | min | max |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for proto, dtype in sorted({(c["protocol"], c["dtype"]) for c in cells}, key=lambda pd: (pd[0] != "graph", pd)):
@@ -221,7 +234,7 @@ def main(argv=None) -> int:
     off_rows = read_rows(args.offline) if args.offline else []
     below = noise_below(rows)
     recs = measure_table(rows, selection_figures(args.library) if args.library else None, below)
-    if not recs and not off_rows:
+    if not recs and not off_rows and not args.against:
         print("no shape has both a gemmrl and a vendor_best row: is this a `gemmrl bench --library` run?",
               file=sys.stderr)
         return 2
@@ -229,7 +242,8 @@ def main(argv=None) -> int:
     if args.against:
         cells = against(rows, read_rows(args.against))
         if not cells:
-            print(f"--against: no (protocol, dtype, shape) with gemmrl and vendor_best rows in both runs "
+            print(f"--against: no (protocol, dtype, shape) with gemmrl and its reference (vendor_best; offline, "
+                  f"server: cublaslt_autotuned) in both runs "
                   f"({', '.join(args.against)})", file=sys.stderr)
             return 2
         text += "\n" + against_markdown(cells, args.against)

@@ -167,3 +167,23 @@ def test_against_an_earlier_pass_cell_by_cell(mod, tmp_path, capsys):
     other = _write(tmp_path / "other.csv", _shape("256_256_256", 1.0, 1.0))
     assert mod.main([str(a), "--against", str(other)]) == 2
     assert "no (protocol, dtype, shape)" in capsys.readouterr().err
+
+
+def test_against_an_earlier_offline_pass_uses_cublaslt_autotuned(mod, tmp_path, capsys):
+    """An offline pass times gemmrl beside cublaslt_autotuned only (CUDA-L2's statistic): --against compares offline
+    cells by gemmrl / cublaslt_autotuned, also with offline rows alone as the measure."""
+    def offline(mnk, ours, theirs, served):
+        return [_row(mnk, "cublaslt_autotuned_tn", theirs, "offline", "id=1"),
+                _row(mnk, "cublaslt_autotuned", theirs, "offline", "id=1", members="cublaslt_autotuned_tn"),
+                _row(mnk, "gemmrl", ours, "offline", f"eager={served} (cold entry {mnk}); hot=torch")]
+
+    before = offline("64_64_1024", 0.040, 0.030, "vendor:torch") + offline("64_64_2048", 0.02, 0.03, "triton:cfg")
+    now = offline("64_64_1024", 0.030, 0.030, "vendor:cublaslt_autotuned_tn")
+    cells = mod.against(now, before)
+    assert [(c["mnk"], c["protocol"]) for c in cells] == [("64_64_1024", "offline")]
+    assert math.isclose(cells[0]["new"], 1.0) and math.isclose(cells[0]["old"], 0.75)
+    assert cells[0]["served_old"].startswith("vendor:torch")
+    a, b = _write(tmp_path / "now.csv", now), _write(tmp_path / "before.csv", before)
+    assert mod.main([str(a), "--against", str(b)]) == 0
+    assert "| offline | fp16 | 1 | 1.0000 | 0.7500 | 1.3333 |" in capsys.readouterr().out
+    assert mod.main([str(a)]) == 2  # nothing to report without --against or --offline
