@@ -63,6 +63,29 @@ def test_measured_when_both_layouts_have_entries(lib, times, want):
     assert torch.allclose(bufs.c.float(), ref, atol=2e-2, rtol=2e-2)
 
 
+def vendor_entry(layout, t, impl, protocol="offline"):
+    return Entry(gpu="cpu", cc="", dtype="fp16", acc="fp32", layout=layout, protocol=protocol, M=5, N=24, K=16,
+                 family="vendor", impl=impl, algo="", time_ms=t, vendor_best_ms=t, vendor_best=impl,
+                 m_lo=5, m_hi=5, members=("5_24_16",), verified=True, torch="")
+
+
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings("ignore:gemmrl")  # the vendor entry has no vendor path here: torch.matmul serves it
+@pytest.mark.parametrize("protocol,times,want", [
+    ("offline", {"tn": 1.0, "nn": 1.015}, "nn"),  # the Triton layout is within 2%: its cheaper host path wins
+    ("server", {"tn": 1.0, "nn": 1.015}, "nn"),
+    ("offline", {"tn": 1.0, "nn": 1.03}, "tn"),   # outside the band: device time decides
+    ("offline", {"tn": 1.0, "nn": 0.9}, "nn"),
+    ("cold", {"tn": 1.0, "nn": 1.015}, "tn"),     # a device-timed protocol: no host cost in it
+])
+def test_host_protocols_weigh_the_served_paths_host_cost(lib, protocol, times, want):
+    """tn is served by a cuBLASLt entry (library order first), nn by a Triton config (direct launch: cheaper host
+    path, library.HOST_ORDER): in offline and server the nn layout wins within HOST_BAND of tn's device time."""
+    lib(vendor_entry("tn", 0.01, "cublaslt_autotuned_tn", protocol), entry("nn", 0.0101, protocol=protocol))
+    got = choose(P, protocol, make_buffers(P, "cpu", seed=3), scripted(times, []), min_calls=3)
+    assert (got.layout, got.by) == (want, "measured")
+
+
 @pytest.mark.interpreter
 @pytest.mark.parametrize("entries,want", [((), "tn"), (("nn",), "nn"), (("tn",), "tn")])
 def test_library_decides_with_fewer_than_two_entries(lib, entries, want):

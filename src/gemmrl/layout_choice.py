@@ -16,7 +16,9 @@ h100_serve60_gemmrl-mm-layout-choice-partial_2567be1_2026-11-24.csv), against la
 with the host clock, the choice went to ``tn`` on all 8 shapes of that run where it was made, including
 100_28672_4096 and 32_14336_4096, where ``nn`` ran the same cuBLASLt algorithm 3-6% faster in the bench's own
 offline rows and in graph. Only where there is no device clock (the CPU test tier) do host protocols time with the
-host clock.
+host clock. What the device clock leaves out, the host cost of the path each layout's entry serves, decides a host
+protocol's choice as it decides the library's eager entries (``library.HOST_ORDER``): the layout served by the
+cheaper host path wins when its device time is within ``library.HOST_BAND`` (2%) of the other's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .library import PROTOCOL_ORDER
+from .library import HOST_BAND, PROTOCOL_ORDER, Entry, host_rank
 from .problem import GemmProblem
 from .timing import HOST_PROTOCOLS
 
@@ -48,16 +50,24 @@ class LayoutChoice:
     times_ms: tuple[tuple[str, float], ...] = ()  # (layout, median ms per call) measured here
 
 
-def library_order(problem: GemmProblem, protocol: str, device) -> list[tuple[float, str]]:
-    """(entry time_ms, layout) of each layout with a library entry for this GPU, fastest first."""
+def library_entries(problem: GemmProblem, protocol: str, device) -> dict[str, Entry]:
+    """The library entry that serves each layout for this GPU in ``protocol`` (layouts without one left out)."""
     from . import dispatch
 
     gpu, _ = dispatch._identity(device)
     order = PROTOCOL_ORDER["graph" if protocol == "graph" else "eager"]
     lib = dispatch.library()
-    found = [(e.time_ms, lay) for lay in LAYOUTS
-             if (e := lib.lookup_any(gpu, problem.dtype, problem.acc, lay, order, problem.M, problem.N, problem.K))]
-    return sorted(found)
+    return {lay: e for lay in LAYOUTS
+            if (e := lib.lookup_any(gpu, problem.dtype, problem.acc, lay, order, problem.M, problem.N, problem.K))}
+
+
+def library_order(problem: GemmProblem, protocol: str, device) -> list[tuple[float, str]]:
+    """(entry time_ms, layout) of each layout with a library entry for this GPU, fastest first."""
+    return sorted((e.time_ms, lay) for lay, e in library_entries(problem, protocol, device).items())
+
+
+def _host_rank(e: Entry) -> int:
+    return host_rank(e.impl if e.family == "vendor" else f"{e.family}:{e.impl}")
 
 
 def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mapping[str, float]] | None,
@@ -82,6 +92,12 @@ def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mappi
     other = next(lay for lay in LAYOUTS if lay != first)
     t_first, t_other = times.get(first, float("inf")), times.get(other, float("inf"))
     layout = other if t_other < t_first * (1 - TIE) else first
+    if protocol in HOST_PROTOCOLS:  # a host-timed call also pays its path's host cost (library.HOST_ORDER)
+        ents = library_entries(problem, protocol, bufs.a.device)
+        cheap, dear = sorted(LAYOUTS, key=lambda lay: _host_rank(ents[lay]))
+        if _host_rank(ents[cheap]) < _host_rank(ents[dear]) and times.get(cheap, float("inf")) <= times.get(
+                dear, float("inf")) * (1 + HOST_BAND):
+            layout = cheap
     return LayoutChoice(problem.mnk, protocol, layout, "measured",
                         tuple((lay, float(times.get(lay, float("inf")))) for lay in LAYOUTS))
 
