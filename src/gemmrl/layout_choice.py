@@ -76,7 +76,8 @@ def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mappi
     (a ``make_timer`` of ``timed_in(protocol, ...)``) when the library has entries for both layouts."""
     from . import dispatch
 
-    lib = library_order(problem, protocol, bufs.a.device)
+    ents = library_entries(problem, protocol, bufs.a.device)
+    lib = sorted((e.time_ms, lay) for lay, e in ents.items())
     if len(lib) < 2 or timer is None:
         return LayoutChoice(problem.mnk, protocol, lib[0][1] if lib else "tn", "library")
     a, b, bt, c = bufs.args()
@@ -90,16 +91,15 @@ def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mappi
     times = dict(timer(fns, min_calls))
     first = lib[0][1]
     other = next(lay for lay in LAYOUTS if lay != first)
-    t_first, t_other = times.get(first, float("inf")), times.get(other, float("inf"))
-    layout = other if t_other < t_first * (1 - TIE) else first
+    t = {lay: times.get(lay, float("inf")) for lay in LAYOUTS}
+    layout = other if t[other] < t[first] * (1 - TIE) else first
     if protocol in HOST_PROTOCOLS:  # a host-timed call also pays its path's host cost (library.HOST_ORDER)
-        ents = library_entries(problem, protocol, bufs.a.device)
-        cheap, dear = sorted(LAYOUTS, key=lambda lay: _host_rank(ents[lay]))
-        if _host_rank(ents[cheap]) < _host_rank(ents[dear]) and times.get(cheap, float("inf")) <= times.get(
-                dear, float("inf")) * (1 + HOST_BAND):
+        rank = {lay: _host_rank(e) for lay, e in ents.items()}
+        cheap, dear = sorted(LAYOUTS, key=rank.get)
+        if rank[cheap] < rank[dear] and t[cheap] <= t[dear] * (1 + HOST_BAND):
             layout = cheap
     return LayoutChoice(problem.mnk, protocol, layout, "measured",
-                        tuple((lay, float(times.get(lay, float("inf")))) for lay in LAYOUTS))
+                        tuple((lay, float(t[lay])) for lay in LAYOUTS))
 
 
 def pick_layout(shape: Any, dtype=None, protocol: str = "graph", device=None, min_calls: int = MIN_CALLS) -> LayoutChoice:
