@@ -10,7 +10,8 @@
 #      shape, screened in graph and cold), then the selection re-measured by gemmrl bench --triton-from
 #      (limits TRITON_SELECT_S, TRITON_REMEASURE_S; SKIP_SELECT / SKIP_REMEASURE; SEL_CSV / REM_CSV resume;
 #      TRITON_PROTOCOL / TRITON_LAYOUTS: what the selection screens, default graph,cold and tn,nn; TRITON_PDL:
-#      gemmrl select --pdl off|on|both, default off; TRITON_TAG: added to both files' names)
+#      gemmrl select --pdl off|on|both, default off; TRITON_TAG: added to both files' names; TRITON_SELECT_ARGS /
+#      TRITON_REMEASURE_ARGS: extra select / bench arguments, e.g. "--configs @FILE --diverse" / "--timing quick")
 #   6. only with SERVE_SHAPES=FILE (issue 6, serving), the stages named in SERVE_STAGES (default all, in order):
 #      select   gemmrl select on SERVE_SELECT_SHAPES (default SERVE_SHAPES; graph only; TRITON_TOP/TRITON_EXPLORE)
 #      build    gemmrl bench --triton-from (the selection + SERVE_SEL_EXTRA CSVs) in graph,offline: the library's
@@ -204,8 +205,9 @@ if [ -n "${TRITON_SHAPES:-}" ]; then
     tail -n 3 "$GEMMRL_OUT/triton_select.log"
   fi
   if [ "${SKIP_REMEASURE:-0}" != 1 ]; then
+    # shellcheck disable=SC2086
     timeout "${TRITON_REMEASURE_S:-240}" python3 -m gemmrl.cli bench --shapes "$TRITON_SHAPES" --triton-from "$sel" \
-      --protocol graph,cold --no-progress --out "$rem" >"$GEMMRL_OUT/triton_remeasure.log" 2>&1
+      --protocol graph,cold ${TRITON_REMEASURE_ARGS:-} --no-progress --out "$rem" >"$GEMMRL_OUT/triton_remeasure.log" 2>&1
     echo "triton re-measure: exit $?"
     tables+=("$rem")
   fi

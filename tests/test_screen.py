@@ -12,7 +12,7 @@ from gemmrl.kernels.triton_gemm.precompile import groups
 from gemmrl.kernels.triton_gemm.top import load_selection
 from gemmrl.problem import parse_mnk
 from gemmrl.results import ResultsWriter, read_rows
-from gemmrl.search.screen import ScreenSpec, configs_for, exploration_pool, selection_table
+from gemmrl.search.screen import ScreenSpec, configs_for, exploration_pool, selection_table, triton_configs
 from gemmrl.search.space import VARIANTS
 
 from conftest import HAS_CUDA
@@ -81,6 +81,57 @@ def test_diverse_top_is_one_config_per_kernel_shape(mnk):
     assert [str(c) for c, s, _ in es if s == "top"] == [str(c) for c in div]
     with pytest.raises(ValueError, match="the cutlass family screens its own"):
         ScreenSpec(problems=(p,), out="x.csv", diverse=True, family="cutlass")
+
+
+GIVEN = ("tiled(BM=16,BN=32,BK=64,warps=2,stages=5,group_m=1)", "tiled(BM=16,BN=32,BK=64,warps=2,stages=2,group_m=1)",
+         "splitk(BM=32,BN=32,BK=256,warps=4,stages=4,group_m=8,split=8,reduction=fused)")
+
+
+@pytest.mark.parametrize("mnk", ["64_64_64", "128_256_64", "64_64_4096", "33_65_129", "1_7_13"])
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_configs_for_adds_the_given_configs_where_valid(mnk, layout):
+    """gemmrl select --configs (Triton): the given configs are screened beside the model's top and the explored
+    ones, each only where its validity predicate accepts the shape, once, with source "given"."""
+    p = parse_mnk(mnk, layout=layout)
+    given = triton_configs(GIVEN + GIVEN[:1])  # a repeat is dropped
+    assert len(given) == 3
+    pool = exploration_pool(0, 16)
+    es = configs_for(p, H100, 4, 2, pool, given=given)
+    names = [str(c) for c, _, _ in es]
+    assert len(set(names)) == len(names)
+    assert all(valid(c, p, H100)[0] for c, _, _ in es)
+    want = {str(c) for c in given if valid(c, p, H100)[0]}
+    assert want <= set(names)  # each valid one is screened, as "given" unless the model or the pool had it
+    assert {n for (c, s, _), n in zip(es, names) if s == "given"} <= want
+    assert sorted(r for _, _, r in es) == list(range(len(es)))
+    alone = configs_for(p, H100, 0, 0, pool, given=given)
+    assert [str(c) for c, _, _ in alone] == [str(c) for c in given if valid(c, p, H100)[0]]
+    assert all(s == "given" for _, s, _ in alone)
+
+
+def test_triton_config_lists_are_read_before_the_gpu(tmp_path, capsys):
+    one = ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", top=0, explore=0, configs=GIVEN)
+    assert one.configs == GIVEN
+    with pytest.raises(ValueError, match="Triton config 'tiled\\(BM=16,BX=3\\)'.*no field 'BX'"):
+        ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", configs=("tiled(BM=16,BX=3)",))
+    with pytest.raises(ValueError, match="cannot parse config"):
+        ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", configs=("BM=16",))
+    with pytest.raises(ValueError, match="cutlass or triton family"):
+        ScreenSpec(problems=(parse_mnk("64_64_64"),), out="x.csv", configs=GIVEN, family="wgmma")
+    f = tmp_path / "configs.txt"
+    f.write_text("# tiny shapes\n" + GIVEN[0] + "  # the fastest at K = 64\n\n" + GIVEN[1] + "\n")
+    if not HAS_CUDA:  # the list is taken (both spellings); only the GPU is missing
+        for arg in (f"@{f}", ";".join(GIVEN)):
+            rc = main(["select", "--mnk", "64_64_64", "--top", "0", "--explore", "0", "--configs", arg,
+                       "--out", str(tmp_path)])
+            assert rc == 2 and "CUDA GPU" in capsys.readouterr().err
+    rc = main(["select", "--mnk", "64_64_64", "--configs", f"@{tmp_path / 'missing.txt'}", "--out", str(tmp_path)])
+    assert rc == 2 and "no such file" in capsys.readouterr().err
+    rc = main(["select", "--mnk", "64_64_64", "--configs", "tiled(BM=16,BN=32,BK=64,warps=2,stages=5,group_m=1;bad)",
+               "--out", str(tmp_path)])
+    assert rc == 2 and "Triton config" in capsys.readouterr().err
+    rc = main(["select", "--mnk", "64_64_64", "--top", "0", "--explore", "0", "--out", str(tmp_path)])
+    assert rc == 2 and "or a config list" in capsys.readouterr().err
 
 
 def test_screen_spec_rejects_bad_counts():

@@ -28,6 +28,20 @@ def _names(text: str | None) -> tuple[str, ...]:
     return tuple(x.strip() for x in (text or "").split(",") if x.strip())
 
 
+def _config_names(text: str | None, family: str) -> tuple[str, ...]:
+    """``gemmrl select --configs``: CUTLASS names are a comma list; Triton configs (``str(cfg)`` holds commas) are
+    separated by ';' or newlines, and ``@FILE`` reads them from a file, one per line ('#' starts a comment)."""
+    text = (text or "").strip()
+    if family != "triton":
+        return _names(text)
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise CliError(f"--configs {text}: no such file; give Triton configs separated by ';' or @FILE")
+        text = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
+    return tuple(x.strip() for x in text.replace("\n", ";").split(";") if x.strip())
+
+
 def _protocols(text: str) -> tuple[str, ...]:
     ps = _names(text)
     bad = [p for p in ps if p not in PROTOCOLS]
@@ -298,7 +312,7 @@ def cmd_select(args) -> int:
                           layouts=_names(args.layouts),
                           protocols=protocols, seed=args.seed, device=args.gpu_device_id, workers=args.workers,
                           family=args.family, pdl=args.pdl,
-                          configs=_names(args.configs),
+                          configs=_config_names(args.configs, args.family),
                           all_knobs=args.knobs == "all",
                           variants=_names(args.variants),
                           diverse=args.diverse,
@@ -523,7 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--configs", default="",
                    help="cutlass: comma-separated configs to screen instead of its family (names as in the CSVs, e.g. "
                         "coop_128x160x64_c2x1_persistent_tn_fp16_swap; each is screened in every --layouts layout and the "
-                        "shape's dtype; 'family' adds the family)")
+                        "shape's dtype; 'family' adds the family). triton: configs screened beside --top and --explore "
+                        "(0 and 0 for these alone) where valid for the shape, separated by ';' or given as @FILE (one "
+                        "per line), e.g. 'tiled(BM=16,BN=32,BK=64,warps=2,stages=5,group_m=1)'")
     s.add_argument("--knobs", default="screen", choices=("screen", "all"),
                    help="cutlass: the scheduler knobs screened per config: screen (defaults, swizzle 8 on large grids, "
                         "stream-K splits) or all (every swizzle x raster order, and stream-K's decompositions)")

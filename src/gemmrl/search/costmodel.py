@@ -19,6 +19,10 @@ For a config on a GPU (``Arch``: 132 SMs, 989 TFLOP/s, 3.35 TB/s on an H100) the
   overlap their loads with the previous epilogue).
 * reduction: two-pass split-K adds a launch and a pass over the fp32 workspace; fused adds the last program's
   read of the partials; atomic, the atomics' traffic.
+* masked K: a pointer-load kernel whose K is not a multiple of BK masks every K step's loads (``EVEN_K`` false;
+  TMA descriptors zero-fill out of bounds for free). Measured on H100 screens of K = 64 shapes, BK = 128 against
+  BK = 64 with every other field the same: +0.29-0.37 us a call in graph, +0.19-0.38 us in cold (one-step loops;
+  session 26, benchmarks/NOTES.md), counted once per wave (per tile in turn for a persistent kernel).
 * pdl (programmatic dependent launch): with ``warm_l2`` (calls back to back in a graph) part of each launch's
   latency overlaps the previous call; a single call after a flush (cold) gains nothing.
 
@@ -61,6 +65,7 @@ class CostParams:
     pdl_us: float = 0.9             # launch latency PDL hides behind the previous kernel, per launch, in a graph
                                     # (first guess: the H100's empty kernel node, 0.95 us, session 14's pace probe)
     scalar_load_eff: float = 0.30   # share of load bandwidth left with 2-byte scalar loads (unaligned rows)
+    kmask_us: float = 0.3           # K % BK != 0 with pointer loads: masked loads in every K step, per wave
 
 
 DEFAULT = CostParams()
@@ -146,10 +151,11 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     hbm = hbm_bytes / (arch.hbm_tbps * 1e12)
     # fill and epilogue
     epi = cfg.BM * cfg.BN * 2.0 / l2_sm
+    masked = 0.0 if getattr(cfg, "tma", False) or K % cfg.BK == 0 else params.kmask_us * 1e-6
     if cfg.variant == "persistent":
-        fill = lat + epi * max(1, per_sm)
+        fill = lat + (epi + masked) * max(1, per_sm)
     else:
-        fill = waves * (lat + epi)
+        fill = waves * (lat + epi + masked)
     launches = 2 if red == "two_pass" else 1
     reduction = 0.0
     if red == "two_pass":

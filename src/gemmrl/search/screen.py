@@ -67,7 +67,8 @@ class ScreenSpec:
     timing: TimingConfig = SCREEN_TIMING
     family: str = "triton"     # or "cutlass" (its configs x knobs), "wgmma" (its configs): top/explore unused
     pdl: str = "off"           # Triton: each config screened without PDL ("off"), with it ("on"), or both, side by side
-    configs: tuple[str, ...] = ()  # CUTLASS: the configs to screen instead of the family ("family" stands for it)
+    configs: tuple[str, ...] = ()  # CUTLASS: the configs to screen instead of the family ("family" stands for it);
+                                   # Triton: configs screened beside top + explore (source "given"), where valid
     all_knobs: bool = False        # CUTLASS: every swizzle x raster setting (and stream-K's), not knobs_for's few
     variants: tuple[str, ...] = ()  # Triton: screen only these variants (e.g. ("splitk",)); () = every variant
     diverse: bool = False           # Triton: the top configs one per (variant, tile, split) (costmodel.prune_diverse)
@@ -75,8 +76,8 @@ class ScreenSpec:
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"unknown family {self.family!r}; use one of {', '.join(FAMILIES)}")
-        if self.top < 0 or self.explore < 0 or self.top + self.explore == 0:
-            raise ValueError(f"screen needs top + explore >= 1 configs per shape (top={self.top}, "
+        if self.top < 0 or self.explore < 0 or (self.top + self.explore == 0 and not self.configs):
+            raise ValueError(f"screen needs top + explore >= 1 configs per shape, or a config list (top={self.top}, "
                              f"explore={self.explore})")
         if not self.layouts or set(self.layouts) - {"tn", "nn"}:
             raise ValueError(f"layouts {self.layouts}: use tn, nn or both")
@@ -89,10 +90,14 @@ class ScreenSpec:
         bad = [p for p in self.protocols if p not in ("graph", "cold")]
         if bad:
             raise ValueError(f"screening times the device protocols graph and cold, not {bad}")
-        if self.configs:
-            if self.family != "cutlass":
-                raise ValueError(f"a config list is for the cutlass family; the {self.family} family screens its own")
-            cutlass_configs(self.configs)  # every name read and checked before the GPU is asked for
+        if self.configs:  # every name read and checked before the GPU is asked for
+            if self.family == "cutlass":
+                cutlass_configs(self.configs)
+            elif self.family == "triton":
+                triton_configs(self.configs)
+            else:
+                raise ValueError(f"a config list is for the cutlass or triton family; the {self.family} family "
+                                 "screens its own")
         if self.variants:
             if self.family != "triton":
                 raise ValueError(f"variants are the Triton family's ({', '.join(VARIANTS)}); the {self.family} family "
@@ -129,6 +134,21 @@ def cutlass_configs(names: Iterable[str], layout: str | None = None, dtype: str 
     return list(dict.fromkeys(out))
 
 
+def triton_configs(names: Iterable[str]) -> list[Config]:
+    """The Triton configs a list of names stands for (``str(cfg)``, e.g. ``tiled(BM=16,BN=32,BK=64,warps=2,
+    stages=5,group_m=1)``), duplicates dropped; ValueError naming the first unreadable one. Whether a config is
+    valid depends on the shape: ``configs_for`` keeps, per shape, the ones ``valid`` accepts."""
+    from ..kernels.triton_gemm.configs import ConfigError, parse_config
+
+    out = []
+    for name in names:
+        try:
+            out.append(parse_config(name))
+        except (ConfigError, TypeError, ValueError) as e:
+            raise ValueError(f"Triton config {name!r}: {e}") from None
+    return list(dict.fromkeys(out))
+
+
 def exploration_pool(seed: int, per_variant: int, variants: Iterable[str] = ()) -> list[Config]:
     """``per_variant`` configs drawn (without replacement, seeded) from each variant's raw space (of ``variants``,
     all when empty): shared by all shapes, so the kernels to compile stay few however many shapes are screened.
@@ -145,10 +165,12 @@ def exploration_pool(seed: int, per_variant: int, variants: Iterable[str] = ()) 
 
 
 def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: list[Config],
-                seed: int = 0, variants: Iterable[str] = (), diverse: bool = False) -> list[tuple[Config, str, int]]:
+                seed: int = 0, variants: Iterable[str] = (), diverse: bool = False,
+                given: Iterable[Config] = ()) -> list[tuple[Config, str, int]]:
     """(config, source, model rank within the list) for one shape: the model's ``top`` then ``explore`` valid
     configs of ``pool`` not among them (seeded per shape); of ``variants`` only, when given; with ``diverse`` the
-    top ones are the model's best of as many (variant, tile, split) groups (``costmodel.prune_diverse``)."""
+    top ones are the model's best of as many (variant, tile, split) groups (``costmodel.prune_diverse``); then the
+    ``given`` configs valid at this shape and not already picked (source ``given``, any variant)."""
     live = tuple(variants) or VARIANTS
     if not top:
         picked = []
@@ -160,7 +182,9 @@ def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: 
     rng = random.Random(f"{seed}:{problem.mnk}:{problem.layout}")
     ok = [c for c in pool if str(c) not in seen and c.variant in live and valid(c, problem, arch)[0]]
     extra = rng.sample(ok, min(explore, len(ok)))
-    out = [(c, "top") for c in picked] + [(c, "explore") for c in extra]
+    seen |= {str(c) for c in extra}
+    mine = [c for c in given if str(c) not in seen and valid(c, problem, arch)[0]]
+    out = [(c, "top") for c in picked] + [(c, "explore") for c in extra] + [(c, "given") for c in mine]
     order = sorted(range(len(out)), key=lambda i: estimate(out[i][0], problem, arch).seconds)
     ranks = {i: r for r, i in enumerate(order)}
     return [(c, src, ranks[i]) for i, (c, src) in enumerate(out)]
@@ -239,7 +263,7 @@ def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[C
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
         for c0, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed, spec.variants,
-                                         spec.diverse):
+                                         spec.diverse, triton_configs(spec.configs)):
             for c in (replace(c0, pdl=v) for v in PDL_CHOICES[spec.pdl]):  # twins side by side, in one chunk
                 if not valid(c, pl, arch)[0]:
                     continue
