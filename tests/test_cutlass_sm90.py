@@ -139,7 +139,8 @@ def test_screen_config_list():
         ScreenSpec(problems=(p,), out=Path("x.csv"), all_knobs=True)
     for configs, family, match in [(("coop_128x160",), "cutlass", "cannot read"),
                                    (("coop_64x128x64_c1x1_persistent_tn_fp16",), "cutlass", "BM=64"),
-                                   (("family",), "triton", "cutlass family")]:
+                                   (("family",), "triton", "Triton config 'family': cannot parse"),
+                                   (("family",), "wgmma", "cutlass or triton family")]:
         with pytest.raises(ValueError, match=match):
             ScreenSpec(problems=(GemmProblem(64, 64, 64),), out=Path("x.csv"), family=family, configs=configs)
 
