@@ -107,11 +107,12 @@ def measure_table(rows: list[dict], selection: dict | None = None, below: set | 
 
 
 def measured_points(rows: list[dict], below: set | None = None) -> tuple[dict[str, dict], dict[str, set]]:
-    """For --plot: panel ("graph fp16", ...) -> mnk -> (flops, gemmrl / vendor_best first run, family served), and
-    panel -> the shapes that stay below 0.98 after the noise rule (``below``: noise_below(rows), if known)."""
+    """For --plot: panel ("graph fp16", ...) -> mnk -> (flops, gemmrl / its reference in the first run, family
+    served), the reference vendor_best (offline, server: cublaslt_autotuned, CUDA-L2's), and panel -> the shapes
+    that stay below 0.98 after the noise rule (``below``: noise_below(rows), if known)."""
     tab = table(rows)
     pts: dict[str, dict] = {}
-    for (proto, dtype, _acc, mnk), x in ratios(rows, "gemmrl", "vendor_best").items():
+    for (proto, dtype, _acc, mnk), x in _reference_ratios(rows).items():
         fam = served_desc(tab[(proto, dtype, _acc, mnk)]["gemmrl"]).split(":")[0] or "vendor"
         m, n, k = (int(v) for v in mnk.split("_"))
         pts.setdefault(f"{proto} {dtype}", {})[mnk] = (2.0 * m * n * k, x, fam)
@@ -124,7 +125,9 @@ def measured_points(rows: list[dict], below: set | None = None) -> tuple[dict[st
 def plot(pts: dict, below: dict, path: Path, title: str) -> Path:
     import library_plot
 
-    return library_plot.plot(pts, path, title, ylabel="vendor_best time / gemmrl time", served_word=" served",
+    refs = sorted({REFERENCE.get(p.split()[0], "vendor_best") for p in pts})
+    return library_plot.plot(pts, path, title, ylabel=f"{refs[0]} time / gemmrl time" if len(refs) == 1
+                             else "reference time / gemmrl time", served_word=" served",
                              ringed=below, ring_label=f"< {FLOOR} after the noise rule", floor=FLOOR)
 
 
@@ -250,10 +253,13 @@ def main(argv=None) -> int:
     print(text, end="")
     if args.md:
         Path(args.md).write_text(text)
-    if args.plot and recs:
-        shapes = max(r["shapes"] for r in recs if r["class"] == "all")
-        print(plot(*measured_points(rows, below), Path(args.plot), f"gemmrl bench --library (the measure pass): "
-                   f"{shapes} of 1000 grid shapes, {len(args.measure)} file(s)"))
+    if args.plot and (recs or off_rows):
+        pts, ringed = measured_points(rows + off_rows, below)
+        shapes = max(len(v) for v in pts.values())
+        mixed = len({REFERENCE.get(p.split()[0], "vendor_best") for p in pts}) > 1
+        print(plot(pts, ringed, Path(args.plot), f"gemmrl bench --library: up to {shapes} grid shapes a panel, "
+                   f"{len(set(args.measure + args.offline))} file(s)"
+                   + ("; reference vendor_best (offline, server: cublaslt_autotuned)" if mixed else "")))
     return 0
 
 

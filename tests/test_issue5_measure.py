@@ -148,6 +148,25 @@ def test_plot_marks_the_shapes_that_stay_below(mod, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_plot_has_an_offline_panel_against_cublaslt_autotuned(mod, tmp_path):
+    """--plot with --offline rows: an offline panel of gemmrl / cublaslt_autotuned (CUDA-L2's reference), also from
+    offline rows alone; nothing is ringed there (the noise rule is for graph and cold)."""
+    pytest.importorskip("matplotlib")
+    off = [_row("64_64_1024", "cublaslt_autotuned_tn", 0.030, "offline", "id=1"),
+           _row("64_64_1024", "cublaslt_autotuned", 0.030, "offline", "id=1", members="cublaslt_autotuned_tn"),
+           _row("64_64_1024", "gemmrl", 0.024, "offline", "eager=triton:cfg (cold entry 64_64_1024); hot=torch")]
+    pts, below = mod.measured_points(ROWS + off)
+    assert set(pts) == {"graph fp16", "cold fp16", "graph bf16", "offline fp16"}
+    flops, x, fam = pts["offline fp16"]["64_64_1024"]
+    assert math.isclose(x, 0.030 / 0.024) and fam == "triton" and "offline fp16" not in below
+    src, offf = _write(tmp_path / "m.csv", ROWS), _write(tmp_path / "o.csv", off)
+    for args in ([str(src), "--offline", str(offf)], [str(offf), "--offline", str(offf)]):
+        png = tmp_path / "p.png"
+        assert mod.main(args + ["--plot", str(png)]) == 0
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+        png.unlink()
+
+
 def test_against_an_earlier_pass_cell_by_cell(mod, tmp_path, capsys):
     """--against: the shapes both passes measured, each run's gemmrl / vendor_best and now / before; a shape only
     one run has is left out; rows with nothing in common are refused."""
