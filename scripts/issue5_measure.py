@@ -125,7 +125,7 @@ def measured_points(rows: list[dict], below: set | None = None) -> tuple[dict[st
 def plot(pts: dict, below: dict, path: Path, title: str) -> Path:
     import library_plot
 
-    refs = sorted({REFERENCE.get(p.split()[0], "vendor_best") for p in pts})
+    refs = _references(pts)
     return library_plot.plot(pts, path, title, ylabel=f"{refs[0]} time / gemmrl time" if len(refs) == 1
                              else "reference time / gemmrl time", served_word=" served",
                              ringed=below, ring_label=f"< {FLOOR} after the noise rule", floor=FLOOR)
@@ -141,6 +141,11 @@ def offline_statistic(rows: list[dict]) -> dict | None:
 
 
 REFERENCE = {"offline": "cublaslt_autotuned", "server": "cublaslt_autotuned"}  # CUDA-L2's; else vendor_best
+
+
+def _references(panels) -> list[str]:
+    """The references of plot panels ("graph fp16", "offline fp16", ...), sorted."""
+    return sorted({REFERENCE.get(p.split()[0], "vendor_best") for p in panels})
 
 
 def _reference_ratios(rows: list[dict]) -> dict[tuple, float]:
@@ -256,7 +261,7 @@ def main(argv=None) -> int:
     if args.plot and (recs or off_rows):
         pts, ringed = measured_points(rows + off_rows, below)
         shapes = max(len(v) for v in pts.values())
-        mixed = len({REFERENCE.get(p.split()[0], "vendor_best") for p in pts}) > 1
+        mixed = len(_references(pts)) > 1
         print(plot(pts, ringed, Path(args.plot), f"gemmrl bench --library: up to {shapes} grid shapes a panel, "
                    f"{len(set(args.measure + args.offline))} file(s)"
                    + ("; reference vendor_best (offline, server: cublaslt_autotuned)" if mixed else "")))

@@ -255,15 +255,17 @@ class ScreenEntry:
     algo: str
 
 
-def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[Config]) -> list[ScreenEntry]:
-    """The Triton family's entries for every layout of ``spec``: the model's top configs and explored ones."""
+def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[Config],
+                given: Iterable[Config] = ()) -> list[ScreenEntry]:
+    """The Triton family's entries for every layout of ``spec``: the model's top configs, explored ones and the
+    ``given`` ones (``triton_configs(spec.configs)``, read once by the caller) where valid."""
     from ..kernels.triton_gemm import TritonGemm
 
     out = []
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
         for c0, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed, spec.variants,
-                                         spec.diverse, triton_configs(spec.configs)):
+                                         spec.diverse, given):
             for c in (replace(c0, pdl=v) for v in PDL_CHOICES[spec.pdl]):  # twins side by side, in one chunk
                 if not valid(c, pl, arch)[0]:
                     continue
@@ -389,7 +391,8 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
             wg.build_dtype(dtype)  # one nvcc run per dtype, before any timing; a failure stops here with its log
     else:
         pool = exploration_pool(spec.seed, spec.pool, spec.variants)
-        plan = {p: entries_for(p, spec, arch, pool) for p in todo}
+        given = triton_configs(spec.configs)
+        plan = {p: entries_for(p, spec, arch, pool, given) for p in todo}
         if todo:
             failed = precompile([(e.config, problem.with_(layout=e.layout))
                                  for problem, es in plan.items() for e in es], arch, spec.workers, progress)
