@@ -15,7 +15,10 @@ cublaslt_autotuned's (the better of tn and nn), bar 1.07. Coverage is counted ag
 (scripts/library_plot.served: its exact entries' vendor_best / served time), so the winner's curse is in sight.
 With --plot: per protocol and dtype, each shape's measured gemmrl / vendor_best against FLOPs, coloured by the family
 served, the shapes that stay below 0.98 after the noise rule ringed. With --against (an earlier pass over some of
-the same shapes, e.g. before a kernel change): per cell both runs' gemmrl / vendor_best and their ratio.
+the same shapes, e.g. before a kernel change): per cell both runs' gemmrl / vendor_best and their ratio. With
+--supersede LATER.csv ...: a later pass over some shapes (the library rebuilt where only their entries changed)
+replaces every row of the cells it measured, (protocol, dtype, acc, shape), in the measure and offline rows alike,
+so a figure over the grid is the earlier pass with those cells re-measured, never a mix of two runs in one cell.
 """
 
 from __future__ import annotations
@@ -228,6 +231,18 @@ def markdown(recs: list[dict], off: dict | None, cov: dict[str, int], sources: l
     return "\n".join(lines) + "\n"
 
 
+def cell(r: dict) -> tuple[str, str, str, str]:
+    return r["protocol"], r["dtype"], r["acc"], r["mnk"]
+
+
+def supersede(rows: list[dict], later: list[dict]) -> tuple[list[dict], int]:
+    """``rows`` with every cell (protocol, dtype, acc, shape) that ``later`` has rows of replaced by those rows
+    (first runs and rechecks alike), and how many cells were replaced; later cells the earlier rows lack are added."""
+    cells = {cell(r) for r in later}
+    kept = [r for r in rows if cell(r) not in cells]
+    return kept + later, len(cells & {cell(r) for r in rows})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("measure", nargs="+", help="gemmrl bench --library rows (graph, cold; shards and chunks)")
@@ -235,18 +250,27 @@ def main(argv=None) -> int:
     ap.add_argument("--library", help="the library measured: its selection-run figures on the same shapes beside")
     ap.add_argument("--against", nargs="*", default=[],
                     help="an earlier measure pass's rows: each shape both measured, now against before")
+    ap.add_argument("--supersede", nargs="*", default=[],
+                    help="a later pass's rows: each cell it measured replaces the earlier rows of that cell")
     ap.add_argument("--md", help="also write the table as markdown here")
     ap.add_argument("--plot", help="also plot each shape's measured speedup against FLOPs here (PNG; needs matplotlib)")
     args = ap.parse_args(argv)
     rows = read_rows(args.measure)
     off_rows = read_rows(args.offline) if args.offline else []
+    sources = args.measure + args.offline
+    if args.supersede:
+        for path in args.supersede:  # in order: a later file supersedes the earlier ones too
+            later = read_rows([path])
+            rows, n = supersede(rows, [r for r in later if r["protocol"] not in REFERENCE])
+            off_rows, n_off = supersede(off_rows, [r for r in later if r["protocol"] in REFERENCE])
+            sources.append(f"{path} (supersedes {n + n_off} cells)")
     below = noise_below(rows)
     recs = measure_table(rows, selection_figures(args.library) if args.library else None, below)
     if not recs and not off_rows and not args.against:
         print("no shape has both a gemmrl and a vendor_best row: is this a `gemmrl bench --library` run?",
               file=sys.stderr)
         return 2
-    text = markdown(recs, offline_statistic(off_rows), coverage(rows + off_rows), args.measure + args.offline)
+    text = markdown(recs, offline_statistic(off_rows), coverage(rows + off_rows), sources)
     if args.against:
         cells = against(rows, read_rows(args.against))
         if not cells:
@@ -263,7 +287,7 @@ def main(argv=None) -> int:
         shapes = max(len(v) for v in pts.values())
         mixed = len(_references(pts)) > 1
         print(plot(pts, ringed, Path(args.plot), f"gemmrl bench --library: up to {shapes} grid shapes a panel, "
-                   f"{len(set(args.measure + args.offline))} file(s)"
+                   f"{len(set(args.measure + args.offline + args.supersede))} file(s)"
                    + ("; reference vendor_best (offline, server: cublaslt_autotuned)" if mixed else "")))
     return 0
 

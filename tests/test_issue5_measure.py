@@ -206,3 +206,32 @@ def test_against_an_earlier_offline_pass_uses_cublaslt_autotuned(mod, tmp_path, 
     assert mod.main([str(a), "--against", str(b)]) == 0
     assert "| offline | fp16 | 1 | 1.0000 | 0.7500 | 1.3333 |" in capsys.readouterr().out
     assert mod.main([str(a)]) == 2  # nothing to report without --against or --offline
+
+
+def test_supersede_replaces_whole_cells_in_order(mod, tmp_path, capsys):
+    """--supersede: a later pass's cells replace every row of those cells (first run and rechecks), measure and
+    offline rows alike, in the order given; cells it lacks keep the earlier pass's rows; new cells are added."""
+    earlier = (_shape("64_128_512", 1.0, 0.9, served="vendor:cublas_tn", rechecks=[(1.0, 0.9)] * 3)
+               + _shape("64_64_64", 1.0, 1.1))
+    later = _shape("64_128_512", 1.0, 1.2) + _shape("128_128_128", 1.0, 1.0, protocol="cold")
+    rows, n = mod.supersede(earlier, later)
+    assert n == 1
+    assert not [r for r in rows if r["mnk"] == "64_128_512" and r.get("recheck")]  # the old rechecks went too
+    rat = mod.ratios(rows, "gemmrl", "vendor_best")
+    assert math.isclose(rat[("graph", "fp16", "fp32", "64_128_512")], 1.2)
+    assert math.isclose(rat[("graph", "fp16", "fp32", "64_64_64")], 1.1)
+    assert ("cold", "fp16", "fp32", "128_128_128") in rat
+    a = _write(tmp_path / "earlier.csv", earlier)
+    b = _write(tmp_path / "later.csv", later)
+    c = _write(tmp_path / "latest.csv", _shape("64_128_512", 1.0, 1.05))
+    off_old = _write(tmp_path / "off.csv", [_row("64_64_64", "cublaslt_autotuned", 0.02, "offline"),
+                                            _row("64_64_64", "gemmrl", 0.02, "offline", "eager=vendor:torch")])
+    off_new = _write(tmp_path / "off_new.csv", [_row("64_64_64", "cublaslt_autotuned", 0.02, "offline"),
+                                                _row("64_64_64", "gemmrl", 0.01, "offline", "eager=triton:cfg")])
+    assert mod.main([str(a), "--offline", str(off_old), "--supersede", str(b), str(c), str(off_new)]) == 0
+    out = capsys.readouterr().out
+    assert "later.csv (supersedes 1 cells)" in out and "latest.csv (supersedes 1 cells)" in out
+    assert "off_new.csv (supersedes 1 cells)" in out
+    assert "| graph | fp16 | all | 2 | 1.0747 |" in out  # sqrt(1.05 * 1.1): the latest pass wins its cell
+    assert "below 0.98" in out and "64_128_512 (graph" not in out  # the earlier pass's loser is gone
+    assert "statistic over 1 shapes" in out and ": 2.0000 (bar 1.07)" in out
