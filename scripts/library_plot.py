@@ -74,6 +74,11 @@ def plot(data: dict, path: Path, title: str, *, ylabel: str = "vendor_best time 
         ax.set_xscale("log")
         ax.set_yscale("log")
         _plain(ax.yaxis)
+        lo, hi = ax.get_ylim()
+        if hi / lo < 10:  # within a decade a log axis labels one or two ticks: label evenly spaced ones instead
+            from matplotlib.ticker import MaxNLocator, NullLocator
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=8, steps=[1, 2, 2.5, 5, 10]))  # 1.0 on a tick
+            ax.yaxis.set_minor_locator(NullLocator())
         ax.set_xlabel("FLOPs (2MNK)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{p}: {len(rows)} shapes, geomean {geo:.4f}")
