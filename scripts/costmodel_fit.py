@@ -74,8 +74,20 @@ def main(argv=None):
     ap.add_argument("--fit", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--all", action="store_true", help="fit on every shape (no held-out half)")
+    ap.add_argument("--exclude-shapes", help="a shapes file (M_N_K a line, # comments) whose shapes are left out, e.g. "
+                    "the held-out shapes a policy is judged on")
+    ap.add_argument("--fixed", default="", help="constants the fit leaves at their current values, e.g. pdl_us "
+                    "(one the screens cannot see: no PDL config in them)")
     args = ap.parse_args(argv)
+    fixed = {f for f in args.fixed.split(",") if f}
+    unknown = fixed - {f.name for f in fields(CostParams)}
+    if unknown:
+        ap.error(f"--fixed: no such constant {sorted(unknown)} (CostParams has {[f.name for f in fields(CostParams)]})")
     gs = groups(args.csv, args.protocol.split(","))
+    if args.exclude_shapes:
+        out = {ln.split("#")[0].strip() for ln in Path(args.exclude_shapes).read_text().splitlines()} - {""}
+        gs = {k: v for k, v in gs.items() if k[0] not in out}
+        print(f"left out the shapes of {args.exclude_shapes}: {len(gs)} groups remain")
     rho = score(gs, DEFAULT)
     report(rho, "current", regret(gs, DEFAULT))
     worst = sorted(rho.items(), key=lambda kv: kv[1])[:8]
@@ -90,7 +102,7 @@ def main(argv=None):
         for i in range(args.fit):
             cand = replace(best, **{f.name: min(3 * getattr(DEFAULT, f.name), max(getattr(DEFAULT, f.name) / 3,
                                     getattr(best, f.name) * math.exp(rng.uniform(-0.5, 0.5))))
-                                    for f in fields(CostParams) if rng.random() < 0.5})
+                                    for f in fields(CostParams) if f.name not in fixed and rng.random() < 0.5})
             s = statistics.fmean(score(gs, cand, fit_keys).values()) - statistics.fmean(
                 math.log(v) for v in regret(gs, cand, fit_keys).values())
             if s > best_s:

@@ -597,6 +597,35 @@ def test_costmodel_charges_masked_k_loads(shape, warm):
         assert CM.estimate(c, p, warm_l2=warm) == CM.estimate(c, p, warm_l2=warm, params=free)
 
 
+@pytest.mark.parametrize("shape", [(64, 64, 128), (512, 256, 128), (1024, 128, 256), (96, 80, 192)])
+@pytest.mark.parametrize("warm", [False, True])
+def test_costmodel_ring_deeper_than_k_holds_no_more_loads(shape, warm):
+    # a program with k_steps K steps has at most k_steps loads in flight however deep its ring: measured at 512_256_128
+    # graph, 16x32 BK 64 at stages 2 / 3 / 5 ran 2.29 / 2.18 / 2.20 us (the model of session 26 said 7.3 / 6.1 / 5.5)
+    p = P(shape)
+    k_steps = -(-p.K // 64)
+    est = {s: CM.estimate(TiledConfig(BM=16, BN=32, BK=64, warps=2, stages=s, group_m=1), p, warm_l2=warm)
+           for s in (2, 3, 4, 5)}
+    deep = [est[s].mainloop for s in est if s - 1 >= k_steps]
+    assert deep and max(deep) == min(deep)  # every ring at least k_steps deep: the same main loop
+    assert est[2].mainloop >= est[5].mainloop  # a shallower ring never helps
+    if k_steps > 1:
+        assert est[2].mainloop > est[5].mainloop
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 64), (64, 4096, 64), (512, 256, 128), (1024, 128, 128)])
+def test_costmodel_breaks_block_k_ties_toward_measured_winners(shape):
+    # with the latency capped the K steps' count would not matter: the step's fixed cost and the exposed last MMA
+    # decide, so the model picks BK 32-64 at short K (the tiny screens' winners), not BK 16 by string order
+    p = P(shape)
+    for warm in (False, True):
+        best = CM.prune(p, 1, warm_l2=warm, min_per_variant=0, variants=["tiled"])[0]
+        assert best.BK in (32, 64) and p.K % best.BK == 0, best
+    free = dataclasses.replace(CM.DEFAULT, step_us=0.0)
+    cfg = TiledConfig(BM=16, BN=32, BK=16, warps=2, stages=5)
+    assert CM.estimate(cfg, p).mainloop > CM.estimate(cfg, p, params=free).mainloop
+
+
 def test_costmodel_prefers_split_k_and_small_m_where_they_belong():
     t, cfg = _best(P((64, 64, 16384)))
     assert cfg.variant == "splitk" and cfg.split >= 4, cfg

@@ -52,11 +52,16 @@ class CostParams:
     the first guesses: median Spearman 0.853 cold / 0.871 graph, top-4 regret (best measured of the model's 4
     best / best measured) 1.099 / 1.100; fitted on half the shapes and scored on the other half, regret
     1.01-1.03 cold and 1.07-1.09 graph. The fitted values are rankers, not physics: mma.sync far below wgmma,
-    warp specialization strongly preferred where the MMA dominates (as the H100 showed at 4096-wide shapes)."""
+    warp specialization strongly preferred where the MMA dominates (as the H100 showed at 4096-wide shapes).
+    Session 27: a ring deeper than a program's K steps no longer counts as loads in flight, and the two latencies
+    and ``kmask_us`` were refitted (``--fixed`` the rest) on five screens (probe38, issue3_120, held50s2 and the
+    two launch-bound tiny-tile screens of 2026-11-26; 798 (shape, protocol, layout) groups), fitted on half and
+    scored on the other: top-4 regret 1.048 -> 1.029 cold, 1.070 -> 1.045 graph. ``step_us`` (a K step's fixed
+    cost) and the exposed last MMA break the ties the cap leaves between block-K choices at short K."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
-    latency_us: float = 1.58        # a load's round trip from HBM under load
-    l2_latency_us: float = 1.2      # ... from L2
+    latency_us: float = 0.64        # a load's round trip from HBM under load
+    l2_latency_us: float = 0.40     # ... from L2
     wgmma_eff: float = 0.45         # fraction of peak a fed wgmma mainloop sustains
     mma_eff: float = 0.15           # mma.sync (tiles under 64 rows or partial warpgroups)
     tma_bonus: float = 1.07         # descriptor loads: fewer address instructions and registers
@@ -65,7 +70,8 @@ class CostParams:
     pdl_us: float = 0.9             # launch latency PDL hides behind the previous kernel, per launch, in a graph
                                     # (first guess: the H100's empty kernel node, 0.95 us, session 14's pace probe)
     scalar_load_eff: float = 0.30   # share of load bandwidth left with 2-byte scalar loads (unaligned rows)
-    kmask_us: float = 0.3           # K % BK != 0 with pointer loads: masked loads in every K step, per wave
+    kmask_us: float = 0.2           # K % BK != 0 with pointer loads: masked loads in every K step, per wave
+    step_us: float = 0.02           # one K step's fixed cost in a program: barrier, waits, address updates
 
 
 DEFAULT = CostParams()
@@ -132,11 +138,15 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     # Rows Triton cannot prove 16-element aligned (configs.aligned_operands): scalar loads, no cp.async pipeline.
     scalar = not getattr(cfg, "tma", False) and not all(aligned_operands(problem))
     stages = 1 if scalar else cfg.stages
-    in_flight = max(1, stages - 1) * resident          # K steps whose loads are under way on the SM
+    # K steps whose loads are under way on the SM: a ring deeper than the program's K steps holds no more
+    in_flight = max(1, min(stages - 1, k_steps)) * resident
     lat = params.l2_latency_us * 1e-6 if warm_l2 else params.latency_us * 1e-6
     load_bw = l2_sm * (params.scalar_load_eff if scalar else 1.0)
-    t_step = max(step_flops / (p_sm * eff), step_bytes / load_bw, lat / in_flight)
-    mainloop = per_sm * k_steps * t_step
+    t_mma = step_flops / (p_sm * eff)
+    t_step = max(t_mma, step_bytes / load_bw, lat / in_flight)
+    # the fixed cost of each K step, paid once for the programs resident together; the last step's MMA runs after
+    # its load has landed, with nothing left to overlap (so at equal latency, more and smaller K steps drain sooner)
+    mainloop = per_sm * k_steps * t_step + _cdiv(per_sm, resident) * k_steps * params.step_us * 1e-6 + t_mma
     # HBM traffic
     operand_bytes = 2.0 * (M * K + K * N)
     out_bytes = 2.0 * M * N
