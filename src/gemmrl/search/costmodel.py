@@ -54,10 +54,11 @@ class CostParams:
     1.01-1.03 cold and 1.07-1.09 graph. The fitted values are rankers, not physics: mma.sync far below wgmma,
     warp specialization strongly preferred where the MMA dominates (as the H100 showed at 4096-wide shapes).
     Session 27: a ring deeper than a program's K steps no longer counts as loads in flight, and the two latencies
-    and ``kmask_us`` were refitted (``--fixed`` the rest) on five screens (probe38, issue3_120, held50s2 and the
-    two launch-bound tiny-tile screens of 2026-11-26; 798 (shape, protocol, layout) groups), fitted on half and
-    scored on the other: top-4 regret 1.048 -> 1.029 cold, 1.070 -> 1.045 graph. ``step_us`` (a K step's fixed
-    cost) and the exposed last MMA break the ties the cap leaves between block-K choices at short K."""
+    and ``kmask_us`` were refitted (``--fit 150 --all --fixed`` the rest) on four screens (probe38, issue3_120 and
+    the two launch-bound tiny-tile screens of 2026-11-26) without the held-out 50 shapes
+    (``--exclude-shapes benchmarks/shapes/held50_grid_seed2.txt``). On the held50s2 screen, which the fit never
+    saw: top-4 regret 1.091 -> 1.028 cold, 1.043 -> 1.031 graph. ``step_us`` (a K step's fixed cost) and the
+    exposed last MMA break the ties the cap leaves between block-K choices at short K."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
     latency_us: float = 0.64        # a load's round trip from HBM under load
