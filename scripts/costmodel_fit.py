@@ -85,6 +85,8 @@ def main(argv=None):
         ap.error(f"--fixed: no such constant {sorted(unknown)} (CostParams has {[f.name for f in fields(CostParams)]})")
     gs = groups(args.csv, args.protocol.split(","))
     if args.exclude_shapes:
+        if not Path(args.exclude_shapes).is_file():
+            ap.error(f"--exclude-shapes {args.exclude_shapes}: no such file (a shapes file: M_N_K a line)")
         out = {ln.split("#")[0].strip() for ln in Path(args.exclude_shapes).read_text().splitlines()} - {""}
         gs = {k: v for k, v in gs.items() if k[0] not in out}
         print(f"left out the shapes of {args.exclude_shapes}: {len(gs)} groups remain")

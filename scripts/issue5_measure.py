@@ -258,12 +258,11 @@ def main(argv=None) -> int:
     rows = read_rows(args.measure)
     off_rows = read_rows(args.offline) if args.offline else []
     sources = args.measure + args.offline
-    if args.supersede:
-        for path in args.supersede:  # in order: a later file supersedes the earlier ones too
-            later = read_rows([path])
-            rows, n = supersede(rows, [r for r in later if r["protocol"] not in REFERENCE])
-            off_rows, n_off = supersede(off_rows, [r for r in later if r["protocol"] in REFERENCE])
-            sources.append(f"{path} (supersedes {n + n_off} cells)")
+    for path in args.supersede:  # in order: a later file supersedes the earlier ones too
+        later = read_rows([path])
+        rows, n = supersede(rows, [r for r in later if r["protocol"] not in REFERENCE])
+        off_rows, n_off = supersede(off_rows, [r for r in later if r["protocol"] in REFERENCE])
+        sources.append(f"{path} (supersedes {n + n_off} cells)")
     below = noise_below(rows)
     recs = measure_table(rows, selection_figures(args.library) if args.library else None, below)
     if not recs and not off_rows and not args.against:

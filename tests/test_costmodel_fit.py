@@ -50,8 +50,11 @@ def test_exclude_shapes_leaves_their_groups_out(mod, capsys, tmp_path):
     assert n < n_full
 
 
-def test_an_unknown_fixed_constant_is_refused_with_the_names(mod, capsys):
+def test_an_unknown_fixed_constant_or_a_missing_shapes_file_is_refused(mod, capsys, tmp_path):
     with pytest.raises(SystemExit):
         mod.main([str(SCREEN), "--fixed", "no_such_us"])
     err = capsys.readouterr().err
     assert "no_such_us" in err and "latency_us" in err
+    with pytest.raises(SystemExit):
+        mod.main([str(SCREEN), "--exclude-shapes", str(tmp_path / "none.txt")])
+    assert "no such file" in capsys.readouterr().err
