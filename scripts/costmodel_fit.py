@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.kernels.triton_gemm.configs import H100, parse_config  # noqa: E402
-from gemmrl.problem import parse_mnk  # noqa: E402
+from gemmrl.problem import ProblemError, parse_mnk, read_shapes  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
 from gemmrl.search.costmodel import DEFAULT, CostParams, estimate, spearman  # noqa: E402
 
@@ -87,7 +87,10 @@ def main(argv=None):
     if args.exclude_shapes:
         if not Path(args.exclude_shapes).is_file():
             ap.error(f"--exclude-shapes {args.exclude_shapes}: no such file (a shapes file: M_N_K a line)")
-        out = {ln.split("#")[0].strip() for ln in Path(args.exclude_shapes).read_text().splitlines()} - {""}
+        try:
+            out = {p.mnk for p in read_shapes(args.exclude_shapes)}
+        except ProblemError as e:
+            ap.error(f"--exclude-shapes: {e}")
         gs = {k: v for k, v in gs.items() if k[0] not in out}
         print(f"left out the shapes of {args.exclude_shapes}: {len(gs)} groups remain")
     rho = score(gs, DEFAULT)
