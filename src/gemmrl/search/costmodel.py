@@ -58,11 +58,24 @@ class CostParams:
     the two launch-bound tiny-tile screens of 2026-11-26) without the held-out 50 shapes
     (``--exclude-shapes benchmarks/shapes/held50_grid_seed2.txt``). On the held50s2 screen, which the fit never
     saw: top-4 regret 1.091 -> 1.028 cold, 1.043 -> 1.031 graph. ``step_us`` (a K step's fixed cost) and the
-    exposed last MMA break the ties the cap leaves between block-K choices at short K."""
+    exposed last MMA break the ties the cap leaves between block-K choices at short K.
+    Session 28: that refit pulled the steady-state latency down to the fill latency of launch-bound shapes, and the
+    model then tied shallow and deep rings at bandwidth-bound long-K shapes and took the shallow one (the live
+    screen of issue 3's 72 small shapes picked 2-stage rings there: 2048_128_8192 at 23.3 us against its 5-stage
+    twin's 14.5). Measured over six screens, a 2-stage ring runs 1.3-1.8x slower than 3-5 stages once a program has
+    more than a few K steps. Now: the fill latency (a program's first load) is a constant of its own; the steady
+    state's latency blends HBM and L2 by the share of the programs' loads that miss in L2 (cold) and rises from
+    the fill latency to the loaded one with the programs' demand against that level's peak; one ring slot is held
+    by the consumer (``ring_slack``) and programs resident together add sub-linearly to the loads in flight
+    (``resident_overlap``). Refitted (``--fit 120 --all --fixed`` all but the four latencies and ``kmask_us``) on
+    five screens without the held-out 50: top-4 regret 1.026 -> 1.022 cold, 1.048 -> 1.037 graph there, held50s2
+    1.028 / 1.031 -> 1.029 / 1.031."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
-    latency_us: float = 0.64        # a load's round trip from HBM under load
+    latency_us: float = 0.98        # a load's round trip from HBM under load (the steady state's loads in flight)
     l2_latency_us: float = 0.40     # ... from L2
+    fill_latency_us: float = 0.82   # the first load's round trip from HBM (pipeline fill, a program's first K step)
+    fill_l2_latency_us: float = 0.29  # ... from L2
     wgmma_eff: float = 0.45         # fraction of peak a fed wgmma mainloop sustains
     mma_eff: float = 0.15           # mma.sync (tiles under 64 rows or partial warpgroups)
     tma_bonus: float = 1.07         # descriptor loads: fewer address instructions and registers
@@ -71,8 +84,10 @@ class CostParams:
     pdl_us: float = 0.9             # launch latency PDL hides behind the previous kernel, per launch, in a graph
                                     # (first guess: the H100's empty kernel node, 0.95 us, session 14's pace probe)
     scalar_load_eff: float = 0.30   # share of load bandwidth left with 2-byte scalar loads (unaligned rows)
-    kmask_us: float = 0.2           # K % BK != 0 with pointer loads: masked loads in every K step, per wave
+    kmask_us: float = 0.27          # K % BK != 0 with pointer loads: masked loads in every K step, per wave
     step_us: float = 0.02           # one K step's fixed cost in a program: barrier, waits, address updates
+    ring_slack: float = 0.5         # ring slots not in flight in the steady state (the one the consumer holds)
+    resident_overlap: float = 0.5   # how far programs resident together add to the loads in flight (1: fully)
 
 
 DEFAULT = CostParams()
@@ -140,16 +155,26 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     scalar = not getattr(cfg, "tma", False) and not all(aligned_operands(problem))
     stages = 1 if scalar else cfg.stages
     # K steps whose loads are under way on the SM: a ring deeper than the program's K steps holds no more
-    in_flight = max(1, min(stages - 1, k_steps)) * resident
-    lat = params.l2_latency_us * 1e-6 if warm_l2 else params.latency_us * 1e-6
+    in_flight = max(1 - params.ring_slack, min(stages - 1, k_steps) - params.ring_slack) * resident ** params.resident_overlap
     load_bw = l2_sm * (params.scalar_load_eff if scalar else 1.0)
     t_mma = step_flops / (p_sm * eff)
+    # Where a load is served from and how long its round trip takes. Cold, the share of the programs' loads that
+    # miss in L2 is the operands' bytes over all the bytes the programs load (each tile re-reads its row and column
+    # panels); warm, every load hits. The round trip grows with the memory system's load: the unloaded (fill)
+    # latency where the programs' demand is far under the peak of the level serving them, the loaded one at it.
+    operand_bytes = 2.0 * (M * K + K * N)
+    hbm_share = 0.0 if warm_l2 else min(1.0, operand_bytes / max(1.0, programs * k_steps * step_bytes))
+    lat_loaded = (hbm_share * params.latency_us + (1 - hbm_share) * params.l2_latency_us) * 1e-6
+    lat_unloaded = (hbm_share * params.fill_latency_us + (1 - hbm_share) * params.fill_l2_latency_us) * 1e-6
+    fill_lat = params.fill_l2_latency_us * 1e-6 if warm_l2 else params.fill_latency_us * 1e-6
+    demand = min(sms, programs) * step_bytes / max(t_mma, step_bytes / load_bw)
+    peak = hbm_share * arch.hbm_tbps * 1e12 + (1 - hbm_share) * arch.l2_tbps * 1e12
+    lat = lat_unloaded + (lat_loaded - lat_unloaded) * min(1.0, demand / peak)
     t_step = max(t_mma, step_bytes / load_bw, lat / in_flight)
     # the fixed cost of each K step, paid once for the programs resident together; the last step's MMA runs after
     # its load has landed, with nothing left to overlap (so at equal latency, more and smaller K steps drain sooner)
     mainloop = per_sm * k_steps * t_step + _cdiv(per_sm, resident) * k_steps * params.step_us * 1e-6 + t_mma
     # HBM traffic
-    operand_bytes = 2.0 * (M * K + K * N)
     out_bytes = 2.0 * M * N
     red = getattr(cfg, "reduction", "none") if split > 1 else "none"
     ws_bytes = 0.0
@@ -164,13 +189,13 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     epi = cfg.BM * cfg.BN * 2.0 / l2_sm
     masked = 0.0 if getattr(cfg, "tma", False) or K % cfg.BK == 0 else params.kmask_us * 1e-6
     if cfg.variant == "persistent":
-        fill = lat + (epi + masked) * max(1, per_sm)
+        fill = fill_lat + (epi + masked) * max(1, per_sm)
     else:
-        fill = waves * (lat + epi + masked)
+        fill = waves * (fill_lat + epi + masked)
     launches = 2 if red == "two_pass" else 1
     reduction = 0.0
     if red == "two_pass":
-        reduction = 4.0 * split * M * N / (arch.hbm_tbps * 1e12) + lat
+        reduction = 4.0 * split * M * N / (arch.hbm_tbps * 1e12) + fill_lat
     elif red == "fused":
         reduction = split * cfg.BM * cfg.BN * 4.0 / l2_sm + params.atomic_us * 1e-6
     elif red == "atomic":

@@ -1,0 +1,69 @@
+"""search/costmodel.py: the ring depth and the load-dependent latency (session 28's change).
+
+The screens showed a Triton ring of 2 stages 1.3-1.8x slower than 3-5 stages once a program runs more than a few
+K steps (tiled and split-K alike), while the model of session 27 tied them at bandwidth-bound shapes and then
+preferred the shallow ring (smaller shared memory, more programs resident); `gemmrl select --diverse` then screened
+only 2-stage configs at long K (2048_128_8192: 23.3 us picked against 14.5 us for the 5-stage twin)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gemmrl.kernels.triton_gemm.configs import H100, parse_config
+from gemmrl.problem import parse_mnk
+from gemmrl.search.costmodel import DEFAULT, estimate, prune_diverse
+
+SPLITK = "splitk(BM=64,BN=64,BK=128,warps=4,stages={s},group_m=8,split={k},reduction=fused,tma=False,nondeterministic=False)"
+TILED = "tiled(BM=64,BN=64,BK=64,warps=4,stages={s},group_m=8)"
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["graph", "cold"])
+@pytest.mark.parametrize("mnk,tmpl,k", [("2048_128_8192", SPLITK, 4), ("2048_128_8192", SPLITK, 2),
+                                        ("1024_1024_8192", TILED, 1), ("64_4096_4096", TILED, 1)])
+def test_a_two_stage_ring_loses_at_long_k(mnk, tmpl, k, warm):
+    p = parse_mnk(mnk, layout="tn")
+    two, three = (estimate(parse_config(tmpl.format(s=s, k=k)), p, H100, warm).seconds for s in (2, 3))
+    assert two > three * 1.01
+
+
+def test_diverse_top_has_no_two_stage_ring_at_long_k():
+    p = parse_mnk("2048_128_8192", layout="tn")
+    for warm in (True, False):
+        picks = prune_diverse(p, 12, warm_l2=warm)
+        deep = [c for c in picks if c.stages >= 3]
+        assert len(deep) >= 8, [str(c) for c in picks]
+
+
+def test_at_one_k_step_the_ring_depth_only_costs_fill():
+    p = parse_mnk("512_256_64", layout="tn")
+    cfg = "tiled(BM=32,BN=32,BK=64,warps=2,stages={s},group_m=1)"
+    two, five = (estimate(parse_config(cfg.format(s=s)), p, H100, True) for s in (2, 5))
+    assert two.mainloop == pytest.approx(five.mainloop)
+
+
+def test_cold_latency_follows_where_the_loads_are_served():
+    """A decode shape streams its operands once (cold: every load misses in L2), a large cube re-reads them
+    (most loads hit): raising the HBM latency moves the decode shape's estimate and hardly the cube's."""
+    slow = replace(DEFAULT, latency_us=3 * DEFAULT.latency_us)
+    decode = parse_mnk("16_4096_4096", layout="tn"), parse_config("tiled(BM=16,BN=32,BK=128,warps=2,stages=3,group_m=1)")
+    cube = parse_mnk("4096_4096_4096", layout="tn"), parse_config(TILED.format(s=4))
+    moved = {}
+    for name, (p, c) in {"decode": decode, "cube": cube}.items():
+        moved[name] = estimate(c, p, H100, False, slow).mainloop / estimate(c, p, H100, False).mainloop
+    assert moved["decode"] > 1.3
+    assert moved["cube"] < 1.05
+    # warm (graph), the HBM latency plays no part
+    for p, c in (decode, cube):
+        assert estimate(c, p, H100, True, slow).seconds == pytest.approx(estimate(c, p, H100, True).seconds)
+
+
+def test_ring_slack_and_resident_overlap_are_constants_of_the_fit():
+    from dataclasses import fields
+
+    from gemmrl.search.costmodel import CostParams
+
+    names = {f.name for f in fields(CostParams)}
+    assert {"ring_slack", "resident_overlap", "fill_latency_us", "fill_l2_latency_us"} <= names
+    assert 0.0 <= DEFAULT.ring_slack < 1.0 and 0.0 <= DEFAULT.resident_overlap <= 1.0
