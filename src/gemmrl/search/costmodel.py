@@ -69,7 +69,8 @@ class CostParams:
     by the consumer (``ring_slack``) and programs resident together add sub-linearly to the loads in flight
     (``resident_overlap``). Refitted (``--fit 120 --all --fixed`` all but the four latencies and ``kmask_us``) on
     five screens without the held-out 50: top-4 regret 1.026 -> 1.022 cold, 1.048 -> 1.037 graph there, held50s2
-    1.028 / 1.031 -> 1.029 / 1.031."""
+    1.028 / 1.031 -> 1.029 / 1.031. ``raster_penalty``: the model had no term for the tile order, so ``--diverse``
+    took group_m 1 (its tie-break) on large grids, 4-9% slower there than group_m 8 in the screens."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
     latency_us: float = 0.98        # a load's round trip from HBM under load (the steady state's loads in flight)
@@ -87,6 +88,7 @@ class CostParams:
     kmask_us: float = 0.27          # K % BK != 0 with pointer loads: masked loads in every K step, per wave
     step_us: float = 0.02           # one K step's fixed cost in a program: barrier, waits, address updates
     ring_slack: float = 0.5         # ring slots not in flight in the steady state (the one the consumer holds)
+    raster_penalty: float = 0.06    # a row-major tile order's L2 misses at many waves (group_m < 4), in main-loop time
     resident_overlap: float = 0.5   # how far programs resident together add to the loads in flight (1: fully)
 
 
@@ -174,6 +176,11 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     # the fixed cost of each K step, paid once for the programs resident together; the last step's MMA runs after
     # its load has landed, with nothing left to overlap (so at equal latency, more and smaller K steps drain sooner)
     mainloop = per_sm * k_steps * t_step + _cdiv(per_sm, resident) * k_steps * params.step_us * 1e-6 + t_mma
+    # tile order: with more tiles than run at once, a row-major order (group_m 1) spreads the running tiles over
+    # more operand panels than a grouped one, and fewer of their loads hit in L2 (measured over the screens: group_m
+    # 8 against 1, 4-9% faster above 1024 tiles, ~1% at one wave or less)
+    if getattr(cfg, "group_m", 4) < 4 and tiles > sms * occ:
+        mainloop *= 1 + params.raster_penalty * min(1.0, math.log2(tiles / (sms * occ)) / 3)
     # HBM traffic
     out_bytes = 2.0 * M * N
     red = getattr(cfg, "reduction", "none") if split > 1 else "none"
