@@ -70,7 +70,10 @@ class CostParams:
     (``resident_overlap``). Refitted (``--fit 120 --all --fixed`` all but the four latencies and ``kmask_us``) on
     five screens without the held-out 50: top-4 regret 1.026 -> 1.022 cold, 1.048 -> 1.037 graph there, held50s2
     1.028 / 1.031 -> 1.029 / 1.031. ``raster_penalty``: the model had no term for the tile order, so ``--diverse``
-    took group_m 1 (its tie-break) on large grids, 4-9% slower there than group_m 8 in the screens."""
+    took group_m 1 (its tie-break) on large grids, 4-9% slower there than group_m 8 in the screens. The ring slack
+    applies once the ring cycles (more K steps than slots); ``step_us`` 0.02 -> 0.03: over every committed screen,
+    BK 16 runs 5-17% slower than BK 32-64 at K <= 256 and BK 128 6-11% slower than BK 64 at K = 128, and 0.03 is
+    where the model's best tiled config at short K is BK 32-64 on both sides (0.02 took BK 16, 0.04 BK 128)."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
     latency_us: float = 0.98        # a load's round trip from HBM under load (the steady state's loads in flight)
@@ -86,7 +89,7 @@ class CostParams:
                                     # (first guess: the H100's empty kernel node, 0.95 us, session 14's pace probe)
     scalar_load_eff: float = 0.30   # share of load bandwidth left with 2-byte scalar loads (unaligned rows)
     kmask_us: float = 0.27          # K % BK != 0 with pointer loads: masked loads in every K step, per wave
-    step_us: float = 0.02           # one K step's fixed cost in a program: barrier, waits, address updates
+    step_us: float = 0.03           # one K step's fixed cost in a program: barrier, waits, address updates
     ring_slack: float = 0.5         # ring slots not in flight in the steady state (the one the consumer holds)
     raster_penalty: float = 0.06    # a row-major tile order's L2 misses at many waves (group_m < 4), in main-loop time
     resident_overlap: float = 0.5   # how far programs resident together add to the loads in flight (1: fully)
@@ -157,7 +160,11 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     scalar = not getattr(cfg, "tma", False) and not all(aligned_operands(problem))
     stages = 1 if scalar else cfg.stages
     # K steps whose loads are under way on the SM: a ring deeper than the program's K steps holds no more
-    in_flight = max(1 - params.ring_slack, min(stages - 1, k_steps) - params.ring_slack) * resident ** params.resident_overlap
+    # (the slot the consumer holds is out of flight only once the ring cycles: a program with no more K steps than
+    # slots issues all its loads up front)
+    slots = min(stages - 1, k_steps)
+    in_flight = max(1, slots) - (params.ring_slack if k_steps > slots else 0.0)
+    in_flight *= resident ** params.resident_overlap
     load_bw = l2_sm * (params.scalar_load_eff if scalar else 1.0)
     t_mma = step_flops / (p_sm * eff)
     # Where a load is served from and how long its round trip takes. Cold, the share of the programs' loads that
