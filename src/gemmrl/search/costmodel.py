@@ -73,7 +73,8 @@ class CostParams:
     took group_m 1 (its tie-break) on large grids, 4-9% slower there than group_m 8 in the screens. The ring slack
     applies once the ring cycles (more K steps than slots); ``step_us`` 0.02 -> 0.03: over every committed screen,
     BK 16 runs 5-17% slower than BK 32-64 at K <= 256 and BK 128 6-11% slower than BK 64 at K = 128, and 0.03 is
-    where the model's best tiled config at short K is BK 32-64 on both sides (0.02 took BK 16, 0.04 BK 128)."""
+    where the model's best tiled config at short K is BK 32-64 on both sides (0.02 took BK 16, 0.04 BK 128). As
+    shipped: top-4 regret 1.021 cold / 1.041 graph on the five screens, 1.028 / 1.029 on held50s2."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
     latency_us: float = 0.98        # a load's round trip from HBM under load (the steady state's loads in flight)
