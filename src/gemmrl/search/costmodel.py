@@ -53,28 +53,15 @@ class CostParams:
     best / best measured) 1.099 / 1.100; fitted on half the shapes and scored on the other half, regret
     1.01-1.03 cold and 1.07-1.09 graph. The fitted values are rankers, not physics: mma.sync far below wgmma,
     warp specialization strongly preferred where the MMA dominates (as the H100 showed at 4096-wide shapes).
-    Session 27: a ring deeper than a program's K steps no longer counts as loads in flight, and the two latencies
-    and ``kmask_us`` were refitted (``--fit 150 --all --fixed`` the rest) on four screens (probe38, issue3_120 and
-    the two launch-bound tiny-tile screens of 2026-11-26) without the held-out 50 shapes
-    (``--exclude-shapes benchmarks/shapes/held50_grid_seed2.txt``). On the held50s2 screen, which the fit never
-    saw: top-4 regret 1.091 -> 1.028 cold, 1.043 -> 1.031 graph. ``step_us`` (a K step's fixed cost) and the
-    exposed last MMA break the ties the cap leaves between block-K choices at short K.
-    Session 28: that refit pulled the steady-state latency down to the fill latency of launch-bound shapes, and the
-    model then tied shallow and deep rings at bandwidth-bound long-K shapes and took the shallow one (the live
-    screen of issue 3's 72 small shapes picked 2-stage rings there: 2048_128_8192 at 23.3 us against its 5-stage
-    twin's 14.5). Measured over six screens, a 2-stage ring runs 1.3-1.8x slower than 3-5 stages once a program has
-    more than a few K steps. Now: the fill latency (a program's first load) is a constant of its own; the steady
-    state's latency blends HBM and L2 by the share of the programs' loads that miss in L2 (cold) and rises from
-    the fill latency to the loaded one with the programs' demand against that level's peak; one ring slot is held
-    by the consumer (``ring_slack``) and programs resident together add sub-linearly to the loads in flight
-    (``resident_overlap``). Refitted (``--fit 120 --all --fixed`` all but the four latencies and ``kmask_us``) on
-    five screens without the held-out 50: top-4 regret 1.026 -> 1.022 cold, 1.048 -> 1.037 graph there, held50s2
-    1.028 / 1.031 -> 1.029 / 1.031. ``raster_penalty``: the model had no term for the tile order, so ``--diverse``
-    took group_m 1 (its tie-break) on large grids, 4-9% slower there than group_m 8 in the screens. The ring slack
-    applies once the ring cycles (more K steps than slots); ``step_us`` 0.02 -> 0.03: over every committed screen,
-    BK 16 runs 5-17% slower than BK 32-64 at K <= 256 and BK 128 6-11% slower than BK 64 at K = 128, and 0.03 is
-    where the model's best tiled config at short K is BK 32-64 on both sides (0.02 took BK 16, 0.04 BK 128). As
-    shipped: top-4 regret 1.021 cold / 1.041 graph on the five screens, 1.028 / 1.029 on held50s2."""
+    Sessions 27-28 (``benchmarks/NOTES.md`` has the measurements): a ring deeper than a program's K steps holds no
+    more loads, and the slot the consumer holds is out of flight once the ring cycles (``ring_slack``); the fill
+    latency (a program's first load) is apart from the steady state's, which blends HBM and L2 by the share of loads
+    that miss in L2 (cold) and rises with the programs' demand against that level's peak; programs resident together
+    add sub-linearly to the loads in flight (``resident_overlap``); ``step_us`` (a K step's fixed cost) and the
+    exposed last MMA set block-K at short K; a row-major tile order pays ``raster_penalty`` at many waves. The
+    latencies and ``kmask_us`` were refitted (``costmodel_fit.py --fit 120 --all --fixed <the rest>
+    --exclude-shapes benchmarks/shapes/held50_grid_seed2.txt``) on five screens without the held-out 50 shapes:
+    top-4 regret 1.021 cold / 1.041 graph there, 1.028 / 1.029 on held50s2."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
     latency_us: float = 0.98        # a load's round trip from HBM under load (the steady state's loads in flight)
