@@ -81,3 +81,26 @@ def test_a_grouped_tile_order_wins_at_many_waves_and_ties_within_one(variant):
     for warm in (True, False):
         assert estimate(cfg(1), big, H100, warm).seconds > estimate(cfg(8), big, H100, warm).seconds * 1.02
         assert estimate(cfg(1), one_wave, H100, warm).seconds == pytest.approx(estimate(cfg(8), one_wave, H100, warm).seconds)
+
+
+@pytest.mark.parametrize("mnk", ["1_4096_4096", "1_14336_4096"])
+def test_the_gemv_leads_at_m_1_in_graph(mnk):
+    """At M = 1 the swap-AB MMA kernel pads 15 of 16 rows; measured on an H100 (session 29's probe, graph protocol):
+    the GEMV (smallm, mma=False) ran 1_4096_4096 in 6.6 us against 15.2 for the shipped smallm pick and 10.3 for
+    cuBLAS. The model ranks a GEMV first there, and its diverse top 12 holds several."""
+    p = parse_mnk(mnk, layout="tn")
+    picks = prune_diverse(p, 12, warm_l2=True)
+    assert not picks[0].mma, [str(c) for c in picks]
+    assert sum(not getattr(c, "mma", True) for c in picks) >= 3
+
+
+def test_gemv_streams_b_in_long_k_steps():
+    """Loads straight into registers: the in-flight bytes are one step's tile per program, so at 1_4096_4096 a block
+    K of 512 beats 128 at the same BN (the probe: 6.6 us against 10.6 at BN 16-32) and the GEMV beats the swap-AB
+    kernel the library served (smallm BM=16, BN=32, BK=128, warps=1, split=3: 15.2 us)."""
+    p = parse_mnk("1_4096_4096", layout="tn")
+    gemv = "smallm(BM=1,BN=16,BK={bk},warps=4,stages=1,split=1,reduction=none,tma=False,mma=False)"
+    long_k, short_k = (estimate(parse_config(gemv.format(bk=bk)), p, H100, True).seconds for bk in (512, 128))
+    assert long_k < short_k
+    served = parse_config("smallm(BM=16,BN=32,BK=128,warps=1,stages=4,split=3,reduction=fused,tma=False)")
+    assert long_k < estimate(served, p, H100, True).seconds

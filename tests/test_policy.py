@@ -468,3 +468,16 @@ def test_efficiency_remeasure_measures_and_resumes_on_the_gpu(tmp_path):
     assert len(rows) == 2 * len(one[t.problem.mnk])
     assert all(r["reward"] not in ("", None) and math.isfinite(float(r["reward"])) for r in rows), rows
     assert mod.measure(args, [t], one) == 0 and len(mod.read_rows(tmp_path / "rows.csv")) == len(rows)
+
+
+def test_gemv_actions_are_not_swapped():
+    """smallm with mma=False runs one tile of BM rows over N tiles (no swap-AB): its tile count is N / BN (swapped,
+    its BM of 1 would be read along N: 4096 tiles)."""
+    from gemmrl.search.policy import _action
+
+    gemv = "smallm(BM=1,BN=32,BK=512,warps=4,stages=1,split=1,reduction=none,tma=False,mma=False)"
+    mma = "smallm(BM=16,BN=64,BK=128,warps=4,stages=4,split=1,reduction=none,tma=False)"
+    assert _action("triton", gemv, "tn")["kind"] == _action("triton", mma, "tn")["kind"] == "triton:smallm"
+    assert not _action("triton", gemv, "tn")["swap"] and _action("triton", mma, "tn")["swap"]
+    x = features(GemmProblem(1, 4096, 4096), [CandidateSpec("triton", gemv, name=gemv, layout="tn")])
+    assert x[0, feature_names().index("l_tiles")] * 16 == pytest.approx(math.log2(4096 / 32))

@@ -76,7 +76,14 @@ def cpu_config(kind: str, shape) -> object:
         return SmallMConfig(BM=bm, BN=bn, BK=16, warps=2, stages=2, split=2, reduction="fused", tma=True)
     if kind == "smallm_two_pass":
         return SmallMConfig(BM=bm, BN=bn, BK=16, warps=4, stages=2, split=3, reduction="two_pass")
+    if kind in GEMV:  # mma=False: one tile of next_pow2(M) rows (M <= 8)
+        split, reduction = GEMV[kind]
+        return SmallMConfig(BM=next_pow2(M) if M <= 8 else 8, BN=64, BK=16, warps=4, stages=1, split=split,
+                            reduction=reduction, mma=False)
     raise KeyError(kind)
+
+
+GEMV = {"smallm_gemv": (1, "none"), "smallm_gemv_fused": (2, "fused"), "smallm_gemv_two_pass": (3, "two_pass")}
 
 
 CORE = ["tiled", "persistent_tma", "persistent_ptr", "splitk", "smallm"]
@@ -97,10 +104,12 @@ def _rejection(kind: str, shape) -> str:
     M, N, K = shape
     if kind.startswith("smallm") and M > 63:
         return "decode shapes, M in 1..63"
+    if kind in GEMV and M > 8:
+        return "M in 1..8"
     if "tma" in kind and K % 8:
         return "K % 8 == 0"
-    if kind.startswith("splitk") or kind in ("smallm_fused_tma", "smallm_two_pass"):
-        cfg = cpu_config(kind, shape)
+    cfg = cpu_config(kind, shape)
+    if cfg.variant == "splitk" or getattr(cfg, "split", 1) > 1:
         steps = -(-K // cfg.BK)
         if cfg.split > steps:
             return "exceeds the"
@@ -147,6 +156,19 @@ def test_variant_battery_interpreter(kind, shape, layout, dtype):
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_reduction_modes_interpreter(kind, shape, layout, dtype):
     """Fused (ordered, last-arriver) and atomic split-K reductions, split-K with TMA loads, smallm with split."""
+    pytest.importorskip("triton")
+    _battery(kind, shape, dtype, layout)
+
+
+@pytest.mark.parametrize("kind", list(GEMV))
+@pytest.mark.parametrize("dtype,layout", [("fp16", "nn"), ("fp16", "tn"), ("bf16", "nn"), ("bf16", "tn")])
+@pytest.mark.parametrize("shape", [(1, 7, 13), (3, 4096, 40), (5, 48, 100), (8, 40, 96), (1, 64, 512), (9, 16, 16)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.interpreter
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_gemv_battery_interpreter(kind, shape, layout, dtype):
+    """smallm with mma=False (the GEMV on the CUDA cores): every reduction, M of 1 (the 2-D accumulator) and 3-8
+    (rows padded to a power of two), tails in N and K; M = 9 is refused."""
     pytest.importorskip("triton")
     _battery(kind, shape, dtype, layout)
 
@@ -342,6 +364,14 @@ def test_validity_rules():
         (SmallMConfig(BM=16, split=2), P((8, 4096, 4096)), "needs reduction 'two_pass' or 'fused'"),
         (SmallMConfig(BM=16, reduction="fused"), P((8, 4096, 4096)), "reduction='none'"),
         (SmallMConfig(BM=16, BN=32, BK=32, warps=8), P((8, 4096, 4096)), "16 bytes each"),
+        (SmallMConfig(BM=16, stages=1, mma=False), P((9, 4096, 4096)), "M in 1..8"),
+        (SmallMConfig(BM=16, BN=16, BK=256, stages=1, mma=False), P((8, 4096, 4096)), "BM=8"),
+        (SmallMConfig(BM=1, BN=16, BK=256, stages=2, mma=False), P((1, 4096, 4096)), "stages=1"),
+        (SmallMConfig(BM=1, BN=16, BK=256, stages=1, tma=True, mma=False), P((1, 4096, 4096)), "tma=False"),
+        (SmallMConfig(BM=1, BN=16, BK=2048, stages=1, mma=False), P((1, 4096, 4096)), "up to 1024"),
+        (SmallMConfig(BM=8, BN=64, BK=512, warps=4, stages=1, mma=False), P((8, 4096, 4096)), "registers/thread"),
+        (SmallMConfig(BM=1, BN=16, BK=256, stages=1, mma=False), P((1, 64, 64), acc="fp16"), "mma=True for acc"),
+        (SmallMConfig(BM=1, BN=16, BK=512), P((1, 4096, 4096)), "<= 256"),
         (TiledConfig(), P((64, 64, 64), dtype="bf16", acc="fp16"), "fp16 data only"),
         (TiledConfig(), P((65536, 65536, 64)), "int32 offsets"),
     ]
@@ -355,7 +385,10 @@ def test_validity_rules():
                    (PersistentConfig(BM=128, BN=256, ws=True, warps=4, stages=3), big),
                    (SplitKConfig(split=8), P((64, 64, 16384))), (SmallMConfig(BM=16, split=4, reduction="fused"),
                                                                  P((1, 4096, 4096))),
-                   (SplitKConfig(split=4, reduction="atomic", nondeterministic=True), big)]:
+                   (SplitKConfig(split=4, reduction="atomic", nondeterministic=True), big),
+                   (SmallMConfig(BM=1, BN=16, BK=1024, warps=8, stages=1, mma=False), P((1, 4096, 4096))),
+                   (SmallMConfig(BM=4, BN=16, BK=128, warps=4, stages=1, split=2, reduction="fused", mma=False),
+                    P((3, 4096, 4096)))]:
         assert valid(cfg, p, H100) == (True, ""), cfg
     # the architecture matters: no TMA or warp specialization before sm_90, less shared memory on an A100
     ok, why = valid(PersistentConfig(tma=True), big, A100)
@@ -367,7 +400,7 @@ def test_validity_rules():
 
 def test_config_strings_round_trip():
     for cfg in (TiledConfig(), PersistentConfig(order="n", ws=True, warps=4), SplitKConfig(reduction="fused", tma=True),
-                SmallMConfig(BM=32, split=3, reduction="two_pass")):
+                SmallMConfig(BM=32, split=3, reduction="two_pass"), SmallMConfig(BM=2, stages=1, mma=False)):
         assert parse_config(str(cfg)) == cfg
         assert str(cfg).startswith(cfg.variant + "(")
         cand = TritonGemm(cfg, "nn")
@@ -438,6 +471,13 @@ COMPILE_CASES = [
     # ... and a big tile at split 32 does not spill (unrolled whole, its loads took 255 registers and 272 bytes of spill)
     (SplitKConfig(BM=64, BN=128, BK=64, warps=4, stages=3, split=32, reduction="fused"), (256, 512, 16384), "fp16",
      "tn", "fp32"),
+    # the GEMV (smallm, mma=False): no tensor cores, the products of a step in registers without spills
+    (SmallMConfig(BM=1, BN=16, BK=1024, warps=8, stages=1, mma=False), (1, 4096, 4096), "fp16", "tn", "fp32"),
+    (SmallMConfig(BM=1, BN=32, BK=512, warps=8, stages=1, mma=False), (1, 4096, 4096), "fp16", "nn", "fp32"),
+    (SmallMConfig(BM=8, BN=16, BK=128, warps=8, stages=1, split=2, reduction="fused", mma=False), (8, 4096, 4096),
+     "bf16", "tn", "fp32"),
+    (SmallMConfig(BM=4, BN=32, BK=128, warps=4, stages=1, split=4, reduction="two_pass", mma=False), (3, 4096, 14336),
+     "fp16", "nn", "fp32"),
 ]
 
 
@@ -483,7 +523,7 @@ def test_compiles_for_sm90(compiled, case):
     main = rep.kernels[0]
     assert rep.shared <= smem_bytes(cfg, p) <= H100.smem_per_block, (rep.shared, smem_bytes(cfg, p))
     assert all(k.spills == 0 and not k.wgmma_serialized for k in rep.kernels), rep  # registers suffice
-    assert main.wgmma, rep
+    assert main.wgmma == getattr(cfg, "mma", True), rep  # the GEMV multiplies on the CUDA cores
     assert main.tma == bool(getattr(cfg, "tma", False)), rep
     if getattr(cfg, "ws", False):  # warp specialization really happened: producer + consumer warpgroups
         assert main.warps > cfg.warps, rep
@@ -711,6 +751,10 @@ def gpu_configs(p: GemmProblem, i: int) -> list:
         s = _max_split(p, 128 if tma_ok else bk, cap=4)
         out.append(SmallMConfig(BM=next_pow2(max(p.M, 16)), BN=64, BK=128 if tma_ok else bk, warps=4, stages=4,
                                 split=s, reduction="none" if s == 1 else "fused", tma=tma_ok))
+    if p.M <= 8 and p.acc == "fp32":  # the GEMV (mma=False), split 2 where K allows, both reductions
+        s = _max_split(p, 128, cap=2)
+        out.append(SmallMConfig(BM=next_pow2(p.M), BN=16, BK=128, warps=8, stages=1, split=s,
+                                reduction="none" if s == 1 else ("two_pass", "fused")[i % 2], mma=False))
     return [c for c in out if valid(c, p, H100)[0]]
 
 

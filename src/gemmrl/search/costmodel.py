@@ -81,6 +81,8 @@ class CostParams:
     ring_slack: float = 0.5         # ring slots not in flight in the steady state (the one the consumer holds)
     raster_penalty: float = 0.06    # a row-major tile order's L2 misses at many waves (group_m < 4), in main-loop time
     resident_overlap: float = 0.5   # how far programs resident together add to the loads in flight (1: fully)
+    fma_eff: float = 0.05           # a GEMV's fp32 multiply-adds on the CUDA cores, as a fraction of the tensor peak
+                                    # (the H100's fp32 peak is 0.068 of it; the widening of each element costs more)
 
 
 DEFAULT = CostParams()
@@ -131,10 +133,11 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
         programs = tiles * split
         per_sm = _cdiv(programs, sms)
         waves = _cdiv(programs, sms * occ)
-    # MMA shape: swap-AB puts N in the MMA's M dimension
+    # MMA shape: swap-AB puts N in the MMA's M dimension; a GEMV (smallm, mma=False) multiplies on the CUDA cores
+    gemv = not getattr(cfg, "mma", True)
     mma_m = cfg.BN if cfg.variant == "smallm" else cfg.BM
     wgmma = mma_m >= 64 and cfg.warps % 4 == 0 and arch.cc >= 90
-    eff = params.wgmma_eff if wgmma else params.mma_eff
+    eff = params.fma_eff if gemv else params.wgmma_eff if wgmma else params.mma_eff
     if getattr(cfg, "tma", False):
         eff *= params.tma_bonus
     if getattr(cfg, "ws", False):
@@ -152,6 +155,8 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     # slots issues all its loads up front)
     slots = min(stages - 1, k_steps)
     in_flight = max(1, slots) - (params.ring_slack if k_steps > slots else 0.0)
+    if gemv:  # no ring: a step's loads all go out together, straight into registers
+        in_flight = 1.0
     in_flight *= resident ** params.resident_overlap
     load_bw = l2_sm * (params.scalar_load_eff if scalar else 1.0)
     t_mma = step_flops / (p_sm * eff)

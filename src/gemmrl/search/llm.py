@@ -119,7 +119,8 @@ Answer with exactly one fenced block, in one of these formats:
 ```json
 {"family": "triton", "config": "tiled(BM=128,BN=128,BK=64,warps=8,stages=4,group_m=8)", "layout": "tn"}
 ```
-(variants: tiled, persistent, splitk, smallm; their fields are those shown in the examples)
+(variants: tiled, persistent, splitk, smallm; their fields are those shown in the examples; smallm with \
+mma=False is a GEMV on the CUDA cores for M <= 8)
 
 2. A Triton kernel, with a `def gemm(a, b, c)` entry that launches it (b is bt [N,K] for layout tn) and the \
 shapes it handles on its first line (ranges M=lo..hi, divisibility N%8; `shapes=any` for all):

@@ -1,4 +1,5 @@
-"""The Triton family's configuration space, as data: per variant, the values each config field may take.
+"""The Triton family's configuration space, as data: per variant, the values each config field may take (a
+variant may list several such products, whose union is its space: ``smallm`` on tensor cores and as a GEMV).
 
 ``enumerate_space(problem, arch)`` yields every combination that the variant's validity predicate
 (``kernels.triton_gemm.configs.valid``) accepts for that problem on that GPU, so anything it yields may be
@@ -9,12 +10,14 @@ left out unless asked for. Nothing here imports torch or triton.
 from __future__ import annotations
 
 import itertools
-from typing import Iterable, Iterator, Mapping, Sequence
+import math
+from typing import Iterable, Iterator, Mapping, Sequence, Union
 
 from ..kernels.triton_gemm.configs import CONFIG_TYPES, H100, Arch, Config, valid
 from ..problem import GemmProblem
 
-SPACE: Mapping[str, Mapping[str, Sequence]] = {
+Axes = Mapping[str, Sequence]
+SPACE: Mapping[str, Union[Axes, Sequence[Axes]]] = {
     "tiled": {
         "BM": (16, 32, 64, 128, 256), "BN": (16, 32, 64, 128, 256), "BK": (16, 32, 64, 128),
         "warps": (2, 4, 8), "stages": (2, 3, 4, 5), "group_m": (1, 4, 8, 16),
@@ -29,29 +32,37 @@ SPACE: Mapping[str, Mapping[str, Sequence]] = {
         "stages": (2, 3, 4, 5), "group_m": (8,), "split": (2, 3, 4, 6, 8, 12, 16, 24, 32),
         "reduction": ("two_pass", "fused", "atomic"), "tma": (False, True), "nondeterministic": (False, True),
     },
-    "smallm": {
-        "BM": (16, 32, 64), "BN": (32, 64, 128, 256), "BK": (64, 128, 256), "warps": (1, 2, 4, 8),
-        "stages": (2, 3, 4, 5, 6), "split": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
-        "reduction": ("none", "two_pass", "fused"), "tma": (False, True),
-    },
+    "smallm": (
+        {
+            "BM": (16, 32, 64), "BN": (32, 64, 128, 256), "BK": (64, 128, 256), "warps": (1, 2, 4, 8),
+            "stages": (2, 3, 4, 5, 6), "split": (1, 2, 3, 4, 6, 8, 12, 16, 24, 32),
+            "reduction": ("none", "two_pass", "fused"), "tma": (False, True),
+        },
+        {  # mma=False, the GEMV (M in 1..8): registers, not a ring, so one stage and long K steps
+            "BM": (1, 2, 4, 8), "BN": (16, 32, 64), "BK": (128, 256, 512, 1024), "warps": (2, 4, 8), "stages": (1,),
+            "split": (1, 2, 4, 8), "reduction": ("none", "two_pass", "fused"), "tma": (False,), "mma": (False,),
+        },
+    ),
 }
 VARIANTS = tuple(SPACE)
 
 
+def _parts(variant: str) -> Sequence[Axes]:
+    axes = SPACE[variant]
+    return (axes,) if isinstance(axes, Mapping) else axes
+
+
 def raw_size(variant: str) -> int:
     """Combinations before the validity predicate."""
-    n = 1
-    for values in SPACE[variant].values():
-        n *= len(values)
-    return n
+    return sum(math.prod(len(values) for values in axes.values()) for axes in _parts(variant))
 
 
 def _combos(variant: str) -> Iterator[Config]:
-    axes = SPACE[variant]
     cls = CONFIG_TYPES[variant]
-    names = list(axes)
-    for values in itertools.product(*(axes[n] for n in names)):
-        yield cls(**dict(zip(names, values)))
+    for axes in _parts(variant):
+        names = list(axes)
+        for values in itertools.product(*(axes[n] for n in names)):
+            yield cls(**dict(zip(names, values)))
 
 
 def enumerate_space(problem: GemmProblem, arch: Arch = H100, variants: Iterable[str] | None = None,

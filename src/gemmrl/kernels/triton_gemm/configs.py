@@ -14,7 +14,9 @@ Variants (kernels in ``jit/``):
                   tile sums the partials in fixed order) or fp32 atomics (``atomic``, needs
                   ``nondeterministic=True``).
   ``smallm``      decode shapes (M in 1..63): swap-AB (C^T = B^T A^T, the MMA's M dimension is N), one M tile,
-                  wide N tiles streaming B, optional TMA loads and split-K.
+                  wide N tiles streaming B, optional TMA loads and split-K. ``mma=False`` (M in 1..8): no tensor
+                  cores, a GEMV: each program streams BN rows (or columns) of B into registers and multiplies them
+                  with A's BM rows on the CUDA cores in fp32, summing along K once after the loop.
 
 Nothing here imports torch or triton.
 """
@@ -101,6 +103,7 @@ def _pdl():
     return field(default=False, metadata={"omit_default": True})
 
 
+GEMV_MAX_M = 8  # smallm with mma=False: M x the B tile's fp32 products per step live in registers
 WS_MAX_STAGES = 4  # see the ws rule in the persistent predicate: stages=5 raced on the H100
 
 
@@ -168,7 +171,10 @@ class SplitKConfig(_Base):
 class SmallMConfig(_Base):
     """Decode shapes, M in 1..63: swap-AB (acc[BN, BM] = B^T[BN,BK] @ A^T[BK,BM]), BM the next power of two
     >= max(M, 16) (one M tile), BN wide, B streamed once. ``split`` > 1 splits K (reduction 'two_pass' or
-    'fused' as in SplitKConfig); split 1 has reduction 'none'. ``tma``: descriptor loads (Hopper)."""
+    'fused' as in SplitKConfig); split 1 has reduction 'none'. ``tma``: descriptor loads (Hopper).
+    ``mma=False`` (M in 1..8, jit/gemv.py): no tensor cores; BM the next power of two >= M, B's [BN, BK] tiles
+    loaded straight into registers (no shared-memory ring: stages 1, no TMA) and multiplied with A's rows in
+    fp32 on the CUDA cores, block K up to 1024. Where M is 1, the MMA's 16-row minimum pads 15 of 16 rows."""
 
     variant: ClassVar[str] = "smallm"
     BM: int = 16
@@ -180,6 +186,7 @@ class SmallMConfig(_Base):
     reduction: str = "none"
     tma: bool = False
     pdl: bool = _pdl()
+    mma: bool = field(default=True, metadata={"omit_default": True})
 
 
 Config = Union[TiledConfig, PersistentConfig, SplitKConfig, SmallMConfig]
@@ -222,6 +229,8 @@ def acc_bytes(problem: GemmProblem) -> int:
 def smem_bytes(cfg: Config, problem: GemmProblem) -> int:
     """Shared memory one program needs: ``stages`` buffers of the A and B tiles (2 B per element), plus the
     epilogue's staging tile where it stays live beside them (TMA store of the persistent kernel)."""
+    if not getattr(cfg, "mma", True):  # GEMV: loads go to registers; shared memory only for the final sum along K
+        return 8 * cfg.BM * cfg.BN * cfg.warps + 2048  # across warps (ptxas on sm_90: 1-8 KB, under this bound)
     ring = cfg.stages * (cfg.BM + cfg.BN) * cfg.BK * 2
     epi = 0
     if isinstance(cfg, PersistentConfig) and cfg.tma:
@@ -239,6 +248,8 @@ def acc_regs(cfg: Config, problem: GemmProblem) -> int:
     """32-bit registers per thread that the accumulator tile alone occupies. With warp specialization (Triton
     3.6, Hopper) the tile is split over two consumer warpgroups of ``warps`` warps each."""
     consumers = cfg.warps * (2 if getattr(cfg, "ws", False) else 1)
+    if not getattr(cfg, "mma", True):  # GEMV: fp32 products of a whole [BM, BN, BK] step, summed after the loop
+        return cfg.BM * cfg.BN * cfg.BK // (32 * consumers)
     return cfg.BM * cfg.BN * acc_bytes(problem) // 4 // (32 * consumers)
 
 
@@ -283,12 +294,15 @@ def workspace_bytes(cfg: Config, problem: GemmProblem) -> int:
 # Validity
 # ---------------------------------------------------------------------------------------------------
 def _common(cfg: Config, problem: GemmProblem, arch: Arch, out: list[str]) -> None:
+    gemv = not getattr(cfg, "mma", True)  # no tl.dot: BM may be under 16, BK up to 1024
     for name in ("BM", "BN", "BK"):
         v = getattr(cfg, name)
-        if not _pow2(v) or v < 16:
-            out.append(f"{name}={v} must be a power of two >= 16 (tl.arange, tl.dot)")
-    if cfg.BK > 256 or cfg.BM > 256 or cfg.BN > 256:
-        out.append("tile dims above 256 are not supported (TMA box and register limits); use <= 256")
+        least = 1 if gemv and name == "BM" else 16
+        if not _pow2(v) or v < least:
+            out.append(f"{name}={v} must be a power of two >= {least} (tl.arange{'' if gemv else ', tl.dot'})")
+    if cfg.BK > (1024 if gemv else 256) or cfg.BM > 256 or cfg.BN > 256:
+        out.append("tile dims above 256 are not supported (TMA box and register limits); use <= 256 (block K up to "
+                   "1024 with mma=False)")
     if cfg.warps not in (1, 2, 4, 8):
         out.append(f"warps={cfg.warps} must be one of 1, 2, 4, 8 (16 warps leave 128 registers per thread: ptxas "
                    f"fails on a 256x256 tile)")
@@ -320,7 +334,9 @@ def _common(cfg: Config, problem: GemmProblem, arch: Arch, out: list[str]) -> No
                    f"smaller tile")
     elems = (cfg.BM + cfg.BN) * cfg.BK // (32 * cfg.warps)  # A and B elements per thread per K step
     mma_m = cfg.BN if isinstance(cfg, SmallMConfig) else cfg.BM
-    if not (arch.cc >= 90 and mma_m >= 64 and cfg.warps % 4 == 0) and regs + elems // 2 > MMA_V2_REG_LIMIT:
+    if gemv:
+        pass  # no MMA operand fragments: the products are the accumulator acc_regs counts
+    elif not (arch.cc >= 90 and mma_m >= 64 and cfg.warps % 4 == 0) and regs + elems // 2 > MMA_V2_REG_LIMIT:
         out.append(f"without wgmma (MMA M dimension {mma_m} < 64 or {cfg.warps} warps not whole warpgroups) the "
                    f"operand fragments of a {cfg.BM}x{cfg.BN}x{cfg.BK} step live in registers: ~{regs + elems // 2} "
                    f"(> {MMA_V2_REG_LIMIT}); use a smaller BK or more warps")
@@ -423,10 +439,24 @@ def _valid_smallm(cfg: SmallMConfig, problem: GemmProblem, arch: Arch, out: list
     if not 1 <= problem.M <= 63:
         out.append(f"smallm is for decode shapes, M in 1..63; M={problem.M}: use tiled, persistent or splitk")
         return
-    want = next_pow2(max(problem.M, 16))
-    if cfg.BM != want:
-        out.append(f"smallm covers M={problem.M} with one tile of BM={want} (next power of two >= max(M, 16)); "
-                   f"BM={cfg.BM} given")
+    if cfg.mma:
+        want = next_pow2(max(problem.M, 16))
+        if cfg.BM != want:
+            out.append(f"smallm covers M={problem.M} with one tile of BM={want} (next power of two >= max(M, 16)); "
+                       f"BM={cfg.BM} given")
+    else:
+        if problem.M > GEMV_MAX_M:
+            out.append(f"mma=False (a GEMV on the CUDA cores) is for M in 1..{GEMV_MAX_M}; M={problem.M}: use "
+                       f"mma=True")
+            return
+        want = next_pow2(problem.M)
+        if cfg.BM != want:
+            out.append(f"mma=False covers M={problem.M} with one tile of BM={want} (next power of two >= M); "
+                       f"BM={cfg.BM} given")
+        if cfg.tma or cfg.stages != 1:
+            out.append("mma=False loads B straight into registers: use tma=False and stages=1")
+        if problem.acc == "fp16":
+            out.append("mma=False accumulates in fp32 only; use mma=True for acc='fp16'")
     _common(cfg, problem, arch, out)
     if cfg.split < 1:
         out.append("split must be >= 1")

@@ -110,7 +110,7 @@ def build(cfg: Config, problem: GemmProblem, device, arch: Arch) -> Plan:
         vals = {**common, "GROUP": cfg.group_m, "N_MAJOR": cfg.order == "n", "TMA": cfg.tma,
                 "B_NN": p.layout == "nn", "FLATTEN": cfg.flatten, "WS": cfg.ws, "SUBTILE": cfg.subtile}
         launches.append(Launch(k, (programs, 1, 1), _bind(k, vals), cfg.warps, cfg.stages, pdl))
-    else:  # splitk, smallm: one kernel, SWAP_AB for smallm
+    else:  # splitk, smallm: one kernel, SWAP_AB for smallm (gemv_kernel for smallm with mma=False)
         k = ks.splitk.splitk_kernel
         split = cfg.split
         mode = 0 if split == 1 else _MODES[cfg.reduction]
@@ -128,6 +128,9 @@ def build(cfg: Config, problem: GemmProblem, device, arch: Arch) -> Plan:
                 "GROUP_M": getattr(cfg, "group_m", 1), "SPLIT": split, "MODE": mode,
                 "SWAP_AB": cfg.variant == "smallm", "TMA": cfg.tma, "B_NN": p.layout == "nn",
                 "RED_GROUP": red_group(cfg.BM * cfg.BN, cfg.warps, split)}
+        if not getattr(cfg, "mma", True):  # smallm on the CUDA cores (GEMV): one tile of BM rows, N tiles
+            k = ks.gemv.gemv_kernel
+            vals = {n: v for n, v in vals.items() if n in k.arg_names}
         launches.append(Launch(k, (tiles, split, 1), _bind(k, vals), cfg.warps, cfg.stages, pdl))
         if mode == 1:
             r = ks.splitk.reduce_kernel

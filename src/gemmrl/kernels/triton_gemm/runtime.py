@@ -29,13 +29,14 @@ from pathlib import Path
 from typing import Any
 
 _JIT_DIR = Path(__file__).with_name("jit")
-_JIT_FILES = ("common", "tiled", "persistent", "splitk", "touch")
+_JIT_FILES = ("common", "tiled", "persistent", "splitk", "gemv", "touch")
 
 
 @functools.lru_cache(maxsize=None)
 def kernels(interpret: bool) -> types.SimpleNamespace:
     """The jit modules for one mode: ``.tiled.tiled_kernel``, ``.persistent.persistent_kernel``,
-    ``.splitk.splitk_kernel``, ``.splitk.reduce_kernel`` and the speed-of-light probe ``.touch.touch_kernel``."""
+    ``.splitk.splitk_kernel``, ``.splitk.reduce_kernel``, ``.gemv.gemv_kernel`` and the speed-of-light probe
+    ``.touch.touch_kernel``."""
     import triton
 
     pkg = f"{__package__}.jit._{'interp' if interpret else 'cuda'}"
