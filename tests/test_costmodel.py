@@ -85,9 +85,9 @@ def test_a_grouped_tile_order_wins_at_many_waves_and_ties_within_one(variant):
 
 @pytest.mark.parametrize("mnk", ["1_4096_4096", "1_14336_4096"])
 def test_the_gemv_leads_at_m_1_in_graph(mnk):
-    """At M = 1 the swap-AB MMA kernel pads 15 of 16 rows; measured on an H100 (session 29's probe, graph protocol):
-    the GEMV (smallm, mma=False) ran 1_4096_4096 in 6.6 us against 15.2 for the shipped smallm pick and 10.3 for
-    cuBLAS. The model ranks a GEMV first there, and its diverse top 12 holds several."""
+    """At M = 1 the swap-AB MMA kernel pads 15 of 16 rows; measured on an H100 in the graph protocol (session 29's
+    issue 3 re-measure): the GEMV (smallm, mma=False) ran 1_4096_4096 in 7.0 us against 8.7 for vendor_best and 15.2
+    for the swap-AB pick before it. The model ranks a GEMV first there, and its diverse top 12 holds several."""
     p = parse_mnk(mnk, layout="tn")
     picks = prune_diverse(p, 12, warm_l2=True)
     assert not picks[0].mma, [str(c) for c in picks]
@@ -96,8 +96,9 @@ def test_the_gemv_leads_at_m_1_in_graph(mnk):
 
 def test_gemv_streams_b_in_long_k_steps():
     """Loads straight into registers: the in-flight bytes are one step's tile per program, so at 1_4096_4096 a block
-    K of 512 beats 128 at the same BN (the probe: 6.6 us against 10.6 at BN 16-32) and the GEMV beats the swap-AB
-    kernel the library served (smallm BM=16, BN=32, BK=128, warps=1, split=3: 15.2 us)."""
+    K of 512 beats 128 (session 29's probe, h100_gemv-probe_m1_graph-cold_2026-11-26.csv: 6.6 us at BN 16 x BK 512
+    against 10.6 at BN 32 x BK 128) and the GEMV beats the swap-AB pick before it (smallm BM=16, BN=32, BK=128,
+    warps=1, split=3: 15.2 us)."""
     p = parse_mnk("1_4096_4096", layout="tn")
     gemv = "smallm(BM=1,BN=16,BK={bk},warps=4,stages=1,split=1,reduction=none,tma=False,mma=False)"
     long_k, short_k = (estimate(parse_config(gemv.format(bk=bk)), p, H100, True).seconds for bk in (512, 128))
