@@ -66,7 +66,8 @@ def _action(family: str, payload: str, layout: str) -> dict:
         return dict(kind=f"triton:{c.variant}", BM=c.BM, BN=c.BN, BK=c.BK, warps=c.warps, stages=c.stages,
                     split=getattr(c, "split", 1), tma=bool(getattr(c, "tma", False)), ws=bool(getattr(c, "ws", False)),
                     cluster=1, group_m=getattr(c, "group_m", 8), ctas=getattr(c, "ctas_per_sm", 1),
-                    swap=c.variant == "smallm" and getattr(c, "mma", True), persistent=c.variant == "persistent", tn=layout == "tn", nosmem=False)
+                    swap=c.variant == "smallm" and getattr(c, "mma", True), persistent=c.variant == "persistent",
+                    tn=layout == "tn", nosmem=False)
     if family == "cutlass":
         from ..kernels.cutlass_sm90 import parse_name
 

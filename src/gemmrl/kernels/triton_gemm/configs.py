@@ -334,9 +334,8 @@ def _common(cfg: Config, problem: GemmProblem, arch: Arch, out: list[str]) -> No
                    f"smaller tile")
     elems = (cfg.BM + cfg.BN) * cfg.BK // (32 * cfg.warps)  # A and B elements per thread per K step
     mma_m = cfg.BN if isinstance(cfg, SmallMConfig) else cfg.BM
-    if gemv:
-        pass  # no MMA operand fragments: the products are the accumulator acc_regs counts
-    elif not (arch.cc >= 90 and mma_m >= 64 and cfg.warps % 4 == 0) and regs + elems // 2 > MMA_V2_REG_LIMIT:
+    # (a GEMV holds no MMA operand fragments: its products are the accumulator acc_regs counts)
+    if not gemv and not (arch.cc >= 90 and mma_m >= 64 and cfg.warps % 4 == 0) and regs + elems // 2 > MMA_V2_REG_LIMIT:
         out.append(f"without wgmma (MMA M dimension {mma_m} < 64 or {cfg.warps} warps not whole warpgroups) the "
                    f"operand fragments of a {cfg.BM}x{cfg.BN}x{cfg.BK} step live in registers: ~{regs + elems // 2} "
                    f"(> {MMA_V2_REG_LIMIT}); use a smaller BK or more warps")
