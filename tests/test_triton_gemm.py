@@ -690,7 +690,9 @@ def test_costmodel_waves_roofline_and_l2():
     assert warm.hbm < cold.hbm and warm.seconds <= cold.seconds
     two = CM.estimate(SplitKConfig(split=4), P((64, 64, 4096)))
     fused = CM.estimate(SplitKConfig(split=4, reduction="fused"), P((64, 64, 4096)))
-    assert two.launch == 2 * fused.launch and two.reduction > 0 and fused.reduction > 0
+    # the second kernel of a two-pass call is queued behind the first: it costs less than the call's first launch
+    assert two.launch == pytest.approx(fused.launch + CM.DEFAULT.launch2_us * 1e-6) and two.launch < 2 * fused.launch
+    assert two.reduction > 0 and fused.reduction > 0
 
 
 def test_prune_returns_valid_sorted_diverse_configs():

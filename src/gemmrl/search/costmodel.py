@@ -17,8 +17,10 @@ For a config on a GPU (``Arch``: 132 SMs, 989 TFLOP/s, 3.35 TB/s on an H100) the
   With ``warm_l2`` (the graph protocol) operands that fit in L2 cost nothing here.
 * fill: one load latency plus the epilogue per wave (per program for a persistent kernel, whose later tiles
   overlap their loads with the previous epilogue).
-* reduction: two-pass split-K adds a launch and a pass over the fp32 workspace; fused adds the last program's
-  read of the partials; atomic, the atomics' traffic.
+* reduction: two-pass split-K adds a second launch (queued behind the first, so cheaper than a call's first) and a
+  pass over the fp32 workspace; fused adds the last program's read of the partials and its counter atomic; atomic,
+  the atomics' traffic.
+* tma: a Triton program builds its tensor descriptors on the device before its first load (per wave).
 * masked K: a pointer-load kernel whose K is not a multiple of BK masks every K step's loads (``EVEN_K`` false;
   TMA descriptors zero-fill out of bounds for free). Measured on H100 screens of K = 64 shapes, BK = 128 against
   BK = 64 with every other field the same: +0.29-0.37 us a call in graph, +0.19-0.38 us in cold (one-step loops;
@@ -61,9 +63,15 @@ class CostParams:
     exposed last MMA set block-K at short K; a row-major tile order pays ``raster_penalty`` at many waves. The
     latencies and ``kmask_us`` were refitted (``costmodel_fit.py --fit 120 --all --fixed <the rest>
     --exclude-shapes benchmarks/shapes/held50_grid_seed2.txt``) on five screens without the held-out 50 shapes:
-    top-4 regret 1.021 cold / 1.041 graph there, 1.028 / 1.029 on held50s2."""
+    top-4 regret 1.021 cold / 1.041 graph there, 1.028 / 1.029 on held50s2.
+    Session 30: ``launch2_us`` (the second kernel of a two-pass call had cost a whole ``launch_us``), ``tma_setup_us``
+    and ``atomic_us`` refitted (``--fit 60 --all``, the rest fixed) on those screens plus the traffic probe's (wide
+    split-K tiles and decode tiles the model had ranked low: two-pass and pointer loads measured fastest): top-4
+    regret 1.020 cold / 1.032 graph (was 1.022 / 1.043), the probe's 1.023 / 1.040 (1.031 / 1.106), held50s2 1.030 /
+    1.022 (1.028 / 1.029)."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
+    launch2_us: float = 1.8         # the second kernel of a two-pass split-K call, queued behind the first
     latency_us: float = 0.98        # a load's round trip from HBM under load (the steady state's loads in flight)
     l2_latency_us: float = 0.40     # ... from L2
     fill_latency_us: float = 0.82   # the first load's round trip from HBM (pipeline fill, a program's first K step)
@@ -71,8 +79,10 @@ class CostParams:
     wgmma_eff: float = 0.45         # fraction of peak a fed wgmma mainloop sustains
     mma_eff: float = 0.15           # mma.sync (tiles under 64 rows or partial warpgroups)
     tma_bonus: float = 1.07         # descriptor loads: fewer address instructions and registers
+    tma_setup_us: float = 0.9       # a program's device-side descriptors (tl.make_tensor_descriptor: written to global
+                                    # scratch, fenced, then fetched) before its first load, per wave
     ws_bonus: float = 3.09          # warp specialization: producer and consumers overlap
-    atomic_us: float = 1.5          # one counter atomic and its fence
+    atomic_us: float = 2.25         # one counter atomic and its fence
     pdl_us: float = 0.9             # launch latency PDL hides behind the previous kernel, per launch, in a graph
                                     # (first guess: the H100's empty kernel node, 0.95 us, session 14's pace probe)
     scalar_load_eff: float = 0.30   # share of load bandwidth left with 2-byte scalar loads (unaligned rows)
@@ -195,6 +205,8 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     # fill and epilogue
     epi = cfg.BM * cfg.BN * 2.0 / l2_sm
     masked = 0.0 if getattr(cfg, "tma", False) or K % cfg.BK == 0 else params.kmask_us * 1e-6
+    if getattr(cfg, "tma", False):
+        masked = params.tma_setup_us * 1e-6
     if cfg.variant == "persistent":
         fill = fill_lat + (epi + masked) * max(1, per_sm)
     else:
@@ -207,7 +219,7 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
         reduction = split * cfg.BM * cfg.BN * 4.0 / l2_sm + params.atomic_us * 1e-6
     elif red == "atomic":
         reduction = cfg.BM * cfg.BN * 4.0 / l2_sm + params.atomic_us * 1e-6
-    launch = launches * params.launch_us * 1e-6
+    launch = (params.launch_us + (launches - 1) * params.launch2_us) * 1e-6
     if warm_l2 and getattr(cfg, "pdl", False):  # back to back (graph): the launch overlaps the previous call
         launch = max(0.0, launch - launches * params.pdl_us * 1e-6)
     total = launch + fill + max(mainloop, hbm) + reduction
