@@ -80,7 +80,7 @@ class CostParams:
     mma_eff: float = 0.15           # mma.sync (tiles under 64 rows or partial warpgroups)
     tma_bonus: float = 1.07         # descriptor loads: fewer address instructions and registers
     tma_setup_us: float = 0.9       # a program's device-side descriptors (tl.make_tensor_descriptor: written to global
-                                    # scratch, fenced, then fetched) before its first load, per wave
+                                    # scratch, fenced, then fetched) before its first load (once per program)
     ws_bonus: float = 3.09          # warp specialization: producer and consumers overlap
     atomic_us: float = 2.25         # one counter atomic and its fence
     pdl_us: float = 0.9             # launch latency PDL hides behind the previous kernel, per launch, in a graph
@@ -205,12 +205,11 @@ def estimate(cfg: Config, problem: GemmProblem, arch: Arch = H100, warm_l2: bool
     # fill and epilogue
     epi = cfg.BM * cfg.BN * 2.0 / l2_sm
     masked = 0.0 if getattr(cfg, "tma", False) or K % cfg.BK == 0 else params.kmask_us * 1e-6
-    if getattr(cfg, "tma", False):
-        masked = params.tma_setup_us * 1e-6
+    setup = params.tma_setup_us * 1e-6 if getattr(cfg, "tma", False) else 0.0  # once per program
     if cfg.variant == "persistent":
-        fill = fill_lat + (epi + masked) * max(1, per_sm)
+        fill = fill_lat + setup + (epi + masked) * max(1, per_sm)
     else:
-        fill = waves * (fill_lat + epi + masked)
+        fill = waves * (fill_lat + epi + masked + setup)
     launches = 2 if red == "two_pass" else 1
     reduction = 0.0
     if red == "two_pass":
