@@ -105,3 +105,36 @@ def test_gemv_streams_b_in_long_k_steps():
     assert long_k < short_k
     served = parse_config("smallm(BM=16,BN=32,BK=128,warps=1,stages=4,split=3,reduction=fused,tma=False)")
     assert long_k < estimate(served, p, H100, True).seconds
+
+
+# Session 30's traffic probe (benchmarks/results/h100_fewtile_probe9_traffic-probe_*): on few-tile long-K shapes the
+# two-pass split-K configs with pointer loads were the fastest measured (256_512_4096 graph 6.80 us against 9.40 for
+# the model's pick, fused with TMA); the model had charged the reduction kernel a whole first-launch cost.
+TWO_PASS = ("splitk(BM=64,BN=64,BK=128,warps=4,stages=4,group_m=8,split=4,reduction={red},tma={tma},"
+            "nondeterministic=False)")
+
+
+# measured two-pass / fused, graph: 6.80 / 7.92 and 10.64 / 11.56 us (the model still has them within 1-3% of each
+# other at 1024_256_4096 and 256_1024_12288, where the probe measured 11.74 / 13.47 and 24.48 / 25.80)
+@pytest.mark.parametrize("mnk", ["256_512_4096", "2048_64_8192"])
+def test_the_second_kernel_of_a_two_pass_call_costs_less_than_a_first_launch(mnk):
+    p = parse_mnk(mnk, layout="tn")
+    two = estimate(parse_config(TWO_PASS.format(red="two_pass", tma=False)), p, H100, True)
+    fused = estimate(parse_config(TWO_PASS.format(red="fused", tma=False)), p, H100, True)
+    assert two.launch == pytest.approx((DEFAULT.launch_us + DEFAULT.launch2_us) * 1e-6)
+    assert DEFAULT.launch2_us < DEFAULT.launch_us and two.seconds < fused.seconds
+
+
+def test_device_side_descriptors_cost_once_per_program():
+    """tl.make_tensor_descriptor runs in every program before its first load: per wave for a one-tile program, once
+    for a persistent one however many tiles it then runs (not once per tile)."""
+    p = parse_mnk("256_512_4096", layout="tn")
+    ptr, tma = (estimate(parse_config(TWO_PASS.format(red="two_pass", tma=t)), p, H100, True) for t in (False, True))
+    assert tma.fill - ptr.fill == pytest.approx(DEFAULT.tma_setup_us * 1e-6)
+    big = parse_mnk("8192_8192_1024", layout="tn")   # 4096 tiles of 128x128: ~31 per persistent program
+    pers = "persistent(BM=128,BN=128,BK=64,warps=4,stages=3,group_m=8,order=m,tma={t},flatten=False,ws=False," \
+           "subtile=False,ctas_per_sm=1)"
+    a, b = (estimate(parse_config(pers.format(t=t)), big, H100, False) for t in (False, True))
+    assert b.fill - a.fill == pytest.approx(DEFAULT.tma_setup_us * 1e-6)
+    zero = replace(DEFAULT, tma_setup_us=0.0)
+    assert estimate(parse_config(pers.format(t=True)), big, H100, False, zero).fill == pytest.approx(a.fill)

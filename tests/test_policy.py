@@ -146,6 +146,34 @@ def test_save_load_roundtrip_and_refusals(tmp_path):
         RLPolicy.load(path)
 
 
+def test_the_prior_uses_the_constants_the_policy_was_trained_with(tmp_path):
+    """A refitted cost model must not move a trained policy's inputs: the policy keeps (and saves) its own constants;
+    a file from before they were saved was trained on session 28's model (costmodel.S28)."""
+    from gemmrl.search.costmodel import DEFAULT, S28
+
+    p = GemmProblem(256, 1024, 12288)
+    two = "splitk(BM=64,BN=128,BK=128,warps=4,stages=4,group_m=8,split=4,reduction=two_pass,tma=False,nondeterministic=False)"
+    fused = two.replace("two_pass", "fused")
+    specs = [CandidateSpec("triton", c, name=c, layout="tn") for c in (two, fused)]
+    new, old = RLPolicy(), RLPolicy(prior_params=S28)
+    new.set_actions(p, specs)
+    old.set_actions(p, specs)
+    x_new, x_old = new.actions(p)[1], old.actions(p)[1]
+    assert np.allclose(x_new[:, 2:], x_old[:, 2:])                 # only the prior columns differ
+    # session 28's model charged the second kernel a whole launch: two-pass behind fused; the refit puts it ahead
+    assert x_old[0, 1] < x_old[1, 1] and x_new[0, 1] > x_new[1, 1]
+    back = RLPolicy.load(old.save(tmp_path / "old.json"))
+    assert back.prior_params == S28 and RLPolicy.load(new.save(tmp_path / "new.json")).prior_params == DEFAULT
+    d = json.loads((tmp_path / "new.json").read_text())
+    del d["prior_params"]                                           # a file saved before the field existed
+    (tmp_path / "legacy.json").write_text(json.dumps(d))
+    assert RLPolicy.load(tmp_path / "legacy.json").prior_params == S28
+    d["prior_params"] = {"launch_us": 3.7, "warp_drive_us": 1.0}   # from a newer gemmrl
+    (tmp_path / "newer.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="warp_drive_us"):
+        RLPolicy.load(tmp_path / "newer.json")
+
+
 def test_features_tell_the_register_epilogue_from_its_twin():
     p = GemmProblem(128, 256, 64)
     twin = next(c for c in cs.family() if c.epilogue == "nosmem")

@@ -96,6 +96,9 @@ class CostParams:
 
 
 DEFAULT = CostParams()
+# The constants of git 667d8e3 (session 28): the RL policies saved before a policy recorded its prior's constants
+# were trained on features computed with these (search/policy.py reads such a file with them).
+S28 = replace(DEFAULT, launch2_us=DEFAULT.launch_us, tma_setup_us=0.0, atomic_us=1.5)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ Saved as JSON (``save``/``load``) beside the library. Nothing here imports torch
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -85,19 +86,21 @@ def _shape(problem: GemmProblem) -> np.ndarray:
     return np.array([1.0, lm, ln, lk, float(problem.M <= 64), float(problem.N <= 256)])
 
 
-def _prior(problem: GemmProblem, specs: Sequence[CandidateSpec]) -> np.ndarray:
-    """[n, 2]: -(log t_model - min log t_model) in cold and warm L2 (0 for the model's best)."""
-    from .costmodel import estimate_spec
+def _prior(problem: GemmProblem, specs: Sequence[CandidateSpec], params=None) -> np.ndarray:
+    """[n, 2]: -(log t_model - min log t_model) in cold and warm L2 (0 for the model's best), the model's constants
+    ``params`` (``costmodel.DEFAULT`` when None)."""
+    from .costmodel import DEFAULT, estimate_spec
 
     out = np.zeros((len(specs), 2))
     for i, s in enumerate(specs):
         for j, warm in enumerate((False, True)):
-            out[i, j] = math.log(max(estimate_spec(s, problem, warm_l2=warm), 1e-9))
+            out[i, j] = math.log(max(estimate_spec(s, problem, warm_l2=warm, params=params or DEFAULT), 1e-9))
     return -(out - out.min(axis=0, keepdims=True)) if len(specs) else out
 
 
-def features(problem: GemmProblem, specs: Sequence[CandidateSpec], sms: int = 132) -> np.ndarray:
-    """phi(s, a) for every candidate: [n, dim] (``feature_names`` names the columns)."""
+def features(problem: GemmProblem, specs: Sequence[CandidateSpec], sms: int = 132, params=None) -> np.ndarray:
+    """phi(s, a) for every candidate: [n, dim] (``feature_names`` names the columns); the prior columns from the
+    cost model with constants ``params`` (the policy's own: see ``RLPolicy.prior_params``)."""
     basis = _shape(problem)
     rows = []
     for s in specs:
@@ -120,7 +123,7 @@ def features(problem: GemmProblem, specs: Sequence[CandidateSpec], sms: int = 13
         rows.append(np.concatenate([np.outer(kind, basis).ravel(), np.outer(num, basis[:4]).ravel(), pair,
                                     np.outer(fam, pair).ravel()]))
     x = np.array(rows).reshape(len(specs), -1)
-    return np.concatenate([_prior(problem, specs), x], axis=1)
+    return np.concatenate([_prior(problem, specs, params), x], axis=1)
 
 
 def feature_names() -> list[str]:
@@ -224,7 +227,12 @@ class RLPolicy:
     name = "rl"
 
     def __init__(self, init_temp: float = 0.15, lr: float = 0.05, greedy: bool = True, l2: float = 1e-3,
-                 candidates=candidate_set, family_floor: bool = True, adv_eps: float = 1e-3):
+                 candidates=candidate_set, family_floor: bool = True, adv_eps: float = 1e-3, prior_params=None):
+        from .costmodel import DEFAULT
+
+        # the cost model's constants behind the prior features: fixed for the policy's life and saved with it, so a
+        # refitted model (which moves every prediction) does not change what a trained policy's weights multiply
+        self.prior_params = prior_params or DEFAULT
         dim = len(feature_names())
         theta = np.zeros(dim)
         theta[:2] = 0.5 / init_temp          # the cost model's cold and warm predictions, equally
@@ -243,7 +251,7 @@ class RLPolicy:
         key = _shape_key(problem)
         if key not in self._cache:
             specs = list(self.candidates(problem))
-            self._cache[key] = (specs, features(problem, specs))
+            self._cache[key] = (specs, features(problem, specs, params=self.prior_params))
         return self._cache[key]
 
     def warm(self, problems: Sequence[GemmProblem], jobs: int | None = None, progress: bool = False) -> None:
@@ -260,13 +268,14 @@ class RLPolicy:
                 self.actions(p)
             return
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as ex:
-            for p, got in zip(todo, ex.map(_actions_of, [self.candidates] * len(todo), todo)):
+            for p, got in zip(todo, ex.map(_actions_of, [self.candidates] * len(todo), todo,
+                                           [self.prior_params] * len(todo))):
                 self._cache[_shape_key(p)] = got
 
     def set_actions(self, problem: GemmProblem, specs: Sequence[CandidateSpec]) -> None:
         """Fix the candidate set of a shape (replay training: the configs measured there)."""
         key = _shape_key(problem)
-        self._cache[key] = (list(specs), features(problem, specs))
+        self._cache[key] = (list(specs), features(problem, specs, params=self.prior_params))
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         return x @ self.state.theta
@@ -329,7 +338,7 @@ class RLPolicy:
         d = {"version": VERSION, "kind": "linear-softmax-grpo", "features": feature_names(),
              "theta": [float(v) for v in self.state.theta], "init_temp": self.state.init_temp,
              "updates": self.state.updates, "trained_on": sorted(set(self.state.trained_on)),
-             "fail_reward": FAIL_REWARD}
+             "fail_reward": FAIL_REWARD, "prior_params": dataclasses.asdict(self.prior_params)}
         if self.opt.m is not None:   # the optimizer's state: a reloaded policy goes on with the same step sizes
             d["adam"] = {"t": self.opt.t, "m": [float(v) for v in self.opt.m], "v": [float(v) for v in self.opt.v]}
         return d
@@ -353,7 +362,7 @@ class RLPolicy:
         if d.get("version") != VERSION or len(saved) != len(theta) or not set(saved) <= set(names):
             raise ValueError(f"policy file {path} was saved by another version of gemmrl (features differ); "
                              "retrain it (gemmrl tune) or delete it to start from the cost model")
-        pol = cls(init_temp=float(d["init_temp"]), **kw)
+        pol = cls(init_temp=float(d["init_temp"]), prior_params=_prior_params(d.get("prior_params")), **kw)
         # a file from before a feature was added: its weights by name, the new features' at 0 (what they add is
         # learned from the next updates)
         idx = [names.index(n) for n in saved]
@@ -371,9 +380,26 @@ class RLPolicy:
         return pol
 
 
-def _actions_of(candidates, problem: GemmProblem) -> tuple[list[CandidateSpec], np.ndarray]:
+def _prior_params(saved: dict | None):
+    """The cost-model constants a saved policy's prior features used: its ``prior_params`` over session 28's
+    constants (``costmodel.S28``, what every policy saved before the field existed was trained with). A constant added
+    to the model after a file was saved takes its S28 value: whoever adds one gives it, in S28, the value that
+    reproduces the model without it."""
+    from .costmodel import S28, CostParams
+
+    if saved is None:
+        return S28
+    known = {f.name for f in dataclasses.fields(CostParams)}
+    unknown = set(saved) - known
+    if unknown:
+        raise ValueError(f"the policy's prior_params name constants this gemmrl's cost model lacks: {sorted(unknown)};"
+                         " it was saved by a newer gemmrl: upgrade, or retrain the policy")
+    return dataclasses.replace(S28, **{k: float(v) for k, v in saved.items()})
+
+
+def _actions_of(candidates, problem: GemmProblem, params=None) -> tuple[list[CandidateSpec], np.ndarray]:
     specs = list(candidates(problem))
-    return specs, features(problem, specs)
+    return specs, features(problem, specs, params=params)
 
 
 class CostModelProposer:
