@@ -10,7 +10,9 @@ exploration pool and the CUTLASS family with its knobs) with a linear softmax po
 
 ``phi`` crosses the shape (log M, N, K) with the action (family, tile sizes, warps, stages, split, layout) and
 with what they imply together (tile count, wave efficiency, padding waste, K steps), and carries the cost
-model's prediction as a prior feature: ``-(log t_model(a) - min_a' log t_model(a'))`` in cold and warm L2.
+model's prediction as a prior feature: ``-(log t_model(a) - min_a' log t_model(a'))`` in cold and warm L2, with
+the model constants the policy was created with (``prior_params``, saved with it: refitting the model must not
+change what a trained policy's weights multiply).
 Initialized from the cost model: theta is zero but for the prior features, so the untrained policy ranks as the
 cost model does (temperature ``init_temp``).
 
