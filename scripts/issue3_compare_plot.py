@@ -55,7 +55,8 @@ def main(argv=None) -> int:
             if abs(math.log(yi / xi)) > math.log(1.15):
                 ax.annotate(k[1], (xi, yi), fontsize=6, xytext=(3, 2), textcoords="offset points")
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel=f"{lb}: speedup over vendor_best",
-               ylabel=f"{la}: speedup over vendor_best", title=f"{p}: geomean {gx:.3f} -> {gy:.3f} ({len(keys)} shapes)")
+               ylabel=f"{la}: speedup over vendor_best",
+               title=f"{p}: geomean {gx:.3f} -> {gy:.3f} ({len(keys)} shapes)")
         ticks = [t / 10 for t in range(1, 40) if lo <= t / 10 <= hi]
         ax.set_xticks(ticks)
         ax.set_yticks(ticks)

@@ -152,7 +152,8 @@ def test_the_prior_uses_the_constants_the_policy_was_trained_with(tmp_path):
     from gemmrl.search.costmodel import DEFAULT, S28
 
     p = GemmProblem(256, 1024, 12288)
-    two = "splitk(BM=64,BN=128,BK=128,warps=4,stages=4,group_m=8,split=4,reduction=two_pass,tma=False,nondeterministic=False)"
+    two = ("splitk(BM=64,BN=128,BK=128,warps=4,stages=4,group_m=8,split=4,reduction=two_pass,tma=False,"
+           "nondeterministic=False)")
     fused = two.replace("two_pass", "fused")
     specs = [CandidateSpec("triton", c, name=c, layout="tn") for c in (two, fused)]
     new, old = RLPolicy(), RLPolicy(prior_params=S28)

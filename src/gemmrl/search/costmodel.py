@@ -20,7 +20,8 @@ For a config on a GPU (``Arch``: 132 SMs, 989 TFLOP/s, 3.35 TB/s on an H100) the
 * reduction: two-pass split-K adds a second launch (queued behind the first, so cheaper than a call's first) and a
   pass over the fp32 workspace; fused adds the last program's read of the partials and its counter atomic; atomic,
   the atomics' traffic.
-* tma: a Triton program builds its tensor descriptors on the device before its first load (per wave).
+* tma: a Triton program builds its tensor descriptors on the device before its first load (per wave of one-tile
+  programs; once for a persistent program, however many tiles it runs).
 * masked K: a pointer-load kernel whose K is not a multiple of BK masks every K step's loads (``EVEN_K`` false;
   TMA descriptors zero-fill out of bounds for free). Measured on H100 screens of K = 64 shapes, BK = 128 against
   BK = 64 with every other field the same: +0.29-0.37 us a call in graph, +0.19-0.38 us in cold (one-step loops;
@@ -67,8 +68,8 @@ class CostParams:
     Session 30: ``launch2_us`` (the second kernel of a two-pass call had cost a whole ``launch_us``), ``tma_setup_us``
     and ``atomic_us`` refitted (``--fit 60 --all``, the rest fixed) on those screens plus the traffic probe's (wide
     split-K tiles and decode tiles the model had ranked low: two-pass and pointer loads measured fastest): top-4
-    regret 1.020 cold / 1.032 graph (was 1.022 / 1.043), the probe's 1.023 / 1.040 (1.031 / 1.106), held50s2 1.030 /
-    1.022 (1.028 / 1.029)."""
+    regret 1.018 cold / 1.032 graph (was 1.022 / 1.043), the probe's 1.023 / 1.040 (1.031 / 1.106), held50s2 1.030 /
+    1.022 (1.028 / 1.029). ``S28`` below holds session 28's constants (what the shipped policy was trained on)."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
     launch2_us: float = 1.8         # the second kernel of a two-pass split-K call, queued behind the first
