@@ -16,7 +16,7 @@ import argparse
 import itertools
 
 from gemmrl.kernels.triton_gemm.configs import SmallMConfig, SplitKConfig, valid
-from gemmrl.problem import GemmProblem
+from gemmrl.problem import GemmProblem, read_shapes
 
 
 def decode_configs(shapes: list[GemmProblem]) -> list[str]:
@@ -48,11 +48,6 @@ def fewtile_configs(shapes: list[GemmProblem]) -> list[str]:
                 out.append(str(cfg))
                 break
     return out
-
-
-def read_shapes(path: str) -> list[GemmProblem]:
-    rows = [ln.split("#")[0].strip() for ln in open(path)]
-    return [GemmProblem(*map(int, r.split("_"))) for r in rows if r]
 
 
 def main() -> None:

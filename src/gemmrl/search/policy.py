@@ -32,11 +32,10 @@ Saved as JSON (``save``/``load``) beside the library. Nothing here imports torch
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -340,7 +339,7 @@ class RLPolicy:
         d = {"version": VERSION, "kind": "linear-softmax-grpo", "features": feature_names(),
              "theta": [float(v) for v in self.state.theta], "init_temp": self.state.init_temp,
              "updates": self.state.updates, "trained_on": sorted(set(self.state.trained_on)),
-             "fail_reward": FAIL_REWARD, "prior_params": dataclasses.asdict(self.prior_params)}
+             "fail_reward": FAIL_REWARD, "prior_params": asdict(self.prior_params)}
         if self.opt.m is not None:   # the optimizer's state: a reloaded policy goes on with the same step sizes
             d["adam"] = {"t": self.opt.t, "m": [float(v) for v in self.opt.m], "v": [float(v) for v in self.opt.v]}
         return d
@@ -391,12 +390,12 @@ def _prior_params(saved: dict | None):
 
     if saved is None:
         return S28
-    known = {f.name for f in dataclasses.fields(CostParams)}
+    known = {f.name for f in fields(CostParams)}
     unknown = set(saved) - known
     if unknown:
         raise ValueError(f"the policy's prior_params name constants this gemmrl's cost model lacks: {sorted(unknown)};"
                          " it was saved by a newer gemmrl: upgrade, or retrain the policy")
-    return dataclasses.replace(S28, **{k: float(v) for k, v in saved.items()})
+    return replace(S28, **{k: float(v) for k, v in saved.items()})
 
 
 def _actions_of(candidates, problem: GemmProblem, params=None) -> tuple[list[CandidateSpec], np.ndarray]:
