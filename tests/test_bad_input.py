@@ -242,6 +242,12 @@ FLAG_CASES = [
     (["select", *M, "--protocol", "offline"], ["graph and cold", "gemmrl bench --triton-from"]),
     (["select", *M, "--protocol", "warm"], ["--protocol takes"]),
     (["select", *M, "--out", "{foreign_csv}"], ["not a results CSV"]),
+    (["select", *M, "--retrieve", "{missing}"], ["--retrieve {missing}: no such file", "gemmrl select output"]),
+    (["select", *M, "--retrieve", "{tmp}/nothing*.csv"], ["--retrieve {tmp}/nothing*.csv: no such file"]),
+    (["select", *M, "--retrieve", "{results}"], ["no verified Triton screen rows", "gemmrl select"]),
+    (["select", *M, "--retrieve", "{foreign_csv}"], ["not a gemmrl results file"]),
+    (["select", *M, "--retrieve", "{results}", "--retrieve-shapes", "0"], ["retrieve needs >= 1 shape"]),
+    (["select", *M, "--family", "cutlass", "--retrieve", "{results}"], ["retrieve adds earlier Triton winners"]),
     # verify
     (["verify", *M, "--seeds", "0"], ["--seeds must be >= 1"]),
     (["verify", *M, "--kernel-dir", "{missing}"], ["--kernel-dir {missing}: not a directory"]),

@@ -316,7 +316,13 @@ def cmd_select(args) -> int:
                           all_knobs=args.knobs == "all",
                           variants=_names(args.variants),
                           diverse=args.diverse,
+                          retrieve=tuple(args.retrieve or ()), retrieve_shapes=args.retrieve_shapes,
+                          retrieve_per_shape=args.retrieve_per_shape,
                           **({"timing": TimingConfig()} if args.timing == "full" else {}))
+        if spec.retrieve:
+            from .search.retrieve import read_winners
+
+            read_winners(spec.retrieve, spec.retrieve_per_shape)  # its rows checked here; read once (cached)
     except ValueError as e:
         raise CliError(str(e)) from None
     require_cuda(args.gpu_device_id)
@@ -327,7 +333,8 @@ def cmd_select(args) -> int:
         tag = (f"triton-select-top{args.top}-explore{args.explore}" + ("" if args.pdl == "off" else f"-pdl-{args.pdl}")
                if args.family == "triton" else f"{args.family}-select") + ("-full-timing" if args.timing == "full" else "") \
             + (f"-configs{len(spec.configs)}" if spec.configs else "") + ("-all-knobs" if spec.all_knobs else "") \
-            + (f"-{'-'.join(spec.variants)}" if spec.variants else "") + ("-diverse" if spec.diverse else "")
+            + (f"-{'-'.join(spec.variants)}" if spec.variants else "") + ("-diverse" if spec.diverse else "") \
+            + ("-retrieved" if spec.retrieve else "")
         spec = replace(spec, out=out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv")
     path = run_screen(spec, progress=not args.no_progress)
     from .results import read_rows
@@ -549,6 +556,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--diverse", action="store_true",
                    help="triton: the --top configs one per (variant, tile, split, reduction), each its group's best by "
                         "the cost model, instead of the model's K best (which crowd into twins of one kernel)")
+    s.add_argument("--retrieve", nargs="+", metavar="CSV",
+                   help="triton: earlier screens (gemmrl select CSVs or glob patterns, e.g. "
+                        "'benchmarks/results/h100_*triton-select*.csv.gz'); their fastest configs on the shapes nearest "
+                        "each one screened are timed beside the others, each in the layout it won in")
+    s.add_argument("--retrieve-shapes", type=int, default=2,
+                   help="--retrieve: the nearest screened shapes (log-distance in M, N, K) drawn from, the shape itself "
+                        "first where it was screened")
+    s.add_argument("--retrieve-per-shape", type=int, default=2,
+                   help="--retrieve: the fastest distinct configs per drawn shape and protocol")
     s.add_argument("--workers", type=int, help="compile processes (default: CPU count - 1)")
     s.add_argument("--out", default="benchmarks/results", help="directory or .csv path; an existing file is resumed")
     s.add_argument("--no-progress", action="store_true")

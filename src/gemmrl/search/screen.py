@@ -13,6 +13,8 @@ reported. This module is the first run. Per shape it times:
 * the cost model's ``top`` configs (``costmodel.prune``, every live variant represented), and
 * ``explore`` more drawn at random from a pool shared by all shapes (``pool``), so the selection can find
   what the model ranks low and the model's rank correlation can be measured over more than its own top;
+* configs given by name (``configs``, source ``given``) and, with ``retrieve``, the configs that won earlier
+  screens on the nearest shapes (``search.retrieve``, source ``retrieved``), where valid;
 * the cuBLASLt heuristic and cuBLAS paths (both layouts) in every chunk, as references.
 
 Every config gets a quick check before it is timed: C pre-filled with NaN, one call, the Frobenius error
@@ -23,7 +25,7 @@ chunks of ``chunk`` configs interleaved with the references (split-K workspaces 
 Kernels are compiled beforehand in parallel processes (``precompile``).
 
 Rows go to a results CSV as they are made (one batch per shape; a killed run resumes at the next shape):
-candidate ``triton:<config>``, ``info`` = ``screen;source=top|explore;rank=<model rank>;pred_us=...;chunk=i``;
+candidate ``triton:<config>``, ``info`` = ``screen;source=top|explore|given|retrieved;rank=<model rank>;pred_us=...;chunk=i``;
 ``verified`` is the quick check's verdict and ``reason`` says it was only the quick check.
 """
 
@@ -34,12 +36,13 @@ import random
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from ..kernels.triton_gemm.configs import Arch, Config, valid
 from ..problem import GemmProblem
 from ..timing import TimingConfig, without_grad
 from .costmodel import estimate, prune, prune_diverse
+from .retrieve import nearest, read_winners
 from .space import VARIANTS, _combos
 
 QUICK_R = 1.5
@@ -72,11 +75,14 @@ class ScreenSpec:
     all_knobs: bool = False        # CUTLASS: every swizzle x raster setting (and stream-K's), not knobs_for's few
     variants: tuple[str, ...] = ()  # Triton: screen only these variants (e.g. ("splitk",)); () = every variant
     diverse: bool = False           # Triton: the top configs one per (variant, tile, split) (costmodel.prune_diverse)
+    retrieve: tuple[str, ...] = ()  # Triton: screen CSVs (or globs) whose winners on the nearest shapes are screened
+    retrieve_shapes: int = 2        # ... on this many nearest screened shapes
+    retrieve_per_shape: int = 2     # ... this many fastest distinct configs per shape and protocol
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"unknown family {self.family!r}; use one of {', '.join(FAMILIES)}")
-        if self.top < 0 or self.explore < 0 or (self.top + self.explore == 0 and not self.configs):
+        if self.top < 0 or self.explore < 0 or (self.top + self.explore == 0 and not self.configs and not self.retrieve):
             raise ValueError(f"screen needs top + explore >= 1 configs per shape, or a config list (top={self.top}, "
                              f"explore={self.explore})")
         if not self.layouts or set(self.layouts) - {"tn", "nn"}:
@@ -107,6 +113,15 @@ class ScreenSpec:
                 raise ValueError(f"unknown Triton variant(s) {', '.join(unknown)}; use any of {', '.join(VARIANTS)}")
         if self.diverse and self.family != "triton":
             raise ValueError(f"diverse picks the Triton family's top configs; the {self.family} family screens its own")
+        if self.retrieve:
+            if self.family != "triton":
+                raise ValueError(f"retrieve adds earlier Triton winners; the {self.family} family screens its own")
+            if self.retrieve_shapes < 1 or self.retrieve_per_shape < 1:
+                raise ValueError(f"retrieve needs >= 1 shape and >= 1 config per shape (got {self.retrieve_shapes} "
+                                 f"and {self.retrieve_per_shape})")
+            from .retrieve import expand
+
+            expand(self.retrieve)  # a missing file is refused before the GPU is asked for
         if self.all_knobs and self.family != "cutlass":
             raise ValueError(f"all_knobs is for the cutlass family's scheduler knobs; the {self.family} family has none")
 
@@ -166,11 +181,12 @@ def exploration_pool(seed: int, per_variant: int, variants: Iterable[str] = ()) 
 
 def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: list[Config],
                 seed: int = 0, variants: Iterable[str] = (), diverse: bool = False,
-                given: Iterable[Config] = ()) -> list[tuple[Config, str, int]]:
+                given: Iterable[Config] = (), retrieved: Iterable[Config] = ()) -> list[tuple[Config, str, int]]:
     """(config, source, model rank within the list) for one shape: the model's ``top`` then ``explore`` valid
     configs of ``pool`` not among them (seeded per shape); of ``variants`` only, when given; with ``diverse`` the
     top ones are the model's best of as many (variant, tile, split) groups (``costmodel.prune_diverse``); then the
-    ``given`` configs valid at this shape and not already picked (source ``given``, any variant)."""
+    ``given`` configs valid at this shape and not already picked (source ``given``, any variant); then the
+    ``retrieved`` ones (earlier screens' winners on the nearest shapes, ``search.retrieve``) likewise."""
     live = tuple(variants) or VARIANTS
     if not top:
         picked = []
@@ -184,7 +200,14 @@ def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: 
     extra = rng.sample(ok, min(explore, len(ok)))
     seen |= {str(c) for c in extra}
     mine = [c for c in given if str(c) not in seen and valid(c, problem, arch)[0]]
-    out = [(c, "top") for c in picked] + [(c, "explore") for c in extra] + [(c, "given") for c in mine]
+    seen |= {str(c) for c in mine}
+    back = []
+    for c in retrieved:
+        if str(c) not in seen and valid(c, problem, arch)[0]:
+            seen.add(str(c))
+            back.append(c)
+    out = ([(c, "top") for c in picked] + [(c, "explore") for c in extra] + [(c, "given") for c in mine]
+           + [(c, "retrieved") for c in back])
     order = sorted(range(len(out)), key=lambda i: estimate(out[i][0], problem, arch).seconds)
     ranks = {i: r for r, i in enumerate(order)}
     return [(c, src, ranks[i]) for i, (c, src) in enumerate(out)]
@@ -256,16 +279,20 @@ class ScreenEntry:
 
 
 def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[Config],
-                given: Iterable[Config] = ()) -> list[ScreenEntry]:
-    """The Triton family's entries for every layout of ``spec``: the model's top configs, explored ones and the
-    ``given`` ones (``triton_configs(spec.configs)``, read once by the caller) where valid."""
+                given: Iterable[Config] = (), table: Sequence = ()) -> list[ScreenEntry]:
+    """The Triton family's entries for every layout of ``spec``: the model's top configs, explored ones, the
+    ``given`` ones (``triton_configs(spec.configs)``, read once by the caller) where valid, and the winners of
+    ``table`` (``retrieve.read_winners``, read once) on the nearest shapes, each in the layout it won in (in every
+    layout of ``spec`` when that one is not screened)."""
     from ..kernels.triton_gemm import TritonGemm
 
+    near = nearest(problem, table, spec.retrieve_shapes) if table else []
     out = []
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
+        mine = [c for c, lay in near if lay == layout or lay not in spec.layouts]
         for c0, src, rank in configs_for(pl, arch, spec.top, spec.explore, pool, spec.seed, spec.variants,
-                                         spec.diverse, given):
+                                         spec.diverse, given, mine):
             for c in (replace(c0, pdl=v) for v in PDL_CHOICES[spec.pdl]):  # twins side by side, in one chunk
                 if not valid(c, pl, arch)[0]:
                     continue
@@ -392,7 +419,8 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     else:
         pool = exploration_pool(spec.seed, spec.pool, spec.variants)
         given = triton_configs(spec.configs)
-        plan = {p: entries_for(p, spec, arch, pool, given) for p in todo}
+        table = read_winners(spec.retrieve, spec.retrieve_per_shape) if spec.retrieve and todo else []
+        plan = {p: entries_for(p, spec, arch, pool, given, table) for p in todo}
         if todo:
             failed = precompile([(e.config, problem.with_(layout=e.layout))
                                  for problem, es in plan.items() for e in es], arch, spec.workers, progress)

@@ -1,0 +1,144 @@
+"""Retrieval: the Triton configs that won earlier screens on the shapes nearest a new one, screened beside the cost
+model's picks.
+
+The cost model ranks from first principles and misses kernels its terms do not see (session 30's probe: two-pass
+split-K and a 4-warp small-M tile won where the model's diverse top 12 held neither). Every screen a session commits
+already measured what won on its shapes; ``gemmrl select --retrieve FILES`` reads those rows and adds, per shape,
+the ``per_shape`` fastest distinct configs of each protocol on its ``shapes`` nearest screened shapes (the shape itself
+first where it was screened). They are timed in the new selection run like any other candidate, so a retrieved
+config is chosen only if it wins again there; the re-measure stays a separate run.
+
+Distance: Euclidean in (log2 M, log2 N, log2 K). Rows count only where verified, timed and named
+``triton:<config>:<layout>`` (screen rows; re-measure rows name a selection, not a config). PDL configs are skipped
+(the library serves none) and so are names this gemmrl cannot parse (an older field set).
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Sequence
+
+from ..kernels.triton_gemm.configs import Config, ConfigError, parse_config
+from ..problem import GemmProblem
+
+PREFIX = "triton:"
+
+
+class RetrieveError(ValueError):
+    """A retrieval source that cannot be used; the message says what to give instead."""
+
+
+@dataclass(frozen=True)
+class Winner:
+    """One screened config that was among the fastest on its shape and protocol."""
+    M: int
+    N: int
+    K: int
+    protocol: str
+    layout: str
+    config: Config
+    time_ms: float
+
+    @property
+    def mnk(self) -> str:
+        return f"{self.M}_{self.N}_{self.K}"
+
+
+def _parse(candidate: str) -> tuple[Config, str] | None:
+    """``triton:<config>:<layout>`` -> (config, layout); None for other names, PDL configs and unparsable ones."""
+    if not candidate.startswith(PREFIX):
+        return None
+    body, sep, layout = candidate[len(PREFIX):].rpartition(":")
+    if not sep or layout not in ("tn", "nn"):
+        return None
+    try:
+        cfg = parse_config(body)
+    except (ConfigError, TypeError, ValueError):
+        return None
+    if getattr(cfg, "pdl", False):
+        return None
+    return cfg, layout
+
+
+def winners(rows: Iterable[dict], per_shape: int = 2) -> list[Winner]:
+    """Per (shape, dtype, protocol), the ``per_shape`` fastest distinct configs among screen rows (the layout of
+    each config's fastest row); sorted by shape, protocol, time."""
+    if per_shape < 1:
+        raise RetrieveError(f"per_shape must be >= 1, got {per_shape}")
+    best: dict[tuple, dict[str, Winner]] = {}
+    for r in rows:
+        if r.get("verified") != "true" or not r.get("time_ms"):
+            continue
+        parsed = _parse(r.get("candidate", ""))
+        if parsed is None:
+            continue
+        try:
+            M, N, K, t = int(r["M"]), int(r["N"]), int(r["K"]), float(r["time_ms"])
+        except (KeyError, ValueError):
+            continue
+        if not t > 0:
+            continue
+        cfg, layout = parsed
+        group = best.setdefault((M, N, K, r.get("dtype", "fp16"), r.get("protocol", "")), {})
+        key = str(cfg)
+        if key not in group or t < group[key].time_ms:
+            group[key] = Winner(M, N, K, r.get("protocol", ""), layout, cfg, t)
+    out = []
+    for key in sorted(best):
+        out += sorted(best[key].values(), key=lambda w: (w.time_ms, str(w.config)))[:per_shape]
+    return out
+
+
+def expand(paths: Sequence[str]) -> list[str]:
+    """File names and glob patterns -> the files (sorted per pattern); a pattern or name matching nothing is an
+    error (a typo would otherwise retrieve nothing, silently)."""
+    out: list[str] = []
+    for p in paths:
+        hits = sorted(glob.glob(p)) if any(ch in p for ch in "*?[") else ([p] if os.path.isfile(p) else [])
+        if not hits:
+            raise RetrieveError(f"--retrieve {p}: no such file; give screen CSVs (gemmrl select output, .csv or "
+                                f".csv.gz) or a glob pattern matching some")
+        out += [h for h in hits if h not in out]
+    return out
+
+
+def read_winners(paths: Sequence[str], per_shape: int = 2) -> tuple[Winner, ...]:
+    """``winners`` of the rows in ``paths`` (files or globs), read once per process for the same arguments."""
+    return _read_winners(tuple(paths), per_shape)
+
+
+@lru_cache(maxsize=4)
+def _read_winners(paths: tuple[str, ...], per_shape: int) -> tuple[Winner, ...]:
+    from ..results import read_rows
+
+    found = tuple(winners(read_rows(expand(paths)), per_shape))
+    if not found:
+        raise RetrieveError(f"--retrieve: no verified Triton screen rows in {', '.join(paths)}; give files written "
+                            f"by gemmrl select (candidates named triton:<config>:<layout>)")
+    return found
+
+
+def distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b)))
+
+
+def nearest(problem: GemmProblem, table: Sequence[Winner], shapes: int = 2) -> list[tuple[Config, str]]:
+    """(config, layout) of the winners on the ``shapes`` screened shapes nearest ``problem`` (nearest first, then
+    by time; each config once, with the layout it won in)."""
+    if shapes < 1:
+        raise RetrieveError(f"shapes must be >= 1, got {shapes}")
+    here = (problem.M, problem.N, problem.K)
+    dims = sorted({(w.M, w.N, w.K) for w in table},
+                  key=lambda d: (distance(here, d), d))[:shapes]
+    out: list[tuple[Config, str]] = []
+    seen: set[str] = set()
+    for d in dims:
+        for w in sorted((w for w in table if (w.M, w.N, w.K) == d), key=lambda w: (w.time_ms, str(w.config))):
+            if str(w.config) not in seen:
+                seen.add(str(w.config))
+                out.append((w.config, w.layout))
+    return out
