@@ -11,7 +11,9 @@
 #      (limits TRITON_SELECT_S, TRITON_REMEASURE_S; SKIP_SELECT / SKIP_REMEASURE; SEL_CSV / REM_CSV resume;
 #      TRITON_PROTOCOL / TRITON_LAYOUTS: what the selection screens, default graph,cold and tn,nn; TRITON_PDL:
 #      gemmrl select --pdl off|on|both, default off; TRITON_TAG: added to both files' names; TRITON_SELECT_ARGS /
-#      TRITON_REMEASURE_ARGS: extra select / bench arguments, e.g. "--configs @FILE --diverse" / "--timing quick")
+#      TRITON_REMEASURE_ARGS: extra select / bench arguments, e.g. "--configs @FILE --diverse" / "--timing quick";
+#      session 31's recipe adds "--retrieve benchmarks/results/h100_*triton-select*.csv* --retrieve-per-shape 3":
+#      earlier screens' winners on the nearest shapes, from the committed CSVs that travel with the tree)
 #   6. only with SERVE_SHAPES=FILE (issue 6, serving), the stages named in SERVE_STAGES (default all, in order):
 #      select   gemmrl select on SERVE_SELECT_SHAPES (default SERVE_SHAPES; graph only; TRITON_TOP/TRITON_EXPLORE)
 #      build    gemmrl bench --triton-from (the selection + SERVE_SEL_EXTRA CSVs) in graph,offline: the library's
