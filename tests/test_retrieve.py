@@ -15,10 +15,10 @@ C = "smallm(BM=16,BN=64,BK=128,warps=4,stages=4,split=2,reduction=fused,tma=Fals
 PROBE = "benchmarks/results/h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl-off_18ec62482730_2026-11-26.csv.gz"
 
 
-def row(mnk, cand, t, protocol="graph", verified="true", dtype="fp16"):
+def row(mnk, cand, t, protocol="graph", verified="true", dtype="fp16", gpu="NVIDIA H100 80GB HBM3"):
     M, N, K = mnk.split("_")
     return {"mnk": mnk, "M": M, "N": N, "K": K, "dtype": dtype, "protocol": protocol, "candidate": cand,
-            "time_ms": str(t), "verified": verified}
+            "time_ms": str(t), "verified": verified, "gpu": gpu}
 
 
 def test_winners_keep_the_fastest_distinct_configs_per_shape_and_protocol():
@@ -57,6 +57,25 @@ def test_nearest_takes_the_shape_itself_first_then_its_neighbours():
     assert distance((64, 64, 4096), (128, 64, 4096)) == pytest.approx(1.0)
     with pytest.raises(RetrieveError, match="shapes must be >= 1"):
         nearest(parse_mnk("64_64_4096"), table, 0)
+
+
+def test_winners_of_one_gpu_and_the_problems_dtype_first():
+    rows = [row("64_64_4096", f"triton:{A}:tn", 0.010), row("64_64_4096", f"triton:{B}:tn", 0.005, gpu="NVIDIA H200"),
+            row("64_64_4096", f"triton:{C}:tn", 0.004, dtype="bf16")]
+    assert [str(w.config) for w in winners(rows, 1, gpu="NVIDIA H200")] == [B]
+    assert {str(w.config) for w in winners(rows, 1, gpu="NVIDIA H100 80GB HBM3")} == {A, C}
+    table = winners(rows, 3)
+    assert [str(c) for c, _ in nearest(GemmProblem(64, 64, 4096, dtype="bf16"), table, 1)] == [C]
+    assert [str(c) for c, _ in nearest(GemmProblem(64, 64, 4096), table, 1)] == [B, A]
+    only_fp16 = winners(rows[:2], 3)   # no bf16 winner anywhere: a bf16 problem takes the fp16 ones
+    assert [str(c) for c, _ in nearest(GemmProblem(64, 64, 4096, dtype="bf16"), only_fp16, 1)] == [B, A]
+
+
+def test_read_winners_refuses_another_gpus_screens_and_says_which_it_holds():
+    with pytest.raises(RetrieveError, match=r"no screen rows measured on this GPU \(NVIDIA B200\).*hold NVIDIA H100 "
+                                            r"80GB HBM3.*--retrieve-any-gpu"):
+        read_winners([PROBE], 1, gpu="NVIDIA B200")
+    assert read_winners([PROBE], 1, gpu="NVIDIA H100 80GB HBM3") == read_winners([PROBE], 1)
 
 
 def test_expand_refuses_a_missing_file_or_an_empty_glob(tmp_path):

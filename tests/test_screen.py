@@ -230,6 +230,32 @@ def test_select_then_remeasure_on_gpu(tmp_path):
     assert got and all(r["verified"] == "true" for r in got)
 
 
+@pytest.mark.gpu
+def test_select_retrieves_earlier_winners_on_gpu(tmp_path, capsys):
+    """--retrieve: the committed decode probe's winner at 16_4096_4096 is screened (source=retrieved) beside the
+    model's top 1; a screen file of another GPU is refused unless --retrieve-any-gpu."""
+    import torch
+
+    probe = ("benchmarks/results/h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl-off_"
+             "18ec62482730_2026-11-26.csv.gz")
+    win = "smallm(BM=16,BN=64,BK=128,warps=4,stages=4,split=2,reduction=fused,tma=False)"
+    here = torch.cuda.get_device_name(0)
+    rows = [r for r in read_rows([probe]) if r["mnk"] == "16_4096_4096"]
+    mine = tmp_path / "mine.csv"
+    ResultsWriter(mine).write_batch([{**r, "gpu": here} for r in rows])
+    sel = tmp_path / "sel.csv"
+    assert main(["select", "--mnk", "16_4096_4096", "--top", "1", "--explore", "0", "--layouts", "tn",
+                 "--retrieve", str(mine), "--retrieve-shapes", "1", "--retrieve-per-shape", "1", "--workers", "2",
+                 "--out", str(sel), "--no-progress"]) == 0
+    got = {r["algo"]: r["info"] for r in read_rows([sel]) if r["candidate"].startswith("triton:")}
+    assert win in got and "source=retrieved" in got[win]
+    other = tmp_path / "other.csv"
+    ResultsWriter(other).write_batch([{**r, "gpu": "NVIDIA B200"} for r in rows])
+    rc = main(["select", "--mnk", "16_4096_4096", "--top", "1", "--explore", "0", "--retrieve", str(other),
+               "--out", str(tmp_path / "sel2.csv"), "--no-progress"])
+    assert rc == 2 and "--retrieve-any-gpu" in capsys.readouterr().err
+
+
 def test_screen_subsets_script(tmp_path, capsys):
     """scripts/screen_subsets.py: the screen's geomean with and without named configs, and where they won."""
     import importlib.util

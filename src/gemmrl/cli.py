@@ -317,7 +317,7 @@ def cmd_select(args) -> int:
                           variants=_names(args.variants),
                           diverse=args.diverse,
                           retrieve=tuple(args.retrieve or ()), retrieve_shapes=args.retrieve_shapes,
-                          retrieve_per_shape=args.retrieve_per_shape,
+                          retrieve_per_shape=args.retrieve_per_shape, retrieve_any_gpu=args.retrieve_any_gpu,
                           **({"timing": TimingConfig()} if args.timing == "full" else {}))
         if spec.retrieve:
             from .search.retrieve import read_winners
@@ -336,7 +336,12 @@ def cmd_select(args) -> int:
             + (f"-{'-'.join(spec.variants)}" if spec.variants else "") + ("-diverse" if spec.diverse else "") \
             + ("-retrieved" if spec.retrieve else "")
         spec = replace(spec, out=out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv")
-    path = run_screen(spec, progress=not args.no_progress)
+    from .search.retrieve import RetrieveError
+
+    try:
+        path = run_screen(spec, progress=not args.no_progress)
+    except RetrieveError as e:  # the retrieved rows are filtered by this GPU once it is known, before any timing
+        raise CliError(str(e)) from None
     from .results import read_rows
 
     table = selection_table(read_rows([path]))
@@ -565,6 +570,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "first where it was screened")
     s.add_argument("--retrieve-per-shape", type=int, default=2,
                    help="--retrieve: the fastest distinct configs per drawn shape and protocol")
+    s.add_argument("--retrieve-any-gpu", action="store_true",
+                   help="--retrieve: use rows measured on any GPU (default: only the screens of the GPU screened on; "
+                        "another GPU's winners are refused with the GPUs the files hold)")
     s.add_argument("--workers", type=int, help="compile processes (default: CPU count - 1)")
     s.add_argument("--out", default="benchmarks/results", help="directory or .csv path; an existing file is resumed")
     s.add_argument("--no-progress", action="store_true")

@@ -42,6 +42,7 @@ class Winner:
     layout: str
     config: Config
     time_ms: float
+    dtype: str = "fp16"
 
     @property
     def mnk(self) -> str:
@@ -64,14 +65,15 @@ def _parse(candidate: str) -> tuple[Config, str] | None:
     return cfg, layout
 
 
-def winners(rows: Iterable[dict], per_shape: int = 2) -> list[Winner]:
+def winners(rows: Iterable[dict], per_shape: int = 2, gpu: str | None = None) -> list[Winner]:
     """Per (shape, dtype, protocol), the ``per_shape`` fastest distinct configs among screen rows (the layout of
-    each config's fastest row); sorted by shape, protocol, time."""
+    each config's fastest row), of rows measured on ``gpu`` (the results' ``gpu`` column) when given; sorted by
+    shape, dtype, protocol, time."""
     if per_shape < 1:
         raise RetrieveError(f"per_shape must be >= 1, got {per_shape}")
     best: dict[tuple, dict[str, Winner]] = {}
     for r in rows:
-        if r.get("verified") != "true" or not r.get("time_ms"):
+        if r.get("verified") != "true" or not r.get("time_ms") or (gpu is not None and r.get("gpu") != gpu):
             continue
         parsed = _parse(r.get("candidate", ""))
         if parsed is None:
@@ -83,10 +85,11 @@ def winners(rows: Iterable[dict], per_shape: int = 2) -> list[Winner]:
         if not t > 0:
             continue
         cfg, layout = parsed
-        group = best.setdefault((M, N, K, r.get("dtype", "fp16"), r.get("protocol", "")), {})
+        dtype = r.get("dtype") or "fp16"
+        group = best.setdefault((M, N, K, dtype, r.get("protocol", "")), {})
         key = str(cfg)
         if key not in group or t < group[key].time_ms:
-            group[key] = Winner(M, N, K, r.get("protocol", ""), layout, cfg, t)
+            group[key] = Winner(M, N, K, r.get("protocol", ""), layout, cfg, t, dtype)
     out = []
     for key in sorted(best):
         out += sorted(best[key].values(), key=lambda w: (w.time_ms, str(w.config)))[:per_shape]
@@ -106,20 +109,30 @@ def expand(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def read_winners(paths: Sequence[str], per_shape: int = 2) -> tuple[Winner, ...]:
-    """``winners`` of the rows in ``paths`` (files or globs), read once per process for the same arguments."""
-    return _read_winners(tuple(paths), per_shape)
-
-
-@lru_cache(maxsize=4)
-def _read_winners(paths: tuple[str, ...], per_shape: int) -> tuple[Winner, ...]:
-    from ..results import read_rows
-
-    found = tuple(winners(read_rows(expand(paths)), per_shape))
+def read_winners(paths: Sequence[str], per_shape: int = 2, gpu: str | None = None) -> tuple[Winner, ...]:
+    """``winners`` of the rows in ``paths`` (files or globs), measured on ``gpu`` when given (another GPU's winners
+    are refused, naming the GPUs the files hold). Read once per process for the same arguments."""
+    found, held = _read_winners(tuple(paths), per_shape, gpu)
+    if not found and held:
+        raise RetrieveError(f"--retrieve: no screen rows measured on this GPU ({gpu}) in {', '.join(paths)}; they "
+                            f"hold {', '.join(held)}. Give screens of this GPU, or --retrieve-any-gpu to screen "
+                            f"another GPU's winners here")
     if not found:
         raise RetrieveError(f"--retrieve: no verified Triton screen rows in {', '.join(paths)}; give files written "
                             f"by gemmrl select (candidates named triton:<config>:<layout>)")
     return found
+
+
+@lru_cache(maxsize=4)
+def _read_winners(paths: tuple[str, ...], per_shape: int, gpu: str | None) -> tuple[tuple[Winner, ...], tuple]:
+    """(winners, the GPUs of the screen rows when none was measured on ``gpu``)."""
+    from ..results import read_rows
+
+    rows = read_rows(expand(paths))
+    found = tuple(winners(rows, per_shape, gpu))
+    held = () if found or gpu is None else tuple(sorted(
+        {r.get("gpu", "") for r in rows if r.get("verified") == "true" and _parse(r.get("candidate", ""))}))
+    return found, held
 
 
 def distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
@@ -128,9 +141,11 @@ def distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
 
 def nearest(problem: GemmProblem, table: Sequence[Winner], shapes: int = 2) -> list[tuple[Config, str]]:
     """(config, layout) of the winners on the ``shapes`` screened shapes nearest ``problem`` (nearest first, then
-    by time; each config once, with the layout it won in)."""
+    by time; each config once, with the layout it won in); of ``problem``'s dtype where the table holds any."""
     if shapes < 1:
         raise RetrieveError(f"shapes must be >= 1, got {shapes}")
+    same = [w for w in table if w.dtype == problem.dtype]
+    table = same or table
     here = (problem.M, problem.N, problem.K)
     dims = sorted({(w.M, w.N, w.K) for w in table},
                   key=lambda d: (distance(here, d), d))[:shapes]

@@ -78,6 +78,7 @@ class ScreenSpec:
     retrieve: tuple[str, ...] = ()  # Triton: screen CSVs (or globs) whose winners on the nearest shapes are screened
     retrieve_shapes: int = 2        # ... on this many nearest screened shapes
     retrieve_per_shape: int = 2     # ... this many fastest distinct configs per shape and protocol
+    retrieve_any_gpu: bool = False  # ... measured on any GPU (default: only rows of the GPU screened on)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -419,7 +420,8 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     else:
         pool = exploration_pool(spec.seed, spec.pool, spec.variants)
         given = triton_configs(spec.configs)
-        table = read_winners(spec.retrieve, spec.retrieve_per_shape) if spec.retrieve and todo else []
+        table = read_winners(spec.retrieve, spec.retrieve_per_shape,
+                             None if spec.retrieve_any_gpu else meta_row["gpu"]) if spec.retrieve and todo else []
         plan = {p: entries_for(p, spec, arch, pool, given, table) for p in todo}
         if todo:
             failed = precompile([(e.config, problem.with_(layout=e.layout))
