@@ -42,7 +42,7 @@ from ..kernels.triton_gemm.configs import Arch, Config, valid
 from ..problem import GemmProblem
 from ..timing import TimingConfig, without_grad
 from .costmodel import estimate, prune, prune_diverse
-from .retrieve import nearest, read_winners
+from .retrieve import expand, nearest, read_winners
 from .space import VARIANTS, _combos
 
 QUICK_R = 1.5
@@ -84,8 +84,8 @@ class ScreenSpec:
         if self.family not in FAMILIES:
             raise ValueError(f"unknown family {self.family!r}; use one of {', '.join(FAMILIES)}")
         if self.top < 0 or self.explore < 0 or (self.top + self.explore == 0 and not self.configs and not self.retrieve):
-            raise ValueError(f"screen needs top + explore >= 1 configs per shape, or a config list (top={self.top}, "
-                             f"explore={self.explore})")
+            raise ValueError(f"screen needs top + explore >= 1 configs per shape, or a config list or --retrieve "
+                             f"(top={self.top}, explore={self.explore})")
         if not self.layouts or set(self.layouts) - {"tn", "nn"}:
             raise ValueError(f"layouts {self.layouts}: use tn, nn or both")
         if self.chunk < 1:
@@ -120,8 +120,6 @@ class ScreenSpec:
             if self.retrieve_shapes < 1 or self.retrieve_per_shape < 1:
                 raise ValueError(f"retrieve needs >= 1 shape and >= 1 config per shape (got {self.retrieve_shapes} "
                                  f"and {self.retrieve_per_shape})")
-            from .retrieve import expand
-
             expand(self.retrieve)  # a missing file is refused before the GPU is asked for
         if self.all_knobs and self.family != "cutlass":
             raise ValueError(f"all_knobs is for the cutlass family's scheduler knobs; the {self.family} family has none")
