@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-from ..kernels.triton_gemm.configs import Config, ConfigError, parse_config
+from ..kernels.triton_gemm.configs import Config, parse_config
 from ..problem import GemmProblem
 
 PREFIX = "triton:"
@@ -64,7 +64,7 @@ def _parse(candidate: str) -> tuple[Config, str] | None:
         return None
     try:
         cfg = parse_config(body)
-    except (ConfigError, TypeError, ValueError):
+    except (TypeError, ValueError):   # ConfigError is a ValueError
         return None
     if getattr(cfg, "pdl", False):
         return None
@@ -72,25 +72,22 @@ def _parse(candidate: str) -> tuple[Config, str] | None:
 
 
 def winners(rows: Iterable[dict], per_shape: int = 2, gpu: str | None = None) -> list[Winner]:
-    """Per (shape, dtype, protocol), the ``per_shape`` fastest distinct configs among screen rows (the layout of
-    each config's fastest row), of rows measured on ``gpu`` (the results' ``gpu`` column) when given; sorted by
-    shape, dtype, protocol, time."""
+    """Per (shape, dtype, protocol), the ``per_shape`` fastest distinct configs among usable screen rows
+    (``summary.usable``; the layout of each config's fastest row), of rows measured on ``gpu`` (the results' ``gpu``
+    column) when given; sorted by shape, dtype, protocol, time."""
+    from ..summary import usable
+
     if per_shape < 1:
         raise RetrieveError(f"per_shape must be >= 1, got {per_shape}")
     best: dict[tuple, dict[str, Winner]] = {}
     for r in rows:
-        if r.get("verified") != "true" or not r.get("time_ms") or (gpu is not None and r.get("gpu") != gpu):
+        if not usable(r) or r.get("members") or (gpu is not None and r.get("gpu") != gpu):
             continue
         parsed = _parse(r.get("candidate", ""))
         if parsed is None:
             continue
-        try:
-            M, N, K, t = int(r["M"]), int(r["N"]), int(r["K"]), float(r["time_ms"])
-        except (KeyError, ValueError):
-            continue
-        if not t > 0:
-            continue
         cfg, layout = parsed
+        M, N, K, t = int(r["M"]), int(r["N"]), int(r["K"]), float(r["time_ms"])
         dtype = r.get("dtype") or "fp16"
         group = best.setdefault((M, N, K, dtype, r.get("protocol", "")), {})
         key = str(cfg)
@@ -117,9 +114,11 @@ def expand(paths: Sequence[str]) -> list[str]:
 
 def read_winners(paths: Sequence[str], per_shape: int = 2, gpu: str | None = None) -> tuple[Winner, ...]:
     """``winners`` of the rows in ``paths`` (files or globs), measured on ``gpu`` when given (another GPU's winners
-    are refused, naming the GPUs the files hold). Read once per process for the same arguments."""
-    found, held = _read_winners(tuple(paths), per_shape, gpu)
-    if not found and held:
+    are refused, naming the GPUs the files hold). The files are read once per process."""
+    by_gpu = _winners_by_gpu(tuple(paths), per_shape)
+    found = by_gpu[None] if gpu is None else by_gpu.get(gpu, ())
+    if not found and by_gpu[None]:
+        held = sorted(g for g, w in by_gpu.items() if g is not None and w)
         raise RetrieveError(f"--retrieve: no screen rows measured on this GPU ({gpu}) in {', '.join(paths)}; they "
                             f"hold {', '.join(held)}. Give screens of this GPU, or --retrieve-any-gpu to screen "
                             f"another GPU's winners here")
@@ -130,15 +129,18 @@ def read_winners(paths: Sequence[str], per_shape: int = 2, gpu: str | None = Non
 
 
 @lru_cache(maxsize=4)
-def _read_winners(paths: tuple[str, ...], per_shape: int, gpu: str | None) -> tuple[tuple[Winner, ...], tuple]:
-    """(winners, the GPUs of the screen rows when none was measured on ``gpu``)."""
+def _winners_by_gpu(paths: tuple[str, ...], per_shape: int) -> dict[str | None, tuple[Winner, ...]]:
+    """{gpu: its rows' winners, None: the winners of every GPU's rows}: one read serves the check before the GPU is
+    known and the screen after."""
     from ..results import read_rows
 
     rows = read_rows(expand(paths))
-    found = tuple(winners(rows, per_shape, gpu))
-    held = () if found or gpu is None else tuple(sorted(
-        {r.get("gpu", "") for r in rows if r.get("verified") == "true" and _parse(r.get("candidate", ""))}))
-    return found, held
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r.get("gpu", ""), []).append(r)
+    out: dict[str | None, tuple[Winner, ...]] = {g: tuple(winners(rs, per_shape)) for g, rs in by.items()}
+    out[None] = tuple(winners(rows, per_shape))
+    return out
 
 
 def distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:

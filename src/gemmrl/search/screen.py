@@ -198,13 +198,13 @@ def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: 
     ok = [c for c in pool if str(c) not in seen and c.variant in live and valid(c, problem, arch)[0]]
     extra = rng.sample(ok, min(explore, len(ok)))
     seen |= {str(c) for c in extra}
-    mine = [c for c in given if str(c) not in seen and valid(c, problem, arch)[0]]
-    seen |= {str(c) for c in mine}
-    back = []
-    for c in retrieved:
-        if str(c) not in seen and valid(c, problem, arch)[0]:
-            seen.add(str(c))
-            back.append(c)
+
+    def fresh(cands: Iterable[Config]) -> list[Config]:
+        new = [c for c in cands if str(c) not in seen and valid(c, problem, arch)[0]]
+        seen.update(str(c) for c in new)
+        return new
+
+    mine, back = fresh(given), fresh(retrieved)
     out = ([(c, "top") for c in picked] + [(c, "explore") for c in extra] + [(c, "given") for c in mine]
            + [(c, "retrieved") for c in back])
     order = sorted(range(len(out)), key=lambda i: estimate(out[i][0], problem, arch).seconds)
