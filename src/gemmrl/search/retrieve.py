@@ -16,7 +16,8 @@ screened on (``--retrieve-any-gpu`` lifts that), of the problem's dtype where an
 Measured (H100, session 31, benchmarks/NOTES.md): issue 3's 120 shapes re-selected with retrieval picked a retrieved
 config in 116 of 240 (shape, protocol) cells, 104 of them the shape's own earlier winner; small class 0.999 -> 1.016
 graph, 0.989 -> 1.007 cold against vendor_best. Neighbours' winners alone transfer worse than the trained RL policy
-ranks (replay on 50 held-out shapes: first-4 share 0.781 -> 0.746 when put first), so the policy does not use them.
+ranks (replay on 50 held-out shapes, scripts/retrieval_replay.py: first-4 share 0.780 -> 0.747 when put first),
+so the policy does not use them.
 """
 
 from __future__ import annotations
