@@ -25,7 +25,8 @@ chunks of ``chunk`` configs interleaved with the references (split-K workspaces 
 Kernels are compiled beforehand in parallel processes (``precompile``).
 
 Rows go to a results CSV as they are made (one batch per shape; a killed run resumes at the next shape):
-candidate ``triton:<config>``, ``info`` = ``screen;source=top|explore|given|retrieved;rank=<model rank>;pred_us=...;chunk=i``;
+candidate ``triton:<config>``,
+``info`` = ``screen;source=top|explore|given|retrieved;rank=<model rank>;pred_us=...;chunk=i``;
 ``verified`` is the quick check's verdict and ``reason`` says it was only the quick check.
 """
 
@@ -83,7 +84,8 @@ class ScreenSpec:
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"unknown family {self.family!r}; use one of {', '.join(FAMILIES)}")
-        if self.top < 0 or self.explore < 0 or (self.top + self.explore == 0 and not self.configs and not self.retrieve):
+        empty = self.top + self.explore == 0 and not self.configs and not self.retrieve
+        if self.top < 0 or self.explore < 0 or empty:
             raise ValueError(f"screen needs top + explore >= 1 configs per shape, or a config list or --retrieve "
                              f"(top={self.top}, explore={self.explore})")
         if not self.layouts or set(self.layouts) - {"tn", "nn"}:
