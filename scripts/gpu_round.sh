@@ -30,7 +30,9 @@
 #                 that counts; then scripts/issue4_table.py (limits ISSUE4_SELECT_S, ISSUE4_REMEASURE_S;
 #                 ISSUE4_SELECT_ARGS / TRITON_SELECT_ARGS: extra gemmrl select arguments, e.g. --timing full;
 #                 the Triton selection re-measured is stage 5's when it ran, else ISSUE4_TRITON_SEL;
-#                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from)
+#                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from; ISSUE4_TRITON_SEL and
+#                 ISSUE4_CUTLASS_SEL may name several selection files, space-separated, e.g. committed ones with no
+#                 select stage; ISSUE4_REMEASURE_ARGS: extra bench arguments, e.g. "--timing quick")
 #      Carried: .whl/nvidia_cutlass-*.whl (the CUTLASS headers) and .carry/gemmrl_cache (prebuilt CUTLASS objects).
 #   8. only with ISSUE5=1 (issue 5, the tuning loop) on ISSUE5_SHAPES (default benchmarks/shapes/held50_grid_seed2.txt,
 #      50 grid shapes outside the 100 the shipped policy trained on), the stages in ISSUE5_STAGES (default all):
@@ -285,10 +287,12 @@ if [ "${ISSUE4:-0}" = 1 ]; then
   fi
   if [[ $stages == *remeasure* ]]; then
     # shellcheck disable=SC2086
-    timeout "${ISSUE4_REMEASURE_S:-420}" python3 -m gemmrl.cli bench $shapes_args --triton-from "$tsel" \
-      --cutlass-from "$csel" --protocol graph,cold --no-progress --out "$crem" >"$GEMMRL_OUT/cutlass_remeasure.log" 2>&1
+    csels=${ISSUE4_CUTLASS_SEL:-$csel}
+    timeout "${ISSUE4_REMEASURE_S:-420}" python3 -m gemmrl.cli bench $shapes_args --triton-from $tsel \
+      --cutlass-from $csels --protocol graph,cold ${ISSUE4_REMEASURE_ARGS:-} --no-progress --out "$crem" \
+      >"$GEMMRL_OUT/cutlass_remeasure.log" 2>&1
     echo "re-measure (vendor + triton-sel + cutlass-sel): exit $? ($(grep -c . "$crem" 2>/dev/null) lines)"
-    python3 scripts/issue4_table.py "$crem" --triton-select "$tsel" --cutlass-select "$csel" \
+    python3 scripts/issue4_table.py "$crem" --triton-select $tsel --cutlass-select $csels \
       --md "$GEMMRL_OUT/${gpu}_${tag}_issue4-table_${day}.md" | tail -n 14
   fi
 fi
