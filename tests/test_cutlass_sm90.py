@@ -241,6 +241,34 @@ def test_one_config_compiles_without_spills(tmp_path, monkeypatch):
         assert not any("C7510" in w for w in b.ptxas.perf_warnings)  # wgmma not serialized
 
 
+def test_hot_plan_needs_prepare():
+    with pytest.raises(cs.CutlassConfigError, match="before prepare"):
+        cs.CutlassCandidate(cs.CutlassConfig()).hot_plan()
+
+
+@pytest.mark.skipif(not have_cutlass_toolchain(), reason="needs nvcc and the nvidia-cutlass headers")
+def test_plan_entry_points_host_only(tmp_path, monkeypatch):
+    """The plan the compiled hot path calls: made and freed on the host; a NULL plan is refused (code 5) before any
+    CUDA call, so this runs without a GPU."""
+    import ctypes
+
+    from gemmrl.kernels.cuda_source import load_library
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", os.environ.get("GEMMRL_TEST_CUTLASS_CACHE", str(tmp_path)))
+    b = cs.build_config(cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong"), "90a")
+    assert b.ok, b.error
+    lib = load_library(b.so)
+    lib.gemmrl_cutlass_plan.restype = ctypes.c_void_p
+    lib.gemmrl_cutlass_plan.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 4
+    lib.gemmrl_cutlass_plan_run.restype = ctypes.c_int
+    lib.gemmrl_cutlass_plan_run.argtypes = [ctypes.c_void_p] * 5
+    lib.gemmrl_cutlass_plan_free.argtypes = [ctypes.c_void_p]
+    plan = lib.gemmrl_cutlass_plan(64, 64, 128, 128, 128, 64, None, 0, 1, 0, 0, 1)
+    assert plan
+    assert lib.gemmrl_cutlass_plan_run(None, None, None, None, None) == 5
+    lib.gemmrl_cutlass_plan_free(plan)
+
+
 # -- GPU ------------------------------------------------------------------------------------------------------
 GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong"),
                cs.CutlassConfig(128, 128, 64, 2, 1), cs.CutlassConfig(scheduler="streamk"),

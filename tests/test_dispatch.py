@@ -513,9 +513,15 @@ def test_capture_serves_the_graph_entry_gpu(lib, hot_path, monkeypatch):
     ((100, 264, 136), "pingpong_64x16x128_c1x1_persistent_tn_fp16_swap:s1_rh_dheuristic_k1", "0.0.0"),
     ((100, 264, 136), "coop_128x128x64_c1x1_streamk_nn_fp16:s1_rh_dstreamk_k1", ""),
 ])
-def test_cutlass_entry_serves_gpu(lib, shape, impl, torch_v):
+def test_cutlass_entry_serves_gpu(lib, hot_path, shape, impl, torch_v, monkeypatch):
     """A CUTLASS entry serves eagerly and inside a CUDA-graph capture, with torch's result; a call whose pointers
-    are not 16-byte aligned goes to torch.matmul and is right too."""
+    are not 16-byte aligned goes to torch.matmul and is right too. Through a compiled hot path the calls after the
+    first run the plan's C entry: the Python launcher is not called again."""
+    from gemmrl.kernels.cutlass_sm90 import CutlassCandidate
+
+    py_calls = []
+    real_call = CutlassCandidate.__call__
+    monkeypatch.setattr(CutlassCandidate, "__call__", lambda self, *a: (py_calls.append(1), real_call(self, *a)))
     M, N, K = shape
     layout = "nn" if "_nn_" in impl else "tn"
     gpu = _gpu_name()
@@ -526,7 +532,13 @@ def test_cutlass_entry_serves_gpu(lib, shape, impl, torch_v):
     got = gemmrl.served_by(a, b)
     assert all(d.startswith(f"cutlass:{impl} (offline entry {M}_{N}_{K}") for d in got.values()), got
     want = a.float() @ b.float()
-    assert (gemmrl.mm(a, b).float() - want).abs().max() <= tol(K)
+    assert (gemmrl.mm(a, b).float() - want).abs().max() <= tol(K)  # builds (a reference check calls the launcher)
+    built_calls = len(py_calls)
+    for _ in range(2):
+        assert (gemmrl.mm(a, b).float() - want).abs().max() <= tol(K)
+    assert len(py_calls) == built_calls + (2 if hot_path == "python" else 0), (hot_path, len(py_calls), built_calls)
+    served = dispatch._S.built[(M, N, K, a.dtype, layout, a.device.index)]
+    assert served.eager_spec[0] == 2 and served.eager_spec[-1].name.startswith("gemmrl:cutlass:")  # plan, C entry
     out = torch.full((M, N), float("nan"), device=dev, dtype=torch.half)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import re
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -388,6 +389,8 @@ class CutlassCandidate:
         self._ws = Workspace()
         self._stream = None
         self._args = knobs.args()
+        self._lib = None
+        self._plan: int | None = None
 
     def _load(self):
         if self._built is None:
@@ -405,6 +408,11 @@ class CutlassCandidate:
         lib.gemmrl_cutlass_workspace.argtypes = [ctypes.c_int] * 7
         lib.gemmrl_cutlass_can_implement.restype = ctypes.c_int
         lib.gemmrl_cutlass_can_implement.argtypes = [ctypes.c_int] * 6
+        lib.gemmrl_cutlass_plan.restype = ctypes.c_void_p
+        lib.gemmrl_cutlass_plan.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 4
+        lib.gemmrl_cutlass_plan_free.restype = None
+        lib.gemmrl_cutlass_plan_free.argtypes = [ctypes.c_void_p]
+        self._lib = lib
         return lib, fn
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
@@ -419,6 +427,23 @@ class CutlassCandidate:
         self._ws.ensure(int(lib.gemmrl_cutlass_workspace(M, N, K, *self.knobs.args())), bufs.a.device)
         self._dims = (M, N, K)
         self._stream = raw_stream_getter()
+        self._plan = None  # a plan of an earlier prepare (its finalizer frees it) no longer describes this problem
+
+    def hot_plan(self) -> tuple[int, int]:
+        """(address of ``gemmrl_cutlass_plan_run``, a plan of the prepared problem, workspace and knobs): what the
+        compiled hot path calls per call, ``int run(plan, A, B, D, stream)`` (fastpath_spec.h, spec kind 2). The
+        plan lives as long as this candidate. Call after ``prepare``."""
+        if self._lib is None or self._dims == (0, 0, 0):
+            raise CutlassConfigError(f"{self.name}: hot_plan() before prepare()")
+        if self._plan is None:
+            M, N, K = self._dims
+            ldb = K if self.layout == "tn" else N
+            plan = self._lib.gemmrl_cutlass_plan(M, N, K, K, ldb, N, self._ws.ptr, self._ws.bytes, *self._args)
+            if not plan:
+                raise MemoryError(f"{self.name}: gemmrl_cutlass_plan returned NULL")
+            self._plan = plan
+            weakref.finalize(self, self._lib.gemmrl_cutlass_plan_free, ctypes.c_void_p(plan))
+        return ctypes.cast(self._lib.gemmrl_cutlass_plan_run, ctypes.c_void_p).value, self._plan
 
     def __call__(self, a, b, bt, c) -> None:
         M, N, K = self._dims

@@ -23,6 +23,11 @@
 //   size_t gemmrl_cutlass_workspace(M, N, K, swizzle, raster, decomposition, splits)
 //   int    gemmrl_cutlass_can_implement(M, N, K, lda, ldb, ldd)                   -> 0 when it can
 //   const char* gemmrl_cutlass_describe()
+//   void*  gemmrl_cutlass_plan(M, N, K, lda, ldb, ldd, workspace, workspace_bytes, swizzle, raster, decomposition,
+//                              splits)                                       -> a plan (free with gemmrl_cutlass_plan_free)
+//   int    gemmrl_cutlass_plan_run(plan, A, B, D, stream)                   -> gemmrl_cutlass_gemm's codes
+// The plan holds everything but the operands and the stream, so gemmrl.mm's compiled hot path (fastpath_spec.h, spec
+// kind 2) calls one C function per call with no Python in between, as it does for cuBLASLt plans.
 // Error codes: 1 cannot implement (alignment, sizes), 2 workspace too small, 3 initialize failed,
 // 4 launch failed (the CUDA error is in cudaGetLastError), 5 bad knob.
 // The launch goes to `stream`; nothing synchronizes, allocates or touches the legacy default stream.
@@ -34,6 +39,7 @@
 #include <cuda_runtime.h>
 #include <cstdint>
 #include <cstdio>
+#include <new>
 
 #include "cutlass/cutlass.h"
 #include "cute/tensor.hpp"
@@ -266,5 +272,27 @@ int gemmrl_cutlass_gemm(const void* A, const void* B, void* D, int M, int N, int
   }
   return g_gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 4;
 }
+
+struct GemmrlCutlassPlan {
+  int M, N, K, lda, ldb, ldd;
+  void* workspace;
+  size_t workspace_bytes;
+  int swizzle, raster, decomposition, splits;
+};
+
+void* gemmrl_cutlass_plan(int M, int N, int K, int lda, int ldb, int ldd, void* workspace, size_t workspace_bytes,
+                          int swizzle, int raster, int decomposition, int splits) {
+  return new (std::nothrow)
+      GemmrlCutlassPlan{M, N, K, lda, ldb, ldd, workspace, workspace_bytes, swizzle, raster, decomposition, splits};
+}
+
+int gemmrl_cutlass_plan_run(void* plan, const void* A, const void* B, void* D, cudaStream_t stream) {
+  const GemmrlCutlassPlan* p = static_cast<const GemmrlCutlassPlan*>(plan);
+  if (p == nullptr) return 5;
+  return gemmrl_cutlass_gemm(A, B, D, p->M, p->N, p->K, p->lda, p->ldb, p->ldd, p->workspace, p->workspace_bytes,
+                             stream, p->swizzle, p->raster, p->decomposition, p->splits);
+}
+
+void gemmrl_cutlass_plan_free(void* plan) { delete static_cast<GemmrlCutlassPlan*>(plan); }
 
 }  // extern "C"
