@@ -573,6 +573,37 @@ def test_cli_build_list_show_cutlass(env, capsys):
     assert len(nn_eager) == 1 and f"cutlass:{CUT}  [offline entry" in nn_eager[0]
 
 
+CUT_TN = CUT.replace("_nn_", "_tn_")
+
+
+def test_cli_build_generated_only_keeps_the_cells_a_family_rescreen_did_not_judge(env, capsys):
+    """A re-screen of one family (CUTLASS here) times vendor paths but not the library's Triton kernels: with
+    --generated-only its generated winners replace their cells, and a cell it gave a vendor path keeps the library's
+    entry (nn offline: the Triton CFG stays) instead of being re-pinned to a vendor path that never faced it."""
+    tmp, csv = env
+    lib_p = str(tmp / "G.json")
+    assert main(["lib", "build", csv, "--out", lib_p, "--trials", str(tmp / "G.sqlite")]) == 0
+    new = tmp / "cut.csv"
+    ResultsWriter(new).write_batch([_row(S, "cublas_tn", 1.2, layout="tn"), _row(S, "cutlass-sel:offline", 0.9,
+                                                                               layout="tn", algo=CUT_TN),
+                                    _row(S, "cublas_nn", 1.9)])
+    capsys.readouterr()
+    assert main(["lib", "build", str(new), "--out", lib_p, "--trials", str(tmp / "G.sqlite"), "--generated-only"]) == 0
+    assert "1 vendor entries of these rows left out" in capsys.readouterr().out
+    got = _by(Library.load(lib_p).entries)
+    assert (got[(S, "tn", "offline", 64, 64)].family, got[(S, "tn", "offline", 64, 64)].impl) == ("cutlass", CUT_TN)
+    assert (got[(S, "nn", "offline", 64, 64)].family, got[(S, "nn", "offline", 64, 64)].impl) == ("triton", CFG)
+    assert got[(S, "nn", "graph", 64, 64)].impl == CFG2  # a cell the new rows do not hold at all
+    assert main(["lib", "build", str(new), "--out", lib_p, "--trials", str(tmp / "G.sqlite")]) == 0
+    assert _by(Library.load(lib_p).entries)[(S, "nn", "offline", 64, 64)].family == "vendor"  # without the flag
+    for argv, word in ((["--generated-only", "--replace"], "drop --replace"), (["--generated-only"], "nothing to merge")):
+        only_vendor = tmp / "v.csv"
+        ResultsWriter(only_vendor).write_batch([_row(S, "cublas_nn", 1.9), _row(S, "torch", 2.5)])
+        before = Path(lib_p).read_text()
+        assert main(["lib", "build", str(only_vendor), "--out", lib_p, "--trials", str(tmp / "G.sqlite"), *argv]) == 2
+        assert word in capsys.readouterr().err and Path(lib_p).read_text() == before  # nothing written
+
+
 def test_load_default_env_replaces(env, monkeypatch):
     tmp, _ = env
     Library([_entry()]).save(L.user_library_path())

@@ -115,6 +115,16 @@ def cmd_build(args) -> int:
             raise LibCliError(str(e)) from None
         print(f"--stale-before {' '.join(args.stale_before)}: {dropped} rows left out (timed before the kernel changed)")
     entries = build_entries(rows, buckets=not args.no_buckets)
+    if args.generated_only:
+        if args.replace:
+            raise LibCliError("--generated-only merges these rows' generated winners into an existing library; drop "
+                              "--replace (or drop --generated-only to build a library from these rows alone)")
+        kept = [e for e in entries if e.family != "vendor"]
+        print(f"--generated-only: {len(entries) - len(kept)} vendor entries of these rows left out (the library's "
+              "entries for those cells stay)")
+        entries = kept
+        if not entries:
+            raise LibCliError("--generated-only: no generated kernel won a cell in these rows; nothing to merge")
     if not entries:
         raise LibCliError("no winners: the files hold no verified, timed rows of both a kernel and a vendor path")
     torch_only = torch_only_shapes(rows)
@@ -217,6 +227,9 @@ def add_parsers(sub, entry) -> None:
     p.add_argument("--out", help="write this library JSON instead of the user library")
     p.add_argument("--replace", action="store_true", help="start from an empty library instead of merging")
     p.add_argument("--no-buckets", action="store_true", help="exact shapes only (no M ranges)")
+    p.add_argument("--generated-only", action="store_true",
+                   help="merge only the cells these rows give a generated kernel; every other entry of the library "
+                        "stays (a re-screen of one family did not time the kernels of others the library serves)")
     p.add_argument("--trials", help="trials store (default: the cache directory's trials.sqlite)")
     p.add_argument("--stale-before", nargs="+", metavar="VARIANT=UTC", default=[],
                    help="leave out the rows of a Triton variant's configs timed before its kernel changed, e.g. "
