@@ -596,12 +596,26 @@ def test_cli_build_generated_only_keeps_the_cells_a_family_rescreen_did_not_judg
     assert got[(S, "nn", "graph", 64, 64)].impl == CFG2  # a cell the new rows do not hold at all
     assert main(["lib", "build", str(new), "--out", lib_p, "--trials", str(tmp / "G.sqlite")]) == 0
     assert _by(Library.load(lib_p).entries)[(S, "nn", "offline", 64, 64)].family == "vendor"  # without the flag
+    warned = capsys.readouterr().out
+    assert "warning: 1 cell(s)" in warned and f"{S} nn offline: triton:{CFG} -> cublas_nn" in warned, warned
+    assert "--generated-only" in warned
     for argv, word in ((["--generated-only", "--replace"], "drop --replace"), (["--generated-only"], "nothing to merge")):
         only_vendor = tmp / "v.csv"
         ResultsWriter(only_vendor).write_batch([_row(S, "cublas_nn", 1.9), _row(S, "torch", 2.5)])
         before = Path(lib_p).read_text()
         assert main(["lib", "build", str(only_vendor), "--out", lib_p, "--trials", str(tmp / "G.sqlite"), *argv]) == 2
         assert word in capsys.readouterr().err and Path(lib_p).read_text() == before  # nothing written
+
+
+def test_unjudged_repins_only_where_the_rows_never_timed_the_kernel():
+    """A vendor winner replacing a generated entry is flagged only where the rows hold no row of that kernel in that
+    cell: where the kernel was timed and lost, the re-pin is a judgement, not an omission."""
+    base = Library(build_entries(BASE, buckets=False))
+    lost = [_row(S, "cublas_nn", 0.5), _row(S, f"triton:{CFG}", 0.9, algo=CFG)]  # timed again, and lost
+    assert L.unjudged_repins(base, build_entries(lost, buckets=False), lost) == []
+    unjudged = [_row(S, "cublas_nn", 0.5), _row(S, "torch", 0.6)]
+    got = L.unjudged_repins(base, build_entries(unjudged, buckets=False), unjudged)
+    assert [(o.impl, n.impl, n.layout, n.protocol) for o, n in got] == [(CFG, "cublas_nn", "nn", "offline")]
 
 
 def test_load_default_env_replaces(env, monkeypatch):

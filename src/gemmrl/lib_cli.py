@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from .library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default,
-                      stale_before, user_library_path)
+                      stale_before, unjudged_repins, user_library_path)
 
 
 class LibCliError(Exception):
@@ -136,6 +136,12 @@ def cmd_build(args) -> int:
     base = Library()
     if out.is_file() and not args.replace:
         base = _load(str(out))
+    repins = unjudged_repins(base, entries, rows)
+    if repins:
+        (old, new), n = repins[0], len(repins)
+        print(f"warning: {n} cell(s) the library serves with a generated kernel go to a vendor path from rows that "
+              f"never timed that kernel there (e.g. {old.mnk} {old.layout} {old.protocol}: {old.family}:{old.impl} -> "
+              f"{new.impl}); to keep them, build from the same files with --generated-only")
     lib = base.merge(built)
     _save(lib, out)
     fam = Counter(e.family for e in entries)

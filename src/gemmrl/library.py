@@ -458,6 +458,28 @@ def stale_before(rows: Iterable[Mapping[str, str]], before: Mapping[str, str]) -
     return kept, dropped
 
 
+def unjudged_repins(base: "Library", built: Iterable[Entry], rows: Iterable[Mapping[str, str]]) -> list[tuple[Entry, Entry]]:
+    """(library entry, new entry) pairs where merging ``built`` would hand a cell the library serves with a generated
+    kernel to a vendor path, although ``rows`` never timed that kernel in that cell (same GPU, dtype, layout,
+    protocol and shape): a re-screen of another family judged the vendor paths only. ``gemmrl lib build`` warns of
+    them; ``--generated-only`` keeps those cells."""
+    timed = set()
+    for r in rows:
+        kind = _kind(r.get("candidate", ""))
+        if kind in KERNELS:
+            impl = _impl(kind, r)
+            if impl:
+                timed.add((r.get("gpu", ""), r.get("dtype", ""), r.get("layout") or "nn", r.get("protocol", ""),
+                           r.get("mnk", ""), kind, impl))
+    out = []
+    for e in built:
+        old = base._find_same(e)
+        if e.family == "vendor" and old is not None and old.family != "vendor" and \
+                (old.gpu, old.dtype, old.layout, old.protocol, old.mnk, old.family, old.impl) not in timed:
+            out.append((old, e))
+    return out
+
+
 def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> list[Entry]:
     """Winners per (GPU, dtype, acc, shape, layout, protocol) over the rows' measurements (verified, timed, above
     the floor, from any number of runs; a noise-rule re-measurement counts for a candidate that has a first-run
