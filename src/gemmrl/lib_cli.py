@@ -90,6 +90,9 @@ def cmd_build(args) -> int:
 
     import sqlite3
 
+    if args.generated_only and args.replace:
+        raise LibCliError("--generated-only merges these rows' generated winners into an existing library; drop "
+                          "--replace (or drop --generated-only to build a library from these rows alone)")
     out = _writable(args.out) if args.out else user_library_path()
     try:
         store = TrialsStore(args.trials) if args.trials else TrialsStore()
@@ -116,9 +119,6 @@ def cmd_build(args) -> int:
         print(f"--stale-before {' '.join(args.stale_before)}: {dropped} rows left out (timed before the kernel changed)")
     entries = build_entries(rows, buckets=not args.no_buckets)
     if args.generated_only:
-        if args.replace:
-            raise LibCliError("--generated-only merges these rows' generated winners into an existing library; drop "
-                              "--replace (or drop --generated-only to build a library from these rows alone)")
         kept = [e for e in entries if e.family != "vendor"]
         print(f"--generated-only: {len(entries) - len(kept)} vendor entries of these rows left out (the library's "
               "entries for those cells stay)")
