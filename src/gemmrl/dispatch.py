@@ -533,16 +533,13 @@ def _make_cutlass(e: Entry, problem: GemmProblem, bufs):
         else:
             cand(a, b, b.t() if tn else b, out)
 
-    def unaligned(a, b, out):
-        torch.matmul(a, b, out=out)
-
     def error(st: int):
         raise RuntimeError(f"gemmrl:cutlass:{e.impl}: gemmrl_cutlass_gemm returned {st} for {problem.mnk} (1 cannot "
                            "implement, 2 workspace too small, 3 initialize failed, 4 launch failed)")
 
     # the compiled hot path calls the plan's C entry directly (B's pointer is the same for b and its tn view)
     fnaddr, plan = cand.hot_plan()
-    spec = (2, _raw_stream(), device.index, 15, unaligned, fnaddr, plan, error, cand)
+    spec = (2, _raw_stream(), device.index, 15, _torch_mm, fnaddr, plan, error, cand)  # unaligned: torch.matmul
     return call, cand, spec
 
 

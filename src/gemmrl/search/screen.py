@@ -201,9 +201,12 @@ def configs_for(problem: GemmProblem, arch: Arch, top: int, explore: int, pool: 
     extra = rng.sample(ok, min(explore, len(ok)))
     seen |= {str(c) for c in extra}
 
-    def fresh(cands: Iterable[Config]) -> list[Config]:
-        new = [c for c in cands if str(c) not in seen and valid(c, problem, arch)[0]]
-        seen.update(str(c) for c in new)
+    def fresh(cands: Iterable[Config]) -> list[Config]:  # each config once, across the lists and within one
+        new = []
+        for c in cands:
+            if str(c) not in seen and valid(c, problem, arch)[0]:
+                seen.add(str(c))
+                new.append(c)
         return new
 
     mine, back = fresh(given), fresh(retrieved)
