@@ -83,7 +83,8 @@
 # PDL_PROBE=1: first, scripts/pdl_probe.py (PDL_PROBE_ARGS; limit PDL_PROBE_S): Triton configs without and with
 #   programmatic dependent launch, beside torch.matmul, in graph, graph after a foreign kernel, and cold.
 # NCU_SPECS="M_N_K:which:config[:knobs] ...": first, ncu's details (SpeedOfLight, compute, memory, warp stalls,
-#   launch, occupancy) of one call each (which: triton | cutlass | vendor; limit NCU_S per call), in ncu_*.log.
+#   launch, occupancy) of one call each (which: triton | cutlass | vendor; limit NCU_S per call), in ncu_*.log;
+#   NCU_CACHE="all none" profiles each with ncu's cache control all (L2 flushed first, default) and none.
 # PROBE_SPECS="M_N_K:layout ...": first, the offline crowd probe (scripts/offline_host_probe.py, PROBE_CROWD=2).
 # Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments), GPU_TESTS (test
 # paths, default tests), SKIP_HOTPATH=1 (no gemmrl.mm hot-path build: a round that times no gemmrl.mm call).
@@ -129,13 +130,15 @@ fi
 if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N_K:which:config ..." (gemmrl.ncu run)
   for spec in $NCU_SPECS; do
     IFS=: read -r mnk which cfg knobs <<<"$spec"
-    log="$GEMMRL_OUT/ncu_${mnk}_${which}_${cfg}.log"
-    timeout "${NCU_S:-120}" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
-      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
-      --section LaunchStats --section Occupancy python3 -m gemmrl.ncu run --mnk "$mnk" --which "$which" \
-      --config "$cfg${knobs:+:$knobs}" --vendor "$cfg" >"$log" 2>&1
-    echo "ncu $mnk $which $cfg: exit $?"
-    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Registers Per|Stall|Warp Cycles Per Issued" "$log" | head -12
+    for cc in ${NCU_CACHE:-all}; do  # ncu's --cache-control: all flushes before the call (cold), none keeps L2 (warm)
+      log="$GEMMRL_OUT/ncu_${mnk}_${which}_${cfg}$([ "$cc" = all ] || echo "_cache-$cc").log"
+      timeout "${NCU_S:-120}" ncu --clock-control none --cache-control "$cc" --profile-from-start off \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section LaunchStats --section Occupancy python3 -m gemmrl.ncu run --mnk "$mnk" \
+        --which "$which" --config "$cfg${knobs:+:$knobs}" --vendor "$cfg" >"$log" 2>&1
+      echo "ncu $mnk $which $cfg cache-control $cc: exit $?"
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Registers Per|Warp Cycles Per Issued" "$log" | head -12
+    done
   done
 fi
 

@@ -246,6 +246,68 @@ def test_hot_plan_needs_prepare():
         cs.CutlassCandidate(cs.CutlassConfig()).hot_plan()
 
 
+class _FakePlanLib:
+    """The entry points prepare() and a call use, recording what they were given (no CUDA, no build)."""
+
+    def __init__(self, rc: int = 0):
+        self.rc, self.plans, self.runs = rc, [], []
+        self.gemmrl_cutlass_plan_run = self._run
+
+    def gemmrl_cutlass_can_implement(self, *args):
+        return 0
+
+    def gemmrl_cutlass_workspace(self, *args):
+        return 0
+
+    def gemmrl_cutlass_plan(self, *args):
+        self.plans.append(args)
+        return 4096 + len(self.plans)
+
+    def gemmrl_cutlass_plan_free(self, plan):
+        pass
+
+    def _run(self, *args):
+        self.runs.append(args)
+        return self.rc
+
+
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+@pytest.mark.parametrize("mnk", ["33_65_129", "128_256_64"])
+def test_call_goes_through_the_prepared_plan(monkeypatch, layout, mnk):
+    """A bench call passes the plan, the operands and the stream (5 ctypes arguments, as the vendor's cuBLASLt plans
+    do), not gemmrl_cutlass_gemm's 16: host-timed protocols (offline, server) time CUTLASS and cuBLASLt alike."""
+    from gemmrl.candidate import make_buffers
+    from gemmrl.kernels import vendor
+    from gemmrl.problem import parse_mnk
+
+    fake = _FakePlanLib()
+    cand = cs.CutlassCandidate(cs.CutlassConfig(layout=layout))
+    monkeypatch.setattr(cs, "check", lambda *a: None)
+    monkeypatch.setattr(cs, "_cc", lambda device: 90)
+
+    def load():
+        cand._lib = fake  # what _load does, less the build
+        return fake, None
+
+    monkeypatch.setattr(cand, "_load", load)
+    monkeypatch.setattr(vendor, "raw_stream_getter", lambda: (lambda index: 77))
+    problem = parse_mnk(mnk).with_(layout=layout)
+    bufs = make_buffers(problem, "cpu")
+    cand.prepare(problem, bufs, "offline", None)
+    M, N, K = problem.M, problem.N, problem.K
+    assert fake.plans == [(M, N, K, K, K if layout == "tn" else N, N, 0, 0, *cs.Knobs().args())]
+    a, b, bt, c = bufs.args()
+    cand(a, b, bt, c)
+    cand(a, b, bt, c)
+    plan = 4097
+    want = (plan, a.data_ptr(), (bt if layout == "tn" else b).data_ptr(), c.data_ptr(), 77)
+    assert fake.runs == [want, want]
+    assert len(fake.plans) == 1  # made once per prepare, not per call
+    fake.rc = 4
+    with pytest.raises(RuntimeError, match=f"returned 4 for {mnk}"):
+        cand(a, b, bt, c)
+
+
 @pytest.mark.skipif(not have_cutlass_toolchain(), reason="needs nvcc and the nvidia-cutlass headers")
 def test_plan_entry_points_host_only(tmp_path, monkeypatch):
     """The plan the compiled hot path calls: made and freed on the host; a NULL plan is refused (code 5) before any

@@ -391,6 +391,7 @@ class CutlassCandidate:
         self._args = knobs.args()
         self._lib = None
         self._plan: int | None = None
+        self._run = None
 
     def _load(self):
         if self._built is None:
@@ -412,6 +413,8 @@ class CutlassCandidate:
         lib.gemmrl_cutlass_plan.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 4
         lib.gemmrl_cutlass_plan_free.restype = None
         lib.gemmrl_cutlass_plan_free.argtypes = [ctypes.c_void_p]
+        lib.gemmrl_cutlass_plan_run.restype = ctypes.c_int
+        lib.gemmrl_cutlass_plan_run.argtypes = [ctypes.c_void_p] * 5
         self._lib = lib
         return lib, fn
 
@@ -428,6 +431,8 @@ class CutlassCandidate:
         self._dims = (M, N, K)
         self._stream = raw_stream_getter()
         self._plan = None  # a plan of an earlier prepare (its finalizer frees it) no longer describes this problem
+        self._make_plan()  # every call then passes 5 arguments through ctypes, as the vendor's cuBLASLt plans do
+        self._run = lib.gemmrl_cutlass_plan_run
 
     def hot_plan(self) -> tuple[int, int]:
         """(address of ``gemmrl_cutlass_plan_run``, a plan of the prepared problem, workspace and knobs): what the
@@ -435,6 +440,10 @@ class CutlassCandidate:
         plan lives as long as this candidate. Call after ``prepare``."""
         if self._lib is None or self._dims == (0, 0, 0):
             raise CutlassConfigError(f"{self.name}: hot_plan() before prepare()")
+        return ctypes.cast(self._lib.gemmrl_cutlass_plan_run, ctypes.c_void_p).value, self._make_plan()
+
+    def _make_plan(self) -> int:
+        """The plan of the prepared problem (host memory only), made once per prepare."""
         if self._plan is None:
             M, N, K = self._dims
             ldb = K if self.layout == "tn" else N
@@ -443,15 +452,15 @@ class CutlassCandidate:
                 raise MemoryError(f"{self.name}: gemmrl_cutlass_plan returned NULL")
             self._plan = plan
             weakref.finalize(self, self._lib.gemmrl_cutlass_plan_free, ctypes.c_void_p(plan))
-        return ctypes.cast(self._lib.gemmrl_cutlass_plan_run, ctypes.c_void_p).value, self._plan
+        return self._plan
 
     def __call__(self, a, b, bt, c) -> None:
-        M, N, K = self._dims
-        bb, ldb = (bt, K) if self.layout == "tn" else (b, N)
-        rc = self._fn(a.data_ptr(), bb.data_ptr(), c.data_ptr(), M, N, K, K, ldb, N, self._ws.ptr, self._ws.bytes,
-                      self._stream(a.device.index), *self._args)
+        # through the prepared plan: 5 ctypes arguments a call instead of gemmrl_cutlass_gemm's 16, the same host
+        # path as the vendor's cuBLASLt plans (kernels/vendor.py), so the host protocols time both alike
+        rc = self._run(self._plan, a.data_ptr(), (bt if self.layout == "tn" else b).data_ptr(), c.data_ptr(),
+                       self._stream(a.device.index))
         if rc != 0:
-            raise RuntimeError(f"{self.name}: gemmrl_cutlass_gemm returned {rc} for {M}_{N}_{K}")
+            raise RuntimeError(f"{self.name}: gemmrl_cutlass_gemm returned {rc} for {'_'.join(map(str, self._dims))}")
 
     def info(self) -> dict[str, Any]:
         d: dict[str, Any] = {"algo": f"{self.cfg}:{self.knobs}", "workspace_bytes": self._ws.bytes}
