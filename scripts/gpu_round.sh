@@ -537,4 +537,6 @@ fi
 
 for t in "${tables[@]}"; do python3 scripts/round_table.py "$t"; done
 # at most 8 files come back from the GPU machine: logs and markdown travel as one archive
-( cd "$GEMMRL_OUT" && shopt -s nullglob && f=(./*.log ./*.md) && [ ${#f[@]} -gt 0 ] && tar czf logs.tgz "${f[@]}" && rm -f "${f[@]}" )
+# (a second round in the same call, into the same $GEMMRL_OUT, writes logs2.tgz: it must not overwrite the first's logs)
+( cd "$GEMMRL_OUT" && shopt -s nullglob && f=(./*.log ./*.md) && [ ${#f[@]} -gt 0 ] && n=logs.tgz && i=1 \
+  && while [ -e "$n" ]; do i=$((i + 1)); n=logs$i.tgz; done && tar czf "$n" "${f[@]}" && rm -f "${f[@]}" )
