@@ -138,3 +138,34 @@ def test_device_side_descriptors_cost_once_per_program():
     assert b.fill - a.fill == pytest.approx(DEFAULT.tma_setup_us * 1e-6)
     zero = replace(DEFAULT, tma_setup_us=0.0)
     assert estimate(parse_config(pers.format(t=True)), big, H100, False, zero).fill == pytest.approx(a.fill)
+
+
+@pytest.mark.parametrize("mnk", ["8192_12288_64", "1024_8192_256", "16384_1024_512", "4096_4096_4096", "1000_3000_200"])
+def test_pingpong_hides_its_epilogue_under_the_other_warpgroups_main_loop(mnk):
+    """CUTLASS ping-pong stores one consumer's C tile while the other's main loop runs: where the C write dominates
+    (K = 64-512 with large M x N) it is priced below the cooperative schedule of the same tile (measured on the
+    H100: 8192_12288_64 cold, ping-pong 74-75 us, cooperative and Triton ws ~80); the cooperative price does not
+    depend on the constant, and session 28's constants (what saved policies were trained on) price it as before."""
+    from dataclasses import replace
+
+    from gemmrl.kernels import cutlass_sm90 as cs
+    from gemmrl.problem import parse_mnk
+    from gemmrl.search import costmodel as cm
+
+    p = parse_mnk(mnk)
+    pp = cs.CutlassConfig(128, 128, 64, 1, 1, "pingpong")
+    coop = cs.CutlassConfig(128, 128, 64, 1, 1, "coop")
+    knobs = cs.Knobs()
+    off = replace(cm.DEFAULT, pingpong_overlap=0.0)
+    for warm in (False, True):
+        e_pp, e_off = cm.estimate_cutlass(pp, knobs, p, warm_l2=warm), cm.estimate_cutlass(pp, knobs, p, warm_l2=warm, params=off)
+        e_coop = cm.estimate_cutlass(coop, knobs, p, warm_l2=warm)
+        assert e_pp.seconds <= e_off.seconds
+        assert e_coop.seconds == cm.estimate_cutlass(coop, knobs, p, warm_l2=warm, params=off).seconds
+        assert e_off.seconds == pytest.approx(e_coop.seconds)  # overlap 0: the two schedules priced alike
+        # never under the longest of the main loop, the HBM traffic and the launch
+        assert e_pp.seconds >= max(e_pp.mainloop, e_pp.hbm) + e_pp.launch
+        assert cm.estimate_cutlass(pp, knobs, p, warm_l2=warm, params=cm.S28).seconds == cm.estimate_cutlass(
+            pp, knobs, p, warm_l2=warm, params=replace(cm.S28, pingpong_overlap=0.0)).seconds
+    if p.K <= 512 and p.M * p.N >= 2 ** 23:  # C-write-bound: the overlap is worth several percent
+        assert cm.estimate_cutlass(pp, knobs, p).seconds < 0.95 * cm.estimate_cutlass(coop, knobs, p).seconds

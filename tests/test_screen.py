@@ -280,3 +280,39 @@ def test_screen_subsets_script(tmp_path, capsys):
     assert f"| graph | 2 | {without:.3f} | {with_:.3f} | 1 |" in out and "| graph | 64_64_64 |" in out
     assert "128_64_64 |" not in out.split("| gain |")[1]  # only the shapes where a named config was fastest
     assert mod.main([str(path), "--configs", "coop_1x1"]) == 2 and "not in the screen" in capsys.readouterr().err
+
+
+def test_screen_ahead_script_keeps_shapes_near_the_earlier_vendor_best(tmp_path, capsys):
+    """scripts/screen_ahead.py: a shape is kept where the screen's best config is within --min of vendor_best as an
+    earlier pass measured it, in any protocol; the screen's own (weaker) references do not decide; a later --against
+    file overrides an earlier one cell by cell; no earlier vendor_best at all is an error."""
+    import importlib.util
+
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("screen_ahead", Path(__file__).parents[1] / "scripts" / "screen_ahead.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a = "pingpong_64x16x128_c1x1_persistent_tn_fp16_swap"
+    screen = [_row("128_4096_8192", "graph", f"cutlass:{a}:s1", 0.0100, algo=f"{a}:s1"),
+              _row("128_4096_8192", "graph", "cublas_tn", 0.0120, info="screen_ref;chunk=0", algo="3"),  # weak ref
+              _row("128_4096_8192", "cold", f"cutlass:{a}:s1", 0.0200, algo=f"{a}:s1"),
+              _row("256_2048_4096", "graph", f"cutlass:{a}:s1", 0.0100, algo=f"{a}:s1"),
+              _row("256_2048_4096", "cold", f"cutlass:{a}:s1", 0.0150, algo=f"{a}:s1"),
+              _row("64_8192_2048", "graph", f"cutlass:{a}:s1", 0.0050, algo=f"{a}:s1")]
+    earlier = [_row("128_4096_8192", "graph", "vendor_best", 0.0090, info=""),   # 0.90: not within 0.98
+               _row("128_4096_8192", "cold", "vendor_best", 0.0190, info=""),    # 0.95
+               _row("256_2048_4096", "graph", "vendor_best", 0.0090, info=""),
+               _row("256_2048_4096", "cold", "vendor_best", 0.0148, info="")]    # 0.987: kept
+    later = [_row("128_4096_8192", "cold", "vendor_best", 0.0199, info="")]     # re-measured: 0.995, kept
+    for name, rows in (("screen", screen), ("earlier", earlier), ("later", later)):
+        ResultsWriter(tmp_path / f"{name}.csv").write_batch(rows)
+    out = tmp_path / "keep.txt"
+    assert mod.main([str(tmp_path / "screen.csv"), "--against", str(tmp_path / "earlier.csv"), "--out", str(out)]) == 0
+    assert out.read_text().split() == ["256_2048_4096"]
+    assert "1 without an earlier vendor_best" in capsys.readouterr().out  # 64_8192_2048 was never measured
+    assert mod.main([str(tmp_path / "screen.csv"), "--against", str(tmp_path / "earlier.csv"), str(tmp_path / "later.csv"),
+                     "--out", str(out)]) == 0
+    assert sorted(out.read_text().split()) == ["128_4096_8192", "256_2048_4096"]
+    assert mod.main([str(tmp_path / "screen.csv"), "--against", str(tmp_path / "screen.csv"), "--out", str(out)]) == 2
+    assert "no vendor_best" in capsys.readouterr().err
