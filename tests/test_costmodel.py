@@ -169,3 +169,39 @@ def test_pingpong_hides_its_epilogue_under_the_other_warpgroups_main_loop(mnk):
             pp, knobs, p, warm_l2=warm, params=replace(cm.S28, pingpong_overlap=0.0)).seconds
     if p.K <= 512 and p.M * p.N >= 2 ** 23:  # C-write-bound: the overlap is worth several percent
         assert cm.estimate_cutlass(pp, knobs, p).seconds < 0.95 * cm.estimate_cutlass(coop, knobs, p).seconds
+
+
+def test_cutlass_check_script_scores_the_overlap_against_a_screen(tmp_path, capsys):
+    """scripts/costmodel_cutlass_check.py: on a screen where the ping-pong configs measured fastest at a C-write-bound
+    shape, the model's top-1 regret is 1 with the overlap on and > 1 with it off (the model then prefers the
+    cooperative 128x256 tile there); fewer than 4 CUTLASS configs in a cell is no cell; no cell at all exits 2."""
+    import importlib.util
+    from pathlib import Path
+
+    from gemmrl.results import ResultsWriter
+
+    spec = importlib.util.spec_from_file_location("cc", Path(__file__).parents[1] / "scripts" / "costmodel_cutlass_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def row(mnk, cfg, us, proto="cold"):
+        return {"mnk": mnk, "dtype": "fp16", "acc": "fp32", "protocol": proto, "candidate": f"cutlass:{cfg}:s1_rh_dheuristic_k1",
+                "time_ms": us / 1e3, "tflops": 1.0, "verified": "true", "info": "screen", "layout": "tn", "rep": 0}
+
+    measured = {"pingpong_64x192x64_c1x1_persistent_tn_fp16": 74.5, "pingpong_128x128x64_c1x1_persistent_tn_fp16": 75.0,
+                "coop_128x128x64_c1x2_persistent_tn_fp16": 80.1, "coop_128x256x64_c1x1_persistent_tn_fp16": 81.0}
+    path = tmp_path / "screen.csv"
+    ResultsWriter(path).write_batch([row("8192_12288_64", c, t) for c, t in measured.items()]
+                                    + [row("1024_1024_64", c, 5.0) for c in list(measured)[:3]])  # 3 configs: no cell
+    by = mod.cells(mod.read_rows([str(path)]))
+    assert list(by) == [("8192_12288_64", "cold")]
+    on, off = mod.score(by, DEFAULT), mod.score(by, replace(DEFAULT, pingpong_overlap=0.0))
+    assert on["regret1"] == pytest.approx(1.0) and off["regret1"] > 1.05
+    assert on["pingpong_best"] == off["pingpong_best"] == 1 and on["pingpong_best_in_top4"] == 1
+    assert mod.main([str(path), "--values", "0,1"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| 0 | 1 | ") and lines[3].startswith("| 1 | 1 | 1.000 | 1.000 |")
+    empty = tmp_path / "empty.csv"
+    ResultsWriter(empty).write_batch([row("1024_1024_64", c, 5.0) for c in list(measured)[:3]])
+    assert mod.main([str(empty)]) == 2 and "no (shape, protocol)" in capsys.readouterr().err
