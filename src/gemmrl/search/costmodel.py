@@ -75,7 +75,12 @@ class CostParams:
     Session 33: ``pingpong_overlap`` (CUTLASS ping-pong, 0 before): on 426 (shape, protocol) cells of six committed
     CUTLASS screens (``scripts/costmodel_cutlass_check.py``) the best measured config among the model's top 4 moved
     from 1.142 to 1.078 of the best measured (geomean regret), median Spearman 0.674 -> 0.703; any value 0.25-1
-    scores within 0.002 of that, and 1 (the whole epilogue hidden) is what the schedule is built to do."""
+    scores within 0.002 of that, and 1 (the whole epilogue hidden) is what the schedule is built to do. Then
+    ``streamk_us`` and ``streamk_split_us``: over every committed CUTLASS screen, a stream-K config ran 0.7-1.7 us
+    (median, shapes under 30 us) slower than the persistent config of the same tile without a split, and with its
+    split-K decomposition 4.4-5.2 us at 2 splits, ~9 at 4, ~11.5 at 8; the model had priced the split configs below the
+    persistent ones (the whole estimate divided by ``ws_bonus ** 0.5``). At 1 and 2 us: top-4 regret 1.078 -> 1.038 on
+    the six screens, 1.076 -> 1.040 on held50s2's CUTLASS screen (not used to set them), Spearman 0.703 -> 0.795."""
 
     launch_us: float = 3.7          # one kernel in a CUDA graph: launch to first instruction, and teardown
     launch2_us: float = 1.8         # the second kernel of a two-pass split-K call, queued behind the first
@@ -102,12 +107,17 @@ class CostParams:
                                     # (the H100's fp32 peak is 0.068 of it; the widening of each element costs more)
     pingpong_overlap: float = 1.0   # share of a CUTLASS ping-pong tile's epilogue hidden under the other consumer
                                     # warpgroup's main loop (0: serialized as in every other persistent kernel)
+    streamk_us: float = 1.0         # a CUTLASS stream-K call's fixed extra: its workspace barriers zeroed and the
+                                    # host-side initialize on every call
+    streamk_split_us: float = 2.0   # ... and per split of a tile beyond the first (its partial through the
+                                    # workspace, the fix-up's wait on the barrier)
 
 
 DEFAULT = CostParams()
 # The constants of git 667d8e3 (session 28): the RL policies saved before a policy recorded its prior's constants
 # were trained on features computed with these (search/policy.py reads such a file with them).
-S28 = replace(DEFAULT, launch2_us=DEFAULT.launch_us, tma_setup_us=0.0, atomic_us=1.5, pingpong_overlap=0.0)
+S28 = replace(DEFAULT, launch2_us=DEFAULT.launch_us, tma_setup_us=0.0, atomic_us=1.5, pingpong_overlap=0.0,
+              streamk_us=0.0, streamk_split_us=0.0)
 
 
 @dataclass(frozen=True)
@@ -340,17 +350,21 @@ def estimate_cutlass(cfg, knobs, problem: GemmProblem, arch: Arch = H100, warm_l
         problem = problem.with_(M=problem.N, N=problem.M)
     stages = max(2, min(4, cfg.stages))
     warps = 12 if cfg.schedule == "coop" else 8
+    extra = 0.0
+    if cfg.scheduler == "streamk":
+        extra = (params.streamk_us + params.streamk_split_us * max(0, knobs.splits - 1)) * 1e-6
     if cfg.scheduler == "streamk" and knobs.splits > 1:
         tc = SplitKConfig(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, warps=8, stages=stages, split=knobs.splits,
                           reduction="fused", tma=True)
         e = estimate(tc, problem, arch, warm_l2, params)
-        return replace(e, seconds=e.seconds / params.ws_bonus ** 0.5)
+        return replace(e, seconds=e.seconds / params.ws_bonus ** 0.5 + extra)
     tc = PersistentConfig(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, warps=min(8, warps), stages=stages, tma=True, ws=True,
                           ctas_per_sm=1)
     # ping-pong: one consumer warpgroup's epilogue (its C tile stored through TMA) runs while the other's main loop
     # does; the cooperative schedule's two warpgroups share a tile and store it between main loops
     overlap = params.pingpong_overlap if cfg.schedule == "pingpong" else 0.0
-    return estimate(tc, problem, arch, warm_l2, params, epi_overlap=overlap)
+    e = estimate(tc, problem, arch, warm_l2, params, epi_overlap=overlap)
+    return replace(e, seconds=e.seconds + extra) if extra else e
 
 
 def estimate_spec(spec, problem: GemmProblem, arch: Arch = H100, warm_l2: bool = False,
