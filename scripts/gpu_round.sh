@@ -32,7 +32,9 @@
 #                 the Triton selection re-measured is stage 5's when it ran, else ISSUE4_TRITON_SEL;
 #                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from; ISSUE4_TRITON_SEL and
 #                 ISSUE4_CUTLASS_SEL may name several selection files, space-separated, e.g. committed ones with no
-#                 select stage; ISSUE4_REMEASURE_ARGS: extra bench arguments, e.g. "--timing quick")
+#                 select stage; ISSUE4_REMEASURE_ARGS: extra bench arguments, e.g. "--timing quick";
+#                 ISSUE4_AHEAD="PASS.csv.gz ...": re-measure only the shapes whose screen best came within
+#                 ISSUE4_AHEAD_MIN (0.98) of vendor_best in those earlier rows (scripts/screen_ahead.py))
 #      Carried: .whl/nvidia_cutlass-*.whl (the CUTLASS headers) and .carry/gemmrl_cache (prebuilt CUTLASS objects).
 #   8. only with ISSUE5=1 (issue 5, the tuning loop) on ISSUE5_SHAPES (default benchmarks/shapes/held50_grid_seed2.txt,
 #      50 grid shapes outside the 100 the shipped policy trained on), the stages in ISSUE5_STAGES (default all):
@@ -287,6 +289,16 @@ if [ "${ISSUE4:-0}" = 1 ]; then
       --protocol graph,cold ${ISSUE4_SELECT_ARGS:-} --no-progress --out "$csel" >"$GEMMRL_OUT/cutlass_select.log" 2>&1
     echo "cutlass selection: exit $? ($(grep -c . "$csel" 2>/dev/null) lines)"
     grep -E "^screen:|Error" "$GEMMRL_OUT/cutlass_select.log" | head -5
+  fi
+  if [[ $stages == *remeasure* ]] && [ -n "${ISSUE4_AHEAD:-}" ]; then
+    # only the shapes the screen puts near an earlier pass's vendor_best (session 33: half the re-measure, every win kept)
+    # shellcheck disable=SC2086
+    if python3 scripts/screen_ahead.py "$csel" --against $ISSUE4_AHEAD --min "${ISSUE4_AHEAD_MIN:-0.98}" \
+        --out "$GEMMRL_OUT/${tag}_ahead.txt"; then
+      shapes_args="--shapes $GEMMRL_OUT/${tag}_ahead.txt"
+    else
+      echo "ISSUE4_AHEAD: no shapes file written; the re-measure covers every screened shape"
+    fi
   fi
   if [[ $stages == *remeasure* ]]; then
     # shellcheck disable=SC2086
