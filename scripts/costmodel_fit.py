@@ -23,9 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from gemmrl.kernels.triton_gemm.configs import H100, parse_config  # noqa: E402
 from gemmrl.problem import ProblemError, parse_mnk, read_shapes  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
-from gemmrl.search.costmodel import DEFAULT, CostParams, estimate, spearman  # noqa: E402
-
-CUTLASS_ONLY = {"pingpong_overlap"}  # constants only CUTLASS configs use: never fitted on Triton screens
+from gemmrl.search.costmodel import CUTLASS_ONLY, DEFAULT, CostParams, estimate, spearman  # noqa: E402
 
 
 def groups(paths, protocols):

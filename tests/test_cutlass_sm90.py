@@ -287,7 +287,7 @@ def test_call_goes_through_the_prepared_plan(monkeypatch, layout, mnk):
 
     def load():
         cand._lib = fake  # what _load does, less the build
-        return fake, None
+        return fake
 
     monkeypatch.setattr(cand, "_load", load)
     monkeypatch.setattr(vendor, "raw_stream_getter", lambda: (lambda index: 77))

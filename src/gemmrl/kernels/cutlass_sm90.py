@@ -384,14 +384,12 @@ class CutlassCandidate:
         self.name = name or f"{PREFIX}{cfg}:{knobs}"
         self.layout, self.acc = cfg.layout, "fp32"
         self._built = built
-        self._fn = None
         self._dims = (0, 0, 0)
         self._ws = Workspace()
         self._stream = None
         self._args = knobs.args()
         self._lib = None
         self._plan: int | None = None
-        self._run = None
 
     def _load(self):
         if self._built is None:
@@ -401,10 +399,6 @@ class CutlassCandidate:
         if not self._built.ok:
             raise CutlassConfigError(f"{self.cfg} did not build: {self._built.error}")
         lib = load_library(self._built.so)
-        fn = lib.gemmrl_cutlass_gemm
-        fn.restype = ctypes.c_int
-        fn.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-                       + [ctypes.c_int] * 4)
         lib.gemmrl_cutlass_workspace.restype = ctypes.c_size_t
         lib.gemmrl_cutlass_workspace.argtypes = [ctypes.c_int] * 7
         lib.gemmrl_cutlass_can_implement.restype = ctypes.c_int
@@ -416,49 +410,42 @@ class CutlassCandidate:
         lib.gemmrl_cutlass_plan_run.restype = ctypes.c_int
         lib.gemmrl_cutlass_plan_run.argtypes = [ctypes.c_void_p] * 5
         self._lib = lib
-        return lib, fn
+        return lib
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
+        """Checks, builds (cached), sizes the workspace and makes the plan of this problem (host memory only): every
+        call then passes the plan, the operands and the stream, 5 ctypes arguments, as the vendor's cuBLASLt plans
+        do (the plan of an earlier prepare is freed with the candidate)."""
         from .vendor import raw_stream_getter
 
         check(self.cfg, self.knobs, problem, _cc(bufs.a.device))
-        lib, self._fn = self._load()
+        lib = self._load()
         M, N, K = problem.M, problem.N, problem.K
         ldb = K if self.layout == "tn" else N
         if lib.gemmrl_cutlass_can_implement(M, N, K, K, ldb, N) != 0:
             raise CutlassConfigError(f"{self.cfg}: CUTLASS cannot implement {problem.mnk} (can_implement failed)")
-        self._ws.ensure(int(lib.gemmrl_cutlass_workspace(M, N, K, *self.knobs.args())), bufs.a.device)
+        self._ws.ensure(int(lib.gemmrl_cutlass_workspace(M, N, K, *self._args)), bufs.a.device)
         self._dims = (M, N, K)
         self._stream = raw_stream_getter()
-        self._plan = None  # a plan of an earlier prepare (its finalizer frees it) no longer describes this problem
-        self._make_plan()  # every call then passes 5 arguments through ctypes, as the vendor's cuBLASLt plans do
-        self._run = lib.gemmrl_cutlass_plan_run
+        plan = lib.gemmrl_cutlass_plan(M, N, K, K, ldb, N, self._ws.ptr, self._ws.bytes, *self._args)
+        if not plan:
+            raise MemoryError(f"{self.name}: gemmrl_cutlass_plan returned NULL")
+        weakref.finalize(self, lib.gemmrl_cutlass_plan_free, ctypes.c_void_p(plan))
+        self._plan = plan
 
     def hot_plan(self) -> tuple[int, int]:
-        """(address of ``gemmrl_cutlass_plan_run``, a plan of the prepared problem, workspace and knobs): what the
-        compiled hot path calls per call, ``int run(plan, A, B, D, stream)`` (fastpath_spec.h, spec kind 2). The
-        plan lives as long as this candidate. Call after ``prepare``."""
-        if self._lib is None or self._dims == (0, 0, 0):
-            raise CutlassConfigError(f"{self.name}: hot_plan() before prepare()")
-        return ctypes.cast(self._lib.gemmrl_cutlass_plan_run, ctypes.c_void_p).value, self._make_plan()
-
-    def _make_plan(self) -> int:
-        """The plan of the prepared problem (host memory only), made once per prepare."""
+        """(address of ``gemmrl_cutlass_plan_run``, the plan ``prepare`` made): what the compiled hot path calls per
+        call, ``int run(plan, A, B, D, stream)`` (fastpath_spec.h, spec kind 2). The plan lives as long as this
+        candidate. Call after ``prepare``."""
         if self._plan is None:
-            M, N, K = self._dims
-            ldb = K if self.layout == "tn" else N
-            plan = self._lib.gemmrl_cutlass_plan(M, N, K, K, ldb, N, self._ws.ptr, self._ws.bytes, *self._args)
-            if not plan:
-                raise MemoryError(f"{self.name}: gemmrl_cutlass_plan returned NULL")
-            self._plan = plan
-            weakref.finalize(self, self._lib.gemmrl_cutlass_plan_free, ctypes.c_void_p(plan))
-        return self._plan
+            raise CutlassConfigError(f"{self.name}: hot_plan() before prepare()")
+        return ctypes.cast(self._lib.gemmrl_cutlass_plan_run, ctypes.c_void_p).value, self._plan
 
     def __call__(self, a, b, bt, c) -> None:
-        # through the prepared plan: 5 ctypes arguments a call instead of gemmrl_cutlass_gemm's 16, the same host
-        # path as the vendor's cuBLASLt plans (kernels/vendor.py), so the host protocols time both alike
-        rc = self._run(self._plan, a.data_ptr(), (bt if self.layout == "tn" else b).data_ptr(), c.data_ptr(),
-                       self._stream(a.device.index))
+        # through the prepared plan: the same host path as the vendor's cuBLASLt plans (kernels/vendor.py), so the
+        # host protocols time both alike
+        rc = self._lib.gemmrl_cutlass_plan_run(self._plan, a.data_ptr(), (bt if self.layout == "tn" else b).data_ptr(),
+                                               c.data_ptr(), self._stream(a.device.index))
         if rc != 0:
             raise RuntimeError(f"{self.name}: gemmrl_cutlass_gemm returned {rc} for {'_'.join(map(str, self._dims))}")
 

@@ -114,6 +114,8 @@ class CostParams:
 
 
 DEFAULT = CostParams()
+# the constants only CUTLASS configs read (estimate_cutlass): a fit on Triton screens cannot see them
+CUTLASS_ONLY = frozenset({"pingpong_overlap", "streamk_us", "streamk_split_us"})
 # The constants of git 667d8e3 (session 28): the RL policies saved before a policy recorded its prior's constants
 # were trained on features computed with these (search/policy.py reads such a file with them).
 S28 = replace(DEFAULT, launch2_us=DEFAULT.launch_us, tma_setup_us=0.0, atomic_us=1.5, pingpong_overlap=0.0,
@@ -350,9 +352,9 @@ def estimate_cutlass(cfg, knobs, problem: GemmProblem, arch: Arch = H100, warm_l
         problem = problem.with_(M=problem.N, N=problem.M)
     stages = max(2, min(4, cfg.stages))
     warps = 12 if cfg.schedule == "coop" else 8
-    extra = 0.0
-    if cfg.scheduler == "streamk":
-        extra = (params.streamk_us + params.streamk_split_us * max(0, knobs.splits - 1)) * 1e-6
+    # stream-K zeroes its workspace barriers and initializes on every call; each split goes through the workspace
+    extra = (params.streamk_us + params.streamk_split_us * max(0, knobs.splits - 1)) * 1e-6 \
+        if cfg.scheduler == "streamk" else 0.0
     if cfg.scheduler == "streamk" and knobs.splits > 1:
         tc = SplitKConfig(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, warps=8, stages=stages, split=knobs.splits,
                           reduction="fused", tma=True)
@@ -364,7 +366,7 @@ def estimate_cutlass(cfg, knobs, problem: GemmProblem, arch: Arch = H100, warm_l
     # does; the cooperative schedule's two warpgroups share a tile and store it between main loops
     overlap = params.pingpong_overlap if cfg.schedule == "pingpong" else 0.0
     e = estimate(tc, problem, arch, warm_l2, params, epi_overlap=overlap)
-    return replace(e, seconds=e.seconds + extra) if extra else e
+    return replace(e, seconds=e.seconds + extra)
 
 
 def estimate_spec(spec, problem: GemmProblem, arch: Arch = H100, warm_l2: bool = False,
