@@ -316,3 +316,48 @@ def test_screen_ahead_script_keeps_shapes_near_the_earlier_vendor_best(tmp_path,
     assert sorted(out.read_text().split()) == ["128_4096_8192", "256_2048_4096"]
     assert mod.main([str(tmp_path / "screen.csv"), "--against", str(tmp_path / "screen.csv"), "--out", str(out)]) == 2
     assert "no vendor_best" in capsys.readouterr().err
+
+
+def test_served_vs_candidate_script_compares_each_run_over_its_own_vendor_best(tmp_path, capsys):
+    """scripts/served_vs_candidate.py: a cell counts where gemmrl.mm served a CUTLASS config the re-measure timed in
+    the same protocol; x divides the served time over the measure run's vendor_best by the candidate's over the
+    re-measure's, so a whole run drifting cancels; rechecks, vendor-served cells and configs the re-measure never
+    timed are left out; nothing comparable is an error."""
+    import importlib.util
+
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("svc", Path(__file__).parents[1] / "scripts" / "served_vs_candidate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    a, b = "pingpong_128x128x64_c1x1_persistent_tn_fp16:s1", "pingpong_64x256x64_c1x1_persistent_tn_fp16:s1"
+
+    def served(mnk, proto, ms, cfg, recheck=""):
+        r = _row(mnk, proto, "gemmrl", ms, info="", algo=f"eager=cutlass:{cfg} (cold entry {mnk}); "
+                 f"graph=cutlass:{cfg} (graph entry {mnk}); hot=torch")
+        return dict(r, recheck=recheck)
+
+    rem = [_row("512_2048_4096", "graph", "cutlass-sel:graph", 0.0100, info="", algo=a),
+           _row("512_2048_4096", "graph", "vendor_best", 0.0110, info="", algo="x"),
+           _row("512_2048_4096", "cold", "cutlass-sel:cold", 0.0200, info="", algo=a),
+           _row("512_2048_4096", "cold", "vendor_best", 0.0200, info="", algo="x"),
+           _row("1024_512_2048", "graph", "cutlass-sel:graph", 0.0100, info="", algo=b),
+           _row("1024_512_2048", "graph", "vendor_best", 0.0100, info="", algo="x")]
+    meas = [served("512_2048_4096", "graph", 0.0120, a),                      # the run 10% slower: vendor too
+            _row("512_2048_4096", "graph", "vendor_best", 0.0121, info="", algo="x"),
+            served("512_2048_4096", "graph", 0.0500, a, recheck="1"),        # a recheck: not a first run
+            served("512_2048_4096", "cold", 0.0210, a),
+            _row("512_2048_4096", "cold", "vendor_best", 0.0200, info="", algo="x"),
+            served("1024_512_2048", "graph", 0.0100, a),                      # config the re-measure never timed here
+            _row("1024_512_2048", "graph", "vendor_best", 0.0100, info="", algo="x")]
+    ResultsWriter(tmp_path / "rem.csv").write_batch(rem)
+    ResultsWriter(tmp_path / "meas.csv").write_batch(meas)
+    recs = {(r["protocol"], r["mnk"]): r for r in mod.cells([str(tmp_path / "rem.csv")], str(tmp_path / "meas.csv"))}
+    assert set(recs) == {("graph", "512_2048_4096"), ("cold", "512_2048_4096")}
+    assert math.isclose(recs[("graph", "512_2048_4096")]["x"], (0.0120 / 0.0121) / (0.0100 / 0.0110))
+    assert math.isclose(recs[("graph", "512_2048_4096")]["raw"], 1.2)
+    assert math.isclose(recs[("cold", "512_2048_4096")]["x"], 1.05)
+    assert mod.main(["--pair", str(tmp_path / "rem.csv"), str(tmp_path / "meas.csv")]) == 0
+    assert "| cold | 1 | 1.0500 | 1.0500 |" in capsys.readouterr().out
+    assert mod.main(["--pair", str(tmp_path / "rem.csv"), str(tmp_path / "rem.csv")]) == 2
+    assert "no cell served" in capsys.readouterr().err
