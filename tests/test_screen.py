@@ -361,3 +361,50 @@ def test_served_vs_candidate_script_compares_each_run_over_its_own_vendor_best(t
     assert "| cold | 1 | 1.0500 | 1.0500 |" in capsys.readouterr().out
     assert mod.main(["--pair", str(tmp_path / "rem.csv"), str(tmp_path / "rem.csv")]) == 2
     assert "no cell served" in capsys.readouterr().err
+
+
+def test_oracle_ceiling_takes_each_cells_best_generated_run_floored_at_one(tmp_path, capsys):
+    """scripts/oracle_ceiling.py: per (protocol, shape) the best generated time over its own run's vendor_best
+    across files, floored at 1; files without cuBLASLt autotuned rows (selection screens), rechecks, failed
+    verifications and other CSV schemas do not count; nothing usable is an error."""
+    import importlib.util
+
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("oc", Path(__file__).parents[1] / "scripts" / "oracle_ceiling.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def vendor(mnk, proto, ms):
+        return [_row(mnk, proto, "cublaslt_autotuned_tn", ms, info="", algo="1"),
+                _row(mnk, proto, "vendor_best", ms, info="", algo="1")]
+
+    run1 = (vendor("64_64_64", "graph", 0.0040) + vendor("256_4096_1024", "graph", 0.0100)
+            + [_row("64_64_64", "graph", "triton-sel:graph", 0.0032, info="", algo="t"),         # 1.25
+               _row("256_4096_1024", "graph", "cutlass-sel:graph", 0.0125, info="", algo="c")])  # 0.8 -> floor 1
+    run2 = (vendor("64_64_64", "graph", 0.0030)
+            + [_row("64_64_64", "graph", "cutlass-sel:graph", 0.0020, info="", algo="c", verified="false"),
+               dict(_row("64_64_64", "graph", "gemmrl", 0.0010, info="", algo="g"), recheck="1"),
+               _row("64_64_64", "graph", "gemmrl", 0.0025, info="", algo="g")])                  # 1.2 < 1.25
+    screen = [_row("64_64_64", "graph", "triton:tiled(BM=16)", 0.0001),                          # no autotuned path
+              _row("64_64_64", "graph", "cublas_tn", 0.0040, info="screen_ref;chunk=0", algo="3")]
+    for name, rows in (("run1", run1), ("run2", run2), ("screen", screen)):
+        ResultsWriter(tmp_path / f"{name}.csv").write_batch(rows)
+    (tmp_path / "other.csv").write_text("attack,verdict\nnan,caught\n")
+    shapes = {"64_64_64", "256_4096_1024"}
+    best, used = mod.best_ratios([str(tmp_path / f) for f in ("run1.csv", "run2.csv", "screen.csv", "other.csv")],
+                                 shapes)
+    assert used == 2 and math.isclose(best[("graph", "64_64_64")], 1.25) and best[("graph", "256_4096_1024")] == 1.0
+    (tmp_path / "shapes.txt").write_text("# two\n64_64_64\n256_4096_1024\n")
+    assert mod.main([str(tmp_path / "run1.csv"), str(tmp_path / "run2.csv"), "--shapes", str(tmp_path / "shapes.txt")]) == 0
+    out = capsys.readouterr().out
+    assert f"| graph | all | 2 | 2 | {math.sqrt(1.25):.4f} | 1 |  |" in out
+    assert "| graph | min(M,N) <= 256 | 2 |" in out and "| cold |" not in out
+    assert mod.main([str(tmp_path / "screen.csv"), "--shapes", str(tmp_path / "shapes.txt")]) == 2
+    assert "no file with every vendor path" in capsys.readouterr().err
+    best, _ = mod.best_ratios([str(tmp_path / "run1.csv")], shapes, families=("cutlass",), floor=0.0)
+    assert math.isclose(best[("graph", "256_4096_1024")], 0.8) and ("graph", "64_64_64") not in best  # no floor
+    recs = {r["class"]: r for r in mod.table(best, shapes, floor=0.0)}
+    assert recs["all"]["shapes"] == 2 and recs["all"]["measured"] == 1 and math.isclose(recs["all"]["ceiling"], 0.8)
+    floored = {r["class"]: r for r in mod.table(best, shapes)}  # floored: the untimed shape counts at 1
+    assert math.isclose(floored["all"]["ceiling"], math.sqrt(0.8))
