@@ -139,7 +139,7 @@ if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N
         --section WarpStateStats --section LaunchStats --section Occupancy python3 -m gemmrl.ncu run --mnk "$mnk" \
         --which "$which" --config "$cfg${knobs:+:$knobs}" --vendor "$cfg" >"$log" 2>&1
       echo "ncu $mnk $which $cfg cache-control $cc: exit $?"
-      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Registers Per|Warp Cycles Per Issued" "$log" | head -12
+      grep -E "SM Frequency|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Registers Per|Warp Cycles Per Issued" "$log" | head -13
     done
   done
 fi
