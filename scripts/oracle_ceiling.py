@@ -15,24 +15,19 @@ from __future__ import annotations
 
 import argparse
 import glob
-import math
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.problem import grid, read_shapes  # noqa: E402
 from gemmrl.results import ResultsError, read_rows  # noqa: E402
+from gemmrl.summary import usable  # noqa: E402
+from issue5_measure import BARS, CLASSES, LABEL, geomean, shape_class  # noqa: E402  (issue 5's bars: grid only)
 
 GENERATED = ("triton", "cutlass", "cuda", "wgmma", "gemmrl")
 PROTOCOLS = ("graph", "cold")
-BARS = {"graph": 1.05, "cold": 1.10}  # issue 5's, over the grid (shown only for the grid)
-
-
-def shape_class(mnk: str) -> str:
-    m, n, k = (int(v) for v in mnk.split("_"))
-    return "min(M,N) <= 256" if min(m, n) <= 256 else "all dims >= 4096" if min(m, n, k) >= 4096 else "the rest"
 
 
 def best_ratios(paths: list[str], shapes: set[str], families: tuple[str, ...] = GENERATED, floor: float = 1.0
@@ -47,9 +42,8 @@ def best_ratios(paths: list[str], shapes: set[str], families: tuple[str, ...] = 
             rows = read_rows([path])
         except ResultsError:  # another kind of CSV (an adversarial table, a probe's own schema): not bench rows
             continue
-        rows = [r for r in rows if r.get("protocol") in PROTOCOLS and not r.get("recheck")
-                and r.get("mnk") in shapes and r.get("dtype", "fp16") == "fp16" and r.get("acc", "fp32") == "fp32"
-                and r.get("time_ms")]
+        rows = [r for r in rows if usable(r) and r.get("protocol") in PROTOCOLS and r.get("mnk") in shapes
+                and r.get("dtype", "fp16") == "fp16" and r.get("acc", "fp32") == "fp32"]
         if not any(r["candidate"].startswith("cublaslt_autotuned") for r in rows):
             continue
         vb = {(r["protocol"], r["mnk"]): float(r["time_ms"]) for r in rows if r["candidate"] == "vendor_best"}
@@ -58,8 +52,7 @@ def best_ratios(paths: list[str], shapes: set[str], families: tuple[str, ...] = 
         used += 1
         for r in rows:
             key = (r["protocol"], r["mnk"])
-            if (r["candidate"].startswith(families) and key in vb
-                    and str(r.get("verified", "true")).lower() != "false"):
+            if r["candidate"].startswith(families) and key in vb:
                 best[key] = max(best.get(key, floor), vb[key] / float(r["time_ms"]))
     return best, used
 
@@ -72,14 +65,14 @@ def table(best: dict[tuple[str, str], float], shapes: set[str], bars: dict | Non
     for proto in PROTOCOLS:
         if not any(key[0] == proto for key in best):  # no run timed this protocol
             continue
-        for cls in ("min(M,N) <= 256", "the rest", "all dims >= 4096", "all"):
+        for cls in CLASSES:
             mnks = [m for m in shapes if cls == "all" or shape_class(m) == cls]
             if not mnks:
                 continue
             xs = [best.get((proto, m), floor) for m in mnks if floor or (proto, m) in best]
-            out.append({"protocol": proto, "class": cls, "shapes": len(mnks),
+            out.append({"protocol": proto, "class": LABEL[cls], "shapes": len(mnks),
                         "measured": sum((proto, m) in best for m in mnks),
-                        "ceiling": math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else math.nan,
+                        "ceiling": geomean(xs),
                         "above_1": sum(x > 1.0 for x in xs),
                         "bar": (bars or {}).get(proto) if cls == "all" else None})
     return out

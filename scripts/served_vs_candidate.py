@@ -17,19 +17,20 @@ dispatch writes it) is a config some re-measure row of the pair timed in the sam
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.library import served_desc  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
+from gemmrl.summary import usable  # noqa: E402
+from issue5_measure import geomean  # noqa: E402
 
 
 def _first_runs(paths: list[str]) -> list[dict]:
-    return [r for r in read_rows(paths) if not r.get("recheck") and r.get("time_ms")]
+    return [r for r in read_rows(paths) if usable(r)]
 
 
 def _vendor_best(rows: list[dict]) -> dict[tuple[str, str], float]:
@@ -60,10 +61,6 @@ def cells(remeasures: list[str], measure: str, family: str = "cutlass") -> list[
                     "raw": t1 / t0, "t_candidate_us": t0 * 1e3, "t_served_us": t1 * 1e3,
                     "vendor_best_us": (v0 * 1e3, v1 * 1e3)})
     return out
-
-
-def geomean(xs: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else math.nan
 
 
 def main(argv=None) -> int:

@@ -447,7 +447,7 @@ class CutlassCandidate:
         rc = self._lib.gemmrl_cutlass_plan_run(self._plan, a.data_ptr(), (bt if self.layout == "tn" else b).data_ptr(),
                                                c.data_ptr(), self._stream(a.device.index))
         if rc != 0:
-            raise RuntimeError(f"{self.name}: gemmrl_cutlass_gemm returned {rc} for {'_'.join(map(str, self._dims))}")
+            raise RuntimeError(f"{self.name}: gemmrl_cutlass_plan_run returned {rc} for {'_'.join(map(str, self._dims))}")
 
     def info(self) -> dict[str, Any]:
         d: dict[str, Any] = {"algo": f"{self.cfg}:{self.knobs}", "workspace_bytes": self._ws.bytes}
