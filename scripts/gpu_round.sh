@@ -84,6 +84,9 @@
 #   GEMMRL_GIT_SHA=$(git rev-parse --short=12 HEAD) bash scripts/gpu_round.sh
 # PDL_PROBE=1: first, scripts/pdl_probe.py (PDL_PROBE_ARGS; limit PDL_PROBE_S): Triton configs without and with
 #   programmatic dependent launch, beside torch.matmul, in graph, graph after a foreign kernel, and cold.
+# COLD_ANATOMY=1: first, scripts/cold_anatomy.py (COLD_ANATOMY_ARGS, e.g. "--library LIB.json.gz"; limit
+#   COLD_ANATOMY_S): probe kernels (empty, one load, load chains, one-CTA tiles, straight-line code of 1.6-394 KiB)
+#   and tiny GEMMs in graph and cold: where a tiny call's cold time goes.
 # NCU_SPECS="M_N_K:which:config[:knobs] ...": first, ncu's details (SpeedOfLight, compute, memory, warp stalls,
 #   launch, occupancy) of one call each (which: triton | cutlass | vendor; limit NCU_S per call), in ncu_*.log;
 #   NCU_CACHE="all none" profiles each with ncu's cache control all (L2 flushed first, default) and none.
@@ -127,6 +130,13 @@ if [ "${PDL_PROBE:-0}" = 1 ]; then
   timeout "${PDL_PROBE_S:-150}" python3 scripts/pdl_probe.py ${PDL_PROBE_ARGS:-} \
     --out "$GEMMRL_OUT/pdl-probe_graph-foreign-cold_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/pdl_probe.log" 2>&1
   echo "pdl probe: exit $?"; cut -c1-170 "$GEMMRL_OUT/pdl_probe.log" | tail -n 40
+fi
+
+if [ "${COLD_ANATOMY:-0}" = 1 ]; then  # where a tiny call's cold time goes (scripts/cold_anatomy.py)
+  # shellcheck disable=SC2086
+  timeout "${COLD_ANATOMY_S:-150}" python3 scripts/cold_anatomy.py ${COLD_ANATOMY_ARGS:-} \
+    --out "$GEMMRL_OUT/cold-anatomy_graph-cold_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/cold_anatomy.log" 2>&1
+  echo "cold anatomy: exit $?"; cut -c1-120 "$GEMMRL_OUT/cold_anatomy.log" | tail -n 40
 fi
 
 if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N_K:which:config ..." (gemmrl.ncu run)
