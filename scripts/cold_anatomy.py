@@ -114,13 +114,18 @@ def main(argv=None) -> int:
     p0 = parse_mnk("64_64_64")
     res = {"graph": time_graph(fns, p0, cfg), "cold": time_cold(fns, p0, cfg)}
     rows = []
-    table = []
+    print(f"{'probe':44} {'graph us':>9} {'cold us':>9} {'cold-graph':>10}", flush=True)
+
+    def line(k: str, g: float, c: float) -> None:
+        print(f"{k:44} {g:9.2f} {c:9.2f} {c - g:10.2f}", flush=True)
+
     for k, (_, info) in probes.items():
         g, c = res["graph"][k], res["cold"][k]
-        table.append((k, g.time_ms * 1e3, c.time_ms * 1e3))
+        line(k, g.time_ms * 1e3, c.time_ms * 1e3)
         for proto, t in (("graph", g), ("cold", c)):
-            rows.append({"mnk": "", "candidate": f"cold-anatomy:{k}", "protocol": proto, "time_ms": t.time_ms,
-                         "n": t.n, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reason": t.reason, **meta,
+            rows.append({"mnk": "", "dtype": "", "acc": "", "candidate": f"cold-anatomy:{k}", "protocol": proto,
+                         "time_ms": t.time_ms, "n": t.n, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "reason": t.reason,
+                         **meta,
                          "sm_clock_mhz": sm_clock_mhz(), "timestamp": now(), "info": f"{info};probe"})
 
     served = library_configs(args.library)
@@ -141,8 +146,8 @@ def main(argv=None) -> int:
                 cands["triton"] = lambda tg=tg: tg(a, b, bt, c)
             ts = measure(cands, bufs, proto, cfg)
             for k, t in ts.items():
-                table.append((f"{mnk} {layout} {k} ({proto})", t.time_ms * 1e3 if proto == "graph" else float("nan"),
-                              t.time_ms * 1e3 if proto == "cold" else float("nan")))
+                line(f"{mnk} {layout} {k} ({proto})", t.time_ms * 1e3 if proto == "graph" else float("nan"),
+                     t.time_ms * 1e3 if proto == "cold" else float("nan"))
                 rows.append({"mnk": mnk, "dtype": p.dtype, "acc": p.acc, "layout": layout,
                              "candidate": f"cold-anatomy:gemm:{k}", "protocol": proto, "time_ms": t.time_ms,
                              "tflops": t.tflops, "n": t.n, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
@@ -152,9 +157,6 @@ def main(argv=None) -> int:
             del bufs
     if writer:
         writer.write_batch(rows)
-    print(f"{'probe':44} {'graph us':>9} {'cold us':>9} {'cold-graph':>10}")
-    for k, g, c in table:
-        print(f"{k:44} {g:9.2f} {c:9.2f} {c - g:10.2f}")
     return 0
 
 
