@@ -87,8 +87,6 @@
 # COLD_ANATOMY=1: first, scripts/cold_anatomy.py (COLD_ANATOMY_ARGS, e.g. "--library LIB.json.gz"; limit
 #   COLD_ANATOMY_S): probe kernels (empty, one load, load chains, one-CTA tiles, straight-line code of 1.6-394 KiB)
 #   and tiny GEMMs in graph and cold: where a tiny call's cold time goes.
-# WRITE_FLOOR=1: first, scripts/write_floor_probe.py (WRITE_FLOOR_ARGS, e.g. "--shapes ..."; limit WRITE_FLOOR_S):
-#   c.fill_ against torch.matmul into the same C on C-write-bound shapes, graph and cold.
 # NCU_SPECS="M_N_K:which:config[:knobs] ...": first, ncu's details (SpeedOfLight, compute, memory, warp stalls,
 #   launch, occupancy) of one call each (which: triton | cutlass | vendor; limit NCU_S per call), in ncu_*.log;
 #   NCU_CACHE="all none" profiles each with ncu's cache control all (L2 flushed first, default) and none.
@@ -139,13 +137,6 @@ if [ "${COLD_ANATOMY:-0}" = 1 ]; then  # where a tiny call's cold time goes (scr
   timeout "${COLD_ANATOMY_S:-150}" python3 scripts/cold_anatomy.py ${COLD_ANATOMY_ARGS:-} \
     --out "$GEMMRL_OUT/cold-anatomy_graph-cold_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/cold_anatomy.log" 2>&1
   echo "cold anatomy: exit $?"; cut -c1-120 "$GEMMRL_OUT/cold_anatomy.log" | tail -n 40
-fi
-
-if [ "${WRITE_FLOOR:-0}" = 1 ]; then  # the vendor against a pure write of C (scripts/write_floor_probe.py)
-  # shellcheck disable=SC2086
-  timeout "${WRITE_FLOOR_S:-150}" python3 scripts/write_floor_probe.py ${WRITE_FLOOR_ARGS:-} \
-    --out "$GEMMRL_OUT/write-floor_graph-cold_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/write_floor.log" 2>&1
-  echo "write floor probe: exit $?"; cut -c1-120 "$GEMMRL_OUT/write_floor.log" | tail -n 20
 fi
 
 if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N_K:which:config ..." (gemmrl.ncu run)
