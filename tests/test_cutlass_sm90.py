@@ -29,6 +29,10 @@ from gemmrl.problem import GemmProblem
     (cs.CutlassConfig(bk=48), "BK"),
     (cs.CutlassConfig(scheduler="streamk", epilogue="nosmem"), "persistent scheduler only"),
     (cs.CutlassConfig(epilogue="smem"), "epilogue"),
+    (cs.CutlassConfig(epi_n=48), "epilogue tile width 48"),
+    (cs.CutlassConfig(bn=96, epi_n=64), "must divide BN=96"),
+    (cs.CutlassConfig(64, 32, 64, 1, 1, "pingpong", swap=True, epilogue="nosmem", epi_n=32), "epilogue tile width 32"),
+    (cs.CutlassConfig(64, 64, 64, 1, 1, "pingpong", swap=True, epilogue="nosmem", epi_n=64), "TMA epilogue"),
 ])
 def test_invalid_configs_say_why(cfg, why):
     ok, reason = cs.valid_config(cfg)
@@ -109,6 +113,7 @@ def test_swap_names_and_tiles():
     ok, why = cs.valid_config(replace(cfg, bm=128, bn=48, cm=4))
     assert not ok and "multicast slice" in why
     assert any(c.swap for c in cs.all_configs()) and any(c.bn == 160 for c in cs.all_configs())
+    assert {c.epi_n for c in cs.all_configs()} == set(cs.EPI_NS)
 
 
 def test_swap_costmodel_sees_the_swapped_tile():
@@ -204,6 +209,16 @@ def test_rendering_flags():
     assert cs.CutlassConfig.parse(str(replace(nosmem, swap=True))).swap  # suffixes in the order _swap_nosmem
     # without the epilogue's shared memory more stages fit (capped at MAX_STAGES)
     assert replace(nosmem, bm=128, bn=128, bk=64).stages == 7 and replace(nosmem, bm=128, bn=128, bk=64, epilogue="tma").stages == 6
+    # the TMA epilogue's subtile width: a flag, a name suffix after the others, and its shared memory out of the ring's
+    wide = cs.CutlassConfig(128, 128, 64, 1, 2, epi_n=128)
+    assert "-DGEMMRL_EPI_N=128" in wide.flags() and not any("EPI_N" in f for f in cfg.flags())
+    assert str(wide) == "coop_128x128x64_c1x2_persistent_tn_fp16_e128" and cs.CutlassConfig.parse(str(wide)) == wide
+    assert cs.CutlassConfig.parse(str(replace(wide, swap=True, epi_n=64))) == replace(wide, swap=True, epi_n=64)
+    assert [replace(wide, epi_n=e).epilogue_bytes for e in (0, 64, 128)] == [16384, 32768, 65536]
+    assert [replace(wide, epi_n=e).stages for e in (0, 64, 128)] == [6, 6, 5]
+    pp = cs.CutlassConfig(64, 192, 64, 1, 1, "pingpong", epi_n=64)  # 64 rows x 64: two 8 KiB subtiles
+    assert pp.epilogue_bytes == 16384 and pp.stages == replace(pp, epi_n=0).stages
+    assert replace(nosmem, epi_n=0).epilogue_bytes == 0
     # a 160-wide tile needs CuTe's extended wgmma shapes, or it runs 64x32 atoms (session 16's ncu)
     assert "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in replace(cfg, bn=160).flags()
     assert src.layout == "nn" and src.dtype == "bf16" and src.includes == ("cutlass",)
@@ -234,7 +249,8 @@ def test_selection_round_trip(tmp_path):
 def test_one_config_compiles_without_spills(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMRL_CACHE_DIR", os.environ.get("GEMMRL_TEST_CUTLASS_CACHE", str(tmp_path)))
     for cfg in (cs.CutlassConfig(64, 64, 128, 1, 1, "pingpong"), cs.CutlassConfig(128, 160, 64, 2, 1, swap=True),
-                cs.CutlassConfig(64, 16, 64, 2, 4, "pingpong", epilogue="nosmem")):
+                cs.CutlassConfig(64, 16, 64, 2, 4, "pingpong", epilogue="nosmem"),
+                cs.CutlassConfig(64, 192, 64, 1, 1, "pingpong", epi_n=64)):
         b = cs.build_config(cfg, "90a")
         assert b.ok, b.error
         assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers > 0
@@ -339,7 +355,8 @@ GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong
                cs.CutlassConfig(64, 16, 128, 1, 1, "pingpong", swap=True),
                cs.CutlassConfig(64, 8, 64, 2, 4, "pingpong", swap=True), cs.CutlassConfig(64, 32, 64, 2, 4, "pingpong"),
                cs.CutlassConfig(64, 16, 64, 2, 4, "pingpong", epilogue="nosmem"),
-               cs.CutlassConfig(64, 32, 64, 1, 2, "pingpong", swap=True, epilogue="nosmem")]
+               cs.CutlassConfig(64, 32, 64, 1, 2, "pingpong", swap=True, epilogue="nosmem"),
+               cs.CutlassConfig(64, 192, 64, 1, 1, "pingpong", epi_n=64), cs.CutlassConfig(128, 128, 64, 1, 2, epi_n=128)]
 
 
 @pytest.mark.gpu

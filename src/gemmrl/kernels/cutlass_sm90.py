@@ -1,5 +1,7 @@
 """CUTLASS 3.x SM90 GEMM family: TMA warp-specialized kernels (cooperative and ping-pong), persistent and
-stream-K tile schedulers, tile and cluster shapes; fp16/bf16 in and out, fp32 accumulation, layouts tn and nn.
+stream-K tile schedulers, tile and cluster shapes, the epilogue (TMA store with CUTLASS's auto subtile or a wider one
+that stores whole 128-byte lines, or stores from registers); fp16/bf16 in and out, fp32 accumulation, layouts tn and
+nn.
 
 One template (``csrc/cutlass_sm90_gemm.cu``) is rendered per :class:`CutlassConfig` with ``-D`` flags and
 compiled once through ``cuda_source.build`` (nvcc, ``sm_90a``, headers of the ``nvidia-cutlass`` wheel; the
@@ -40,6 +42,7 @@ SCHEDULES = ("coop", "pingpong")
 SCHEDULERS = ("persistent", "streamk")
 RASTERS = ("heuristic", "m", "n")
 EPILOGUES = ("tma", "nosmem")
+EPI_NS = (0, 64, 128)        # the TMA epilogue tile's width in the kernel's N (0: CUTLASS's auto, 32 for 16-bit D)
 DECOMPOSITIONS = ("heuristic", "dp", "splitk", "streamk")
 SMEM_BYTES = 232448          # H100/H200 opt-in shared memory per block
 EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (auto epilogue tile, 2 stages), rounded up
@@ -83,22 +86,27 @@ class CutlassConfig:
     # registers, CUTLASS's NoSmemWarpSpecialized: no staging and no TMA store to wait for; persistent scheduler
     # only). Named with a ``_nosmem`` suffix.
     epilogue: str = "tma"
+    # epi_n: the TMA epilogue's subtile width along the kernel's N (its height is 128 rows for coop, 64 for ping-pong).
+    # 0 is CUTLASS's auto choice, 32 wide for a 16-bit D: in a row-major D (not swapped) every TMA store then writes
+    # 64-byte halves of 128-byte lines; 64 or 128 store whole lines, at 2x or 4x the epilogue's shared memory.
+    # Named with an ``_e<N>`` suffix.
+    epi_n: int = 0
 
     def __str__(self) -> str:
         return (f"{self.schedule}_{self.bm}x{self.bn}x{self.bk}_c{self.cm}x{self.cn}_{self.scheduler}_"
                 f"{self.layout}_{self.dtype}" + ("_swap" if self.swap else "")
-                + ("_nosmem" if self.epilogue == "nosmem" else ""))
+                + ("_nosmem" if self.epilogue == "nosmem" else "") + (f"_e{self.epi_n}" if self.epi_n else ""))
 
     @classmethod
     def parse(cls, text: str) -> "CutlassConfig":
         m = re.fullmatch(r"(coop|pingpong)_(\d+)x(\d+)x(\d+)_c(\d)x(\d)_(persistent|streamk)_(tn|nn)_(fp16|bf16)(_swap)?"
-                         r"(_nosmem)?", text.strip())
+                         r"(_nosmem)?(?:_e(\d+))?", text.strip())
         if not m:
             raise CutlassConfigError(f"cannot read CUTLASS config {text!r}; expected e.g. {CutlassConfig()} "
-                                     "(schedule_BMxBNxBK_cCMxCN_scheduler_layout_dtype[_swap][_nosmem])")
-        s, bm, bn, bk, cm, cn, sched, layout, dtype, swap, nosmem = m.groups()
+                                     "(schedule_BMxBNxBK_cCMxCN_scheduler_layout_dtype[_swap][_nosmem][_e<N>])")
+        s, bm, bn, bk, cm, cn, sched, layout, dtype, swap, nosmem, epi_n = m.groups()
         return cls(int(bm), int(bn), int(bk), int(cm), int(cn), s, sched, layout, dtype, bool(swap),
-                   "nosmem" if nosmem else "tma")
+                   "nosmem" if nosmem else "tma", int(epi_n or 0))
 
     def tiles(self, M: int, N: int) -> int:
         """Output tiles of an M x N problem (the kernel's BM runs along N when swapped)."""
@@ -111,9 +119,17 @@ class CutlassConfig:
         return (self.bm + self.bn) * self.bk * 2
 
     @property
+    def epilogue_bytes(self) -> int:
+        """Shared memory the epilogue keeps: two staged D subtiles (CUTLASS's StagesD for a D with no C source)."""
+        if self.epilogue != "tma":
+            return 0
+        if not self.epi_n:
+            return EPILOGUE_SMEM
+        return max(EPILOGUE_SMEM, 2 * (128 if self.schedule == "coop" else 64) * self.epi_n * 2)
+
+    @property
     def stages(self) -> int:
-        epilogue = EPILOGUE_SMEM if self.epilogue == "tma" else 0
-        return min(MAX_STAGES, (SMEM_BYTES - epilogue) // self.stage_bytes)
+        return min(MAX_STAGES, (SMEM_BYTES - self.epilogue_bytes) // self.stage_bytes)
 
     def flags(self) -> tuple[str, ...]:
         return (f"-DGEMMRL_BF16={int(self.dtype == 'bf16')}", f"-DGEMMRL_B_ROW={int(self.layout == 'nn')}",
@@ -123,7 +139,8 @@ class CutlassConfig:
                 f"-DGEMMRL_STREAMK={int(self.scheduler == 'streamk')}", f"-DGEMMRL_SWAP={int(self.swap)}") \
             + (() if self.bn in (64, 128, 192, 256) else ("-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",)) \
             + ((f"-DGEMMRL_STAGES={MAX_STAGES}",) if self.stages == MAX_STAGES else ()) \
-            + (("-DGEMMRL_EPI_NOSMEM=1",) if self.epilogue == "nosmem" else ())
+            + (("-DGEMMRL_EPI_NOSMEM=1",) if self.epilogue == "nosmem" else ()) \
+            + ((f"-DGEMMRL_EPI_N={self.epi_n}",) if self.epi_n else ())
 
     def source(self) -> CudaSource:
         return CudaSource(code=_template(), entry="gemmrl_cutlass_gemm", layout=self.layout, dtype=self.dtype,
@@ -174,6 +191,12 @@ def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
         return False, f"epilogue {cfg.epilogue!r}: one of {EPILOGUES}"
     if cfg.epilogue == "nosmem" and cfg.scheduler != "persistent":
         return False, "the register epilogue (nosmem) is built with the persistent scheduler only: use the tma epilogue"
+    if cfg.epi_n not in EPI_NS:
+        return False, f"epilogue tile width {cfg.epi_n}: one of {EPI_NS} (0 is CUTLASS's auto)"
+    if cfg.epi_n and cfg.epilogue != "tma":
+        return False, "an epilogue tile width is a knob of the TMA epilogue: drop _e<N> or the _nosmem suffix"
+    if cfg.epi_n and cfg.bn % cfg.epi_n:
+        return False, f"epilogue tile width {cfg.epi_n} must divide BN={cfg.bn} (use a narrower one, or 0 for auto)"
     if cfg.bk not in (32, 64, 128):
         return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
     # BN: wgmma takes any multiple of 8, but CuTe's shared-memory partition of an odd multiple of 8 above 8 (24, 40)
@@ -240,10 +263,10 @@ def check(cfg: CutlassConfig, knobs: Knobs, problem: GemmProblem, cc: int = 90) 
 def all_configs(layouts: Iterable[str] = ("tn", "nn"), dtypes: Iterable[str] = ("fp16", "bf16")) -> list[CutlassConfig]:
     """Every valid compile-time config."""
     out = []
-    for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn), swap, epi in itertools.product(
+    for layout, dtype, sched, scheduler, bm, bn, bk, (cm, cn), swap, epi, epi_n in itertools.product(
             layouts, dtypes, SCHEDULES, SCHEDULERS, (64, 128, 256), BNS, (32, 64, 128),
-            CLUSTERS, (False, True), EPILOGUES):
-        c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype, swap, epi)
+            CLUSTERS, (False, True), EPILOGUES, EPI_NS):
+        c = CutlassConfig(bm, bn, bk, cm, cn, sched, scheduler, layout, dtype, swap, epi, epi_n)
         if valid_config(c)[0]:
             out.append(c)
     return out

@@ -12,7 +12,8 @@
 //   D^T[N,M] = B^T A^T: its problem is (N, M, K), its A is our B, its B is our A (K-major), its D column-major;
 //   BM and CM then run along our N. Callers pass the same arguments either way).
 // Optional: GEMMRL_STAGES (the pipeline's depth; default: as many stages as shared memory holds), GEMMRL_EPI_NOSMEM
-// (1: the epilogue stores from registers, CUTLASS's NoSmemWarpSpecialized; default 0, the TMA store epilogue).
+// (1: the epilogue stores from registers, CUTLASS's NoSmemWarpSpecialized; default 0, the TMA store epilogue),
+// GEMMRL_EPI_N (the TMA epilogue's subtile width, 64 or 128; default CUTLASS's auto, 32 for a 16-bit D).
 // Runtime knobs (gemmrl_cutlass_gemm's last arguments): max swizzle (1, 2, 4, 8), raster order (0 heuristic,
 // 1 along M, 2 along N), and for stream-K the decomposition (0 heuristic, 1 data-parallel, 2 split-K,
 // 3 stream-K) and the split count. Stream-K's reduction is the deterministic one (CUTLASS's default).
@@ -117,9 +118,20 @@ using TileScheduler = cutlass::gemm::StreamKScheduler;
 using TileScheduler = cutlass::gemm::PersistentScheduler;
 #endif
 
+#ifdef GEMMRL_EPI_N
+#if GEMMRL_EPI_NOSMEM
+#error "GEMMRL_EPI_N sets the TMA epilogue's subtile: the register epilogue (GEMMRL_EPI_NOSMEM) has none"
+#endif
+// the TMA epilogue's subtile: as tall as CUTLASS requires (64 rows ping-pong, 128 cooperative), GEMMRL_EPI_N wide
+// (64 or 128: whole 128-byte lines of a row-major 16-bit D per store; the auto choice is 32 wide)
+using EpilogueTile = Shape<Int<GEMMRL_PINGPONG ? 64 : 128>, Int<GEMMRL_EPI_N>>;
+#else
+using EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto;
+#endif
+
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
+    EpilogueTile, ElementAcc, ElementAcc,
     void, LayoutD, kAlign,      // no C source
     Element, LayoutD, kAlign,   // D
     EpilogueScheduleUsed>::CollectiveOp;
