@@ -76,8 +76,7 @@ def main(argv=None) -> int:
     torch.cuda.init()
     lib = build(tempfile.mkdtemp())
     vp = ctypes.c_void_p
-    for name in ("cold_empty",):
-        getattr(lib, name).argtypes = [vp]
+    lib.cold_empty.argtypes = [vp]
     lib.cold_load1.argtypes = [vp, vp, vp]
     lib.cold_chain_init.argtypes = [vp, ctypes.c_int, ctypes.c_int, vp]
     lib.cold_chain.argtypes = [vp, ctypes.c_int, vp, vp]
