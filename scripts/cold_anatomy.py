@@ -1,12 +1,12 @@
 """Where a tiny call's time goes in the ``cold`` protocol: one call after the L2 is overwritten with dirty lines
 (timing.time_cold), against the same call in ``graph`` (warm, back to back).
 
-Probe kernels (``scripts/cold_anatomy.cu``, built here with nvcc for the device's arch, loaded with ctypes):
-an empty kernel; one 16-byte load; chains of 1-16 dependent loads 4 KiB apart (DRAM latency per trip); one CTA
+Probe kernels (``scripts/cold_anatomy.cu``, built through ``cuda_source.build`` for the device's arch, loaded with
+ctypes): an empty kernel; one 16-byte load; chains of 1-16 dependent loads 4 KiB apart (DRAM latency per trip); one CTA
 loading 2-32 KiB (a one-CTA GEMM's operands); straight-line code of 1.6-394 KiB of SASS (after the flush the
 instructions come from DRAM too). Beside them, GEMMs of the tiny shapes: torch.matmul and the Triton config the
-grid library serves there (``--library``). Rows are in the results schema (candidate ``cold-anatomy:<probe>``,
-``info`` holds the probe's parameter); a table is printed last.
+grid library serves there (``--library``, read with ``Library.load``). Rows are in the results schema (candidate
+``cold-anatomy:<probe>``, ``info`` holds the probe's parameter); each line of the table is printed as measured.
 
     PYTHONPATH=src python3 scripts/cold_anatomy.py --out cold_anatomy.csv [--library LIB.json.gz]   # on the GPU
 """
@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import gzip
-import json
-import subprocess
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,31 +28,26 @@ GEMM_SHAPES = ("64_64_64", "128_128_128", "256_256_256", "64_64_512")
 STRIDE_WORDS = 512  # 4 KiB between the chain's links: each hop a new DRAM page region, no sector shared
 
 
-def build(out_dir: str) -> ctypes.CDLL:
-    from gemmrl.kernels.cuda_source import arch_for, find_nvcc
+def build() -> ctypes.CDLL:
+    """The probe kernels, built (or found in the build cache) by cuda_source.build for this device's arch."""
+    from gemmrl.kernels import cuda_source as cs
 
-    nvcc = find_nvcc()
-    if not nvcc:
-        raise SystemExit("nvcc not found: set CUDA_HOME or GEMMRL_NVCC")
-    so = Path(out_dir) / "cold_anatomy.so"
-    arch = arch_for()
-    subprocess.run([nvcc, "-O3", "-shared", "-Xcompiler", "-fPIC", f"-gencode=arch=compute_{arch},code=sm_{arch}",
-                    "-o", str(so), str(SRC)], check=True)
-    return ctypes.CDLL(str(so))
+    built = cs.build(cs.CudaSource(SRC.read_text(), entry="cold_empty", name="cold-anatomy"))
+    if not built.ok:
+        raise SystemExit(f"cold_anatomy.cu did not build: {built.error}")
+    return cs.load_library(built.so)
 
 
 def library_configs(path: str | None) -> dict[tuple[str, str], tuple[str, str]]:
     """(mnk, protocol) -> (layout, Triton config) the library serves, for the tiny shapes (first Triton entry)."""
     if not path:
         return {}
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        lib = json.load(f)
+    from gemmrl.library import Library
+
     out = {}
-    for e in lib["entries"]:
-        mnk = f"{e['M']}_{e['N']}_{e['K']}"
-        if mnk in GEMM_SHAPES and e["family"] == "triton" and (mnk, e["protocol"]) not in out:
-            out[(mnk, e["protocol"])] = (e["layout"], e["algo"])
+    for e in Library.load(path).entries:
+        if e.mnk in GEMM_SHAPES and e.family == "triton" and (e.mnk, e.protocol) not in out:
+            out[(e.mnk, e.protocol)] = (e.layout, e.impl)
     return out
 
 
@@ -69,12 +60,14 @@ def main(argv=None) -> int:
     import torch
 
     from gemmrl.candidate import make_buffers
+    from gemmrl.kernels.triton_gemm import TritonGemm
+    from gemmrl.kernels.triton_gemm.configs import parse_config
     from gemmrl.problem import parse_mnk
     from gemmrl.results import ResultsWriter, collect_meta, now, sm_clock_mhz
     from gemmrl.timing import TimingConfig, measure, time_cold, time_graph
 
     torch.cuda.init()
-    lib = build(tempfile.mkdtemp())
+    lib = build()
     vp = ctypes.c_void_p
     lib.cold_empty.argtypes = [vp]
     lib.cold_load1.argtypes = [vp, vp, vp]
@@ -129,9 +122,6 @@ def main(argv=None) -> int:
 
     served = library_configs(args.library)
     for mnk in GEMM_SHAPES:
-        from gemmrl.kernels.triton_gemm import TritonGemm
-        from gemmrl.kernels.triton_gemm.configs import parse_config
-
         for proto in ("graph", "cold"):
             layout, text = served.get((mnk, proto), ("tn", ""))
             p = parse_mnk(mnk).with_(layout=layout)
