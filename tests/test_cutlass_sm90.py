@@ -356,7 +356,9 @@ GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong
                cs.CutlassConfig(64, 8, 64, 2, 4, "pingpong", swap=True), cs.CutlassConfig(64, 32, 64, 2, 4, "pingpong"),
                cs.CutlassConfig(64, 16, 64, 2, 4, "pingpong", epilogue="nosmem"),
                cs.CutlassConfig(64, 32, 64, 1, 2, "pingpong", swap=True, epilogue="nosmem"),
-               cs.CutlassConfig(64, 192, 64, 1, 1, "pingpong", epi_n=64), cs.CutlassConfig(128, 128, 64, 1, 2, epi_n=128)]
+               cs.CutlassConfig(64, 192, 64, 1, 1, "pingpong", epi_n=64), cs.CutlassConfig(128, 128, 64, 1, 2, epi_n=128),
+               # the widest ping-pong tile with 2-CTA multicast (session 36): B's 256 rows split over 2 CTAs, and swapped
+               cs.CutlassConfig(64, 256, 64, 2, 1, "pingpong"), cs.CutlassConfig(64, 256, 64, 1, 2, "pingpong", swap=True)]
 
 
 @pytest.mark.gpu
