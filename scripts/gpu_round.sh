@@ -73,6 +73,9 @@
 #      remeasure  gemmrl bench --wgmma-from <select> (+ WGMMA_EXTRA, e.g. --triton-from CSV) in graph,cold: the run
 #                 that counts (limits WGMMA_SELECT_S, WGMMA_REMEASURE_S; WSEL_CSV / WREM_CSV resume); with
 #                 WGMMA_WINNERS=1 only the shapes where the screen had wgmma ahead of its best reference
+#  13b. only with TINY=1 (the small-tile mma.sync family with one-launch cluster split-K, kernels/tiny_gemm.py): the
+#      same two stages on TINY_SHAPES (default benchmarks/shapes/tiny_first24.txt), TINY_STAGES, TINY_SELECT_S,
+#      TINY_REMEASURE_S, TINY_WINNERS, TINY_EXTRA (e.g. --library FILE: gemmrl.mm beside it), TSEL_CSV / TREM_CSV
 #  14. only with EFFREM=1 (issue 5's search efficiency with the noise rule): scripts/efficiency_remeasure.py picks,
 #      per method (exhaustive sweep, cost model, EFFREM_POLICIES, random), the arm it would serve on each held-out
 #      screen (EFFREM_TEST, default the held50s2 screens) at EFFREM_BUDGET (default arms:4,gpu:0.15), then times every
@@ -509,34 +512,47 @@ if [ -n "${CUDA_SOURCE:-}" ]; then
   echo "cuda source $(basename "$CUDA_SOURCE"): exit $?"; tail -n 30 "$GEMMRL_OUT/cuda_source.log"
 fi
 
-if [ "${WGMMA:-0}" = 1 ]; then
-  stages=${WGMMA_STAGES:-select,remeasure}
-  wshapes=${WGMMA_SHAPES:-benchmarks/shapes/issue3_small72.txt}
-  wtag=$(basename "$wshapes" .txt)
-  wsel="$GEMMRL_OUT/${gpu}_${wtag}_wgmma-select_graph-cold_${day}.csv"
-  wrem="$GEMMRL_OUT/${gpu}_${wtag}_wgmma-selected-remeasure_graph-cold_${day}.csv"
-  if [ -n "${WSEL_CSV:-}" ] && [ -f "$WSEL_CSV" ]; then cp "$WSEL_CSV" "$wsel"; fi
-  if [ -n "${WREM_CSV:-}" ] && [ -f "$WREM_CSV" ]; then cp "$WREM_CSV" "$wrem"; fi
+# a family that screens its own configs from one build per dtype (wgmma, tiny): select, then re-measure
+# own_family FAMILY SHAPES STAGES SELECT_S REMEASURE_S WINNERS EXTRA SEL_CSV REM_CSV
+own_family() {
+  local fam=$1 fshapes=$2 stages=$3 ftag fsel frem
+  ftag=$(basename "$fshapes" .txt)
+  fsel="$GEMMRL_OUT/${gpu}_${ftag}_${fam}-select_graph-cold_${day}.csv"
+  frem="$GEMMRL_OUT/${gpu}_${ftag}_${fam}-selected-remeasure_graph-cold_${day}.csv"
+  if [ -n "$8" ] && [ -f "$8" ]; then cp "$8" "$fsel"; fi
+  if [ -n "$9" ] && [ -f "$9" ]; then cp "$9" "$frem"; fi
   if [[ $stages == *select* ]]; then
-    timeout "${WGMMA_SELECT_S:-300}" python3 -m gemmrl.cli select --family wgmma --shapes "$wshapes" --layouts tn \
-      --protocol graph,cold --no-progress --out "$wsel" >"$GEMMRL_OUT/wgmma_select.log" 2>&1
-    echo "wgmma selection: exit $? ($(grep -c . "$wsel" 2>/dev/null) lines)"
-    grep -E "^screen:|Error" "$GEMMRL_OUT/wgmma_select.log" | head -5
+    timeout "$4" python3 -m gemmrl.cli select --family "$fam" --shapes "$fshapes" --layouts tn \
+      --protocol graph,cold --no-progress --out "$fsel" >"$GEMMRL_OUT/${fam}_select.log" 2>&1
+    echo "$fam selection: exit $? ($(grep -c . "$fsel" 2>/dev/null) lines)"
+    grep -E "^screen:|Error" "$GEMMRL_OUT/${fam}_select.log" | head -5
   fi
-  if [ "${WGMMA_WINNERS:-0}" = 1 ] && [ -f "$wsel" ]; then  # re-measure only where the screen had wgmma ahead
+  if [ "$6" = 1 ] && [ -f "$fsel" ]; then  # re-measure only where the screen had the family ahead
     python3 -c "import sys; from gemmrl.results import read_rows; from gemmrl.search.screen import selection_table
 w = sorted({t['mnk'] for t in selection_table(read_rows([sys.argv[1]])) if t['ratio'] > 1.0})
-open(sys.argv[2], 'w').write('# shapes where the wgmma screen beat its best reference, in graph or cold\\n' + ''.join(m + '\\n' for m in w))
-print(f'wgmma screen winners: {len(w)}: {\" \".join(w)}')" "$wsel" "$GEMMRL_OUT/wgmma_winners.txt"
-    wshapes="$GEMMRL_OUT/wgmma_winners.txt"
+open(sys.argv[2], 'w').write('# shapes where the screen beat its best reference, in graph or cold\\n' + ''.join(m + '\\n' for m in w))
+print(f'screen winners: {len(w)}: {\" \".join(w)}')" "$fsel" "$GEMMRL_OUT/${fam}_winners.txt"
+    fshapes="$GEMMRL_OUT/${fam}_winners.txt"
   fi
-  if [[ $stages == *remeasure* ]] && grep -q "^[0-9]" "$wshapes"; then
+  if [[ $stages == *remeasure* ]] && grep -q "^[0-9]" "$fshapes"; then
     # shellcheck disable=SC2086
-    timeout "${WGMMA_REMEASURE_S:-300}" python3 -m gemmrl.cli bench --shapes "$wshapes" --wgmma-from "$wsel" \
-      ${WGMMA_EXTRA:-} --protocol graph,cold --no-progress --out "$wrem" >"$GEMMRL_OUT/wgmma_remeasure.log" 2>&1
-    echo "wgmma re-measure: exit $? ($(grep -c . "$wrem" 2>/dev/null) lines)"
-    tail -n 25 "$GEMMRL_OUT/wgmma_remeasure.log"
+    timeout "$5" python3 -m gemmrl.cli bench --shapes "$fshapes" --"$fam"-from "$fsel" \
+      $7 --protocol graph,cold --no-progress --out "$frem" >"$GEMMRL_OUT/${fam}_remeasure.log" 2>&1
+    echo "$fam re-measure: exit $? ($(grep -c . "$frem" 2>/dev/null) lines)"
+    tail -n 25 "$GEMMRL_OUT/${fam}_remeasure.log"
   fi
+}
+
+if [ "${WGMMA:-0}" = 1 ]; then
+  own_family wgmma "${WGMMA_SHAPES:-benchmarks/shapes/issue3_small72.txt}" "${WGMMA_STAGES:-select,remeasure}" \
+    "${WGMMA_SELECT_S:-300}" "${WGMMA_REMEASURE_S:-300}" "${WGMMA_WINNERS:-0}" "${WGMMA_EXTRA:-}" "${WSEL_CSV:-}" \
+    "${WREM_CSV:-}"
+fi
+
+if [ "${TINY:-0}" = 1 ]; then
+  own_family tiny "${TINY_SHAPES:-benchmarks/shapes/tiny_first24.txt}" "${TINY_STAGES:-select,remeasure}" \
+    "${TINY_SELECT_S:-300}" "${TINY_REMEASURE_S:-300}" "${TINY_WINNERS:-0}" "${TINY_EXTRA:-}" "${TSEL_CSV:-}" \
+    "${TREM_CSV:-}"
 fi
 
 if [ "${EFFREM:-0}" = 1 ]; then

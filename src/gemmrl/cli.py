@@ -141,6 +141,8 @@ def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
         from .kernels.triton_gemm.top import load_selection, selected_candidates
     elif flag == "wgmma":
         from .kernels.wgmma_gemm import load_selection, selected_candidates
+    elif flag == "tiny":
+        from .kernels.tiny_gemm import load_selection, selected_candidates
     else:
         from .kernels.cutlass_sm90 import load_selection, selected_candidates
     from .results import ResultsError
@@ -226,12 +228,13 @@ def cmd_bench(args) -> int:
                        "drop one of them")
     sources = _cuda_sources(args) if args.cuda_source else ()
     if sources and (extra or args.kernel_dir or args.library or args.triton_from or args.cutlass_from
-                    or args.wgmma_from):
+                    or args.wgmma_from or args.tiny_from):
         raise CliError("--cuda-source runs in the sandbox with the vendor baselines only; measure other candidates "
                        "in a separate bench run")
     extra += _selection_from("triton", args.triton_from, problems)
     extra += _selection_from("cutlass", args.cutlass_from, problems)
     extra += _selection_from("wgmma", args.wgmma_from, problems)
+    extra += _selection_from("tiny", args.tiny_from, problems)
     for flag, v, ok, want in (("--repeat", args.repeat, args.repeat >= 1, ">= 1"),
                               ("--target-qps", args.target_qps, args.target_qps > 0, "> 0"),
                               ("--warmup-seconds", args.warmup_seconds, (args.warmup_seconds or 0) >= 0, ">= 0"),
@@ -508,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--wgmma-from", nargs="+", metavar="CSV",
                    help="re-measure the wgmma configs a `gemmrl select --family wgmma` run selected, as "
                         "wgmma-sel:<protocols> candidates")
+    b.add_argument("--tiny-from", nargs="+", metavar="CSV",
+                   help="re-measure the tiny configs a `gemmrl select --family tiny` run selected, as "
+                        "tiny-sel:<protocols> candidates")
     b.add_argument("--triton-top", type=int, default=0, metavar="K",
                    help="also verify and time the cost model's K best Triton configs per shape (a few of each "
                         "variant), named triton:<config>; 0 (default) = off")
@@ -534,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "with bench --triton-from / --cutlass-from")
     _shape_args(s)
     s.add_argument("--protocol", default="graph,cold", help="graph, cold or both")
-    s.add_argument("--family", default="triton", choices=("triton", "cutlass", "wgmma"))
+    s.add_argument("--family", default="triton", choices=("triton", "cutlass", "wgmma", "tiny"))
     s.add_argument("--top", type=int, default=16, help="the cost model's K best configs per shape and layout")
     s.add_argument("--explore", type=int, default=8, help="more configs per shape and layout from a shared random pool")
     s.add_argument("--layouts", default="tn,nn", help="the layouts our kernels are screened in: tn (reads B^T), nn, or both")

@@ -497,22 +497,17 @@ def parse_name(algo: str) -> tuple[CutlassConfig, Knobs]:
 def load_selection(paths) -> dict[str, dict[str, str]]:
     """Per shape and protocol, the ``<config>:<knobs>`` of the fastest verified ``cutlass:*`` row of a selection
     run: ``{mnk: {protocol: algo}}``."""
-    from ..results import read_rows
-    from ..summary import best_of
+    from .selection import load_selection as load
 
-    out: dict[str, dict[str, str]] = {}
-    for (proto, mnk), r in best_of(read_rows(list(paths)), PREFIX).items():
-        out.setdefault(mnk, {})[proto] = r.get("algo") or r["candidate"][len(PREFIX):]
-    return out
+    return load(paths, PREFIX)
 
 
 def selected_candidates(problem: GemmProblem, selection: dict) -> list[CutlassCandidate]:
     """One candidate per distinct selected (config, knobs) of the shape, named ``cutlass-sel:<protocols>``."""
-    by: dict[str, list[str]] = {}
-    for proto, algo in sorted(selection.get(problem.mnk, {}).items()):
-        by.setdefault(algo, []).append(proto)
+    from .selection import protocols_by_algo
+
     out = []
-    for algo, protos in by.items():
+    for algo, protos in protocols_by_algo(selection, problem.mnk).items():
         cfg, knobs = parse_name(algo)
         out.append(CutlassCandidate(cfg, knobs, name=SELECTED + "+".join(protos)))
     return out

@@ -323,27 +323,25 @@ class WgmmaCandidate:
         return {"algo": str(self.cfg), "smem_bytes": self.cfg.smem_bytes, "workspace_bytes": self._ws_bytes}
 
 
+Candidate = WgmmaCandidate  # the family's candidate class, under the name search/screen.py looks for
+
+
 # -- selection and re-measure --------------------------------------------------------------------------------
 def load_selection(paths) -> dict[str, dict[str, str]]:
     """Per shape and protocol, the config of the fastest verified ``wgmma:*`` row of a selection run:
     ``{mnk: {protocol: config}}``."""
-    from ..results import read_rows
-    from ..summary import best_of
+    from .selection import load_selection as load
 
-    out: dict[str, dict[str, str]] = {}
-    for (proto, mnk), r in best_of(read_rows(list(paths)), PREFIX).items():
-        out.setdefault(mnk, {})[proto] = r.get("algo") or r["candidate"][len(PREFIX):]
-    return out
+    return load(paths, PREFIX)
 
 
 def selected_candidates(problem: GemmProblem, selection: dict) -> list[WgmmaCandidate]:
     """One candidate per distinct selected config of the shape, named ``wgmma-sel:<protocols>``; none where the
     shape's layout or dtype is not the family's."""
-    by: dict[str, list[str]] = {}
-    for proto, algo in sorted(selection.get(problem.mnk, {}).items()):
-        by.setdefault(algo, []).append(proto)
+    from .selection import protocols_by_algo
+
     out = []
-    for algo, protos in by.items():
+    for algo, protos in protocols_by_algo(selection, problem.mnk).items():
         cfg = WgmmaConfig.parse(algo)
         if cfg.dtype == problem.dtype:
             out.append(WgmmaCandidate(cfg, name=SELECTED + "+".join(protos)))

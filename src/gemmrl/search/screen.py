@@ -50,7 +50,7 @@ QUICK_R = 1.5
 SCREEN_TIMING = TimingConfig(graph_min_work_ms=1.0, graph_replays=5, graph_min_timed_ms=0.0, cold_calls=7,
                              settle_ms=30.0, settle_max_ms=30.0)
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
-FAMILIES = {"triton": "triton:", "cutlass": "cutlass:", "wgmma": "wgmma:"}  # family -> candidate-name prefix of its screened rows
+FAMILIES = {"triton": "triton:", "cutlass": "cutlass:", "wgmma": "wgmma:", "tiny": "tiny:"}  # family -> candidate-name prefix of its screened rows
 PDL_CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}  # --pdl: the Triton configs' pdl values screened
 QUICK_REASON = "screen: quick check only (one input vs fp32), the battery runs when the selection is re-measured"
 
@@ -69,7 +69,7 @@ class ScreenSpec:
     device: int = 0
     workers: int | None = None
     timing: TimingConfig = SCREEN_TIMING
-    family: str = "triton"     # or "cutlass" (its configs x knobs), "wgmma" (its configs): top/explore unused
+    family: str = "triton"     # or "cutlass" (its configs x knobs), "wgmma", "tiny" (their own configs): top/explore unused
     pdl: str = "off"           # Triton: each config screened without PDL ("off"), with it ("on"), or both, side by side
     configs: tuple[str, ...] = ()  # CUTLASS: the configs to screen instead of the family ("family" stands for it);
                                    # Triton: configs screened beside top + explore (source "given"), where valid
@@ -324,17 +324,23 @@ def cutlass_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[
     return out
 
 
-def wgmma_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[ScreenEntry]:
-    """The wgmma family's entries (layout tn only; none if ``spec`` screens nn alone)."""
-    from ..kernels import wgmma_gemm as wg
+def _family_module(family: str):
+    """The module of a family that screens its own configs from one build per dtype (wgmma, tiny)."""
+    from ..kernels import tiny_gemm, wgmma_gemm
 
+    return {"wgmma": wgmma_gemm, "tiny": tiny_gemm}[family]
+
+
+def own_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[ScreenEntry]:
+    """The entries of a family that picks its own configs (``screen_configs``; layout tn only, none if ``spec``
+    screens nn alone): wgmma, tiny."""
+    mod = _family_module(spec.family)
     if "tn" not in spec.layouts:
         return []
     out = []
-    for cfg in wg.screen_configs(problem.with_(layout="tn"), arch.num_sms):
-        name = f"{wg.PREFIX}{cfg}"
-        out.append(ScreenEntry(name, "tn", cfg, partial(wg.WgmmaCandidate, cfg, name=name), "screen;source=family",
-                               str(cfg)))
+    for cfg in mod.screen_configs(problem.with_(layout="tn"), arch.num_sms):
+        name = f"{mod.PREFIX}{cfg}"
+        out.append(ScreenEntry(name, "tn", cfg, partial(mod.Candidate, cfg, name=name), "screen;source=family", str(cfg)))
     return out
 
 
@@ -414,12 +420,10 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
         plan = {p: cutlass_entries(p, spec, arch) for p in todo}
         if todo:
             _build_cutlass(plan, progress)
-    elif spec.family == "wgmma":
-        from ..kernels import wgmma_gemm as wg
-
-        plan = {p: wgmma_entries(p, spec, arch) for p in todo}
-        for dtype in sorted({p.dtype for p in todo}):
-            wg.build_dtype(dtype)  # one nvcc run per dtype, before any timing; a failure stops here with its log
+    elif spec.family in ("wgmma", "tiny"):
+        plan = {p: own_entries(p, spec, arch) for p in todo}
+        for dtype in sorted({p.dtype for p in todo}):  # one nvcc run per dtype, before any timing; a failure stops
+            _family_module(spec.family).build_dtype(dtype)  # here with its log
     else:
         pool = exploration_pool(spec.seed, spec.pool, spec.variants)
         given = triton_configs(spec.configs)

@@ -1,0 +1,441 @@
+// Small-tile HGEMM with a one-launch cluster/DSMEM split-K (sm_90): C[M,N] = A[M,K] @ B^T[N,K]^T, fp16 (or bf16
+// with -DGEMMRL_BF16=1) in and out, fp32 accumulation.
+//
+// Why: where M x N is small (min(M,N) <= 256, a few dozen 64x64 tiles or fewer) and K is 256..16384, a GEMM is a
+// latency problem. One CTA streams its K slice from L2 at ~32 bytes/clock (session 13's pace probe), so a tile that
+// walks all of K alone takes K/64 x ~0.15-0.3 us; the vendor runs 64_64_1024 at 3.4 us in the graph protocol against
+// 0.96 us for an empty kernel. Splitting K fixes the pace, and the reductions the other families have cost a second
+// launch (Triton's two-pass split), a global workspace fix-up (CUTLASS stream-K) or a TMA/mbarrier set-up that is
+// itself ~0.6 us on a one-CTA problem (the wgmma family: 64_64_256 3.06 us against the vendor's 2.46). This kernel is
+// the plainest thing that splits: cp.async 16-byte loads of the whole slice issued up front (STAGES-deep ring of
+// 64-deep K steps), ldmatrix + mma.sync m16n8k16 from padded rows, and for S > 1 the S CTAs of one tile form a
+// thread-block cluster along z: each parks its fp32 partial in its own shared memory, and after a cluster barrier
+// CTA r sums its share of the tile's float4 chunks over all S partials through distributed shared memory, in rank
+// order (deterministic), and writes them. No workspace, no atomics, one launch. S = 1 stores from registers.
+// cluster_splitk.cu (session 12) is the same reduction on one 128x128 tile; its lesson was that mma.sync cannot keep
+// up on big tiles, so this family only has tiles up to 128x128 and is meant for the few-tile shapes.
+//
+// Config (compile-time instantiations, chosen per call): tile t (BM x BN and its warp grid, TILES below), split S in
+// {1, 2, 4, 8, 16} (16 is a non-portable cluster size), STAGES in {2, 4}.
+//
+// ABI gemmrl (kernels/cuda_source.py), layout tn: A row-major [M,K] (lda), B as B^T row-major [N,K] (ldb), C
+// row-major [M,N] (ldc). cp.async needs 16-byte aligned A and B and K, lda, ldb multiples of 8; M and N are free
+// (tails zero-filled, stores predicated). Entry points: gemmrl_tiny_gemm (an explicit config, kernels/tiny_gemm.py),
+// gemmrl_gemm (a heuristic config), gemmrl_tiny_plan / _plan_run / _plan_free
+// (a prepared shape: what the hot path calls), gemmrl_tiny_smem_bytes and gemmrl_tiny_max_active_clusters (the validity
+// predicate's device-side facts).
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifndef GEMMRL_BF16
+#define GEMMRL_BF16 0
+#endif
+#if GEMMRL_BF16
+#define AB_PTX "bf16"
+typedef __nv_bfloat16 elem_t;
+typedef __nv_bfloat162 elem2_t;
+__device__ __forceinline__ elem2_t pack2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+__device__ __forceinline__ elem_t pack1(float a) { return __float2bfloat16_rn(a); }
+#else
+#define AB_PTX "f16"
+typedef __half elem_t;
+typedef __half2 elem2_t;
+__device__ __forceinline__ elem2_t pack2(float a, float b) { return __floats2half2_rn(a, b); }
+__device__ __forceinline__ elem_t pack1(float a) { return __float2half_rn(a); }
+#endif
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int BK = 64;
+constexpr int LDS = BK + 8;  // elements per shared row: 144 bytes, so ldmatrix's 8 rows hit 8 distinct banks
+
+// tile t: BM x BN over a WARPS_M x WARPS_N grid of warps (each warp BM/WARPS_M x BN/WARPS_N, multiples of 16)
+template <int T> struct Tile;
+#define GEMMRL_TILE(T_, BM_, BN_, WM_, WN_)                                                   \
+  template <> struct Tile<T_> {                                                                \
+    static constexpr int BM = BM_, BN = BN_, WARPS_M = WM_, WARPS_N = WN_;                     \
+    static constexpr int THREADS = 32 * WM_ * WN_;                                             \
+  };
+GEMMRL_TILE(0, 16, 32, 1, 2)
+GEMMRL_TILE(1, 16, 64, 1, 4)
+GEMMRL_TILE(2, 32, 32, 2, 2)
+GEMMRL_TILE(3, 32, 64, 2, 2)
+GEMMRL_TILE(4, 64, 32, 4, 1)
+GEMMRL_TILE(5, 64, 64, 2, 2)
+GEMMRL_TILE(6, 64, 128, 2, 4)
+GEMMRL_TILE(7, 128, 64, 4, 2)
+GEMMRL_TILE(8, 128, 128, 2, 4)
+#undef GEMMRL_TILE
+constexpr int NTILES = 9;
+
+template <int T>
+constexpr int pipe_bytes(int stages) { return stages * (Tile<T>::BM + Tile<T>::BN) * LDS * 2; }
+template <int T>
+constexpr int part_bytes() { return Tile<T>::BM * (Tile<T>::BN + 4) * 4; }
+template <int T, int S, int STAGES>
+constexpr int smem_bytes() {
+  return S > 1 && part_bytes<T>() > pipe_bytes<T>(STAGES) ? part_bytes<T>() : pipe_bytes<T>(STAGES);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  int n = pred ? 16 : 0;  // 0: nothing is read, the 16 bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." AB_PTX "." AB_PTX ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+               "{%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// one K step: A rows [m0, m0+BM) and B^T rows [n0, n0+BN), K columns [k, k+BK), zero past M, N and k_end
+template <int T>
+__device__ __forceinline__ void load_stage(elem_t* st, const elem_t* A, const elem_t* Bt, int M, int N, int lda,
+                                           int ldb, int m0, int n0, int k, int k_end) {
+  constexpr int BM = Tile<T>::BM, BN = Tile<T>::BN, THREADS = Tile<T>::THREADS;
+  constexpr int CPR = BK / 8;  // 16-byte chunks per row
+  elem_t* sa = st;
+  elem_t* sb = st + BM * LDS;
+#pragma unroll
+  for (int i = threadIdx.x; i < (BM + BN) * CPR; i += THREADS) {
+    const int r = i / CPR, c = (i % CPR) * 8;
+    const bool kin = k + c < k_end;
+    if (r < BM) {
+      const int g = m0 + r;
+      const bool p = kin && g < M;
+      cp_async16(sa + r * LDS + c, p ? A + size_t(g) * lda + k + c : A, p);
+    } else {
+      const int g = n0 + r - BM;
+      const bool p = kin && g < N;
+      cp_async16(sb + (r - BM) * LDS + c, p ? Bt + size_t(g) * ldb + k + c : Bt, p);
+    }
+  }
+}
+
+template <int T, int S, int STAGES>
+__global__ void __launch_bounds__(Tile<T>::THREADS)
+    tiny_splitk_kernel(const elem_t* __restrict__ A, const elem_t* __restrict__ Bt, elem_t* __restrict__ C, int M,
+                       int N, int K, int lda, int ldb, int ldc, int k_per) {
+  constexpr int BM = Tile<T>::BM, BN = Tile<T>::BN, THREADS = Tile<T>::THREADS;
+  constexpr int WM = BM / Tile<T>::WARPS_M, WN = BN / Tile<T>::WARPS_N;
+  constexpr int MI = WM / 16, NJ = WN / 8;  // m16 and n8 fragments per warp
+  constexpr int STAGE = (BM + BN) * LDS;
+  static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tiles are multiples of 16");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  elem_t* smem = reinterpret_cast<elem_t*>(smem_raw);
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int k_begin = blockIdx.z * k_per;
+  const int k_end = min(K, k_begin + k_per);
+  const int nk = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = (warp / Tile<T>::WARPS_N) * WM, wn = (warp % Tile<T>::WARPS_N) * WN;
+
+  float acc[MI][NJ][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < nk) load_stage<T>(smem + s * STAGE, A, Bt, M, N, lda, ldb, m0, n0, k_begin + s * BK, k_end);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < nk; ++kt) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int nxt = kt + STAGES - 1;  // refill the slot consumed in the previous iteration (free after the barrier)
+    if (nxt < nk)
+      load_stage<T>(smem + (nxt % STAGES) * STAGE, A, Bt, M, N, lda, ldb, m0, n0, k_begin + nxt * BK, k_end);
+    cp_async_commit();
+    const elem_t* sa = smem + (kt % STAGES) * STAGE;
+    const elem_t* sb = sa + BM * LDS;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[MI][4], bf[NJ / 2][4];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        ldmatrix_x4(af[i], sa + (wm + i * 16 + (lane % 16)) * LDS + kk + (lane / 16) * 8);
+#pragma unroll
+      for (int j = 0; j < NJ / 2; ++j)
+        ldmatrix_x4(bf[j], sb + (wn + j * 16 + (lane % 8) + (lane / 16) * 8) * LDS + kk + ((lane / 8) % 2) * 8);
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) mma16816(acc[i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
+    }
+  }
+
+  if constexpr (S == 1) {  // each quad of lanes holds 8 contiguous columns of a row: 4-byte stores, no staging
+    const bool pairs = (ldc % 2) == 0 && (reinterpret_cast<uintptr_t>(C) & 3) == 0;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = m0 + wm + i * 16 + lane / 4 + h * 8, c = n0 + wn + j * 8 + (lane % 4) * 2;
+          if (r >= M) continue;
+          elem_t* out = C + size_t(r) * ldc + c;
+          if (pairs && c + 1 < N) {
+            *reinterpret_cast<elem2_t*>(out) = pack2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          } else {
+            if (c < N) out[0] = pack1(acc[i][j][2 * h]);
+            if (c + 1 < N) out[1] = pack1(acc[i][j][2 * h + 1]);
+          }
+        }
+  } else {
+    constexpr int LDP = BN + 4;  // floats per row of the fp32 partial
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the ring: it holds the partial now
+    float* part = reinterpret_cast<float*>(smem_raw);
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const int r = wm + i * 16 + lane / 4, c = wn + j * 8 + (lane % 4) * 2;
+        *reinterpret_cast<float2*>(part + r * LDP + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+        *reinterpret_cast<float2*>(part + (r + 8) * LDP + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+      }
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = static_cast<int>(cluster.block_rank());
+    cluster.sync();  // every partial of the tile is written and visible across the cluster
+    constexpr int CHUNKS = BM * BN / 4, PER = (CHUNKS + S - 1) / S;  // float4 chunks of the tile; this CTA's share
+    const int lo = rank * PER, hi = min(CHUNKS, lo + PER);
+    const bool quads = (ldc % 4) == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0;
+    for (int idx = lo + threadIdx.x; idx < hi; idx += THREADS) {
+      const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
+      float4 v[S];
+#pragma unroll
+      for (int q = 0; q < S; ++q)  // every remote load in flight before the first add
+        v[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q) + r * LDP + c);
+      float4 s = v[0];
+#pragma unroll
+      for (int q = 1; q < S; ++q) {  // rank order: the same sum whoever finishes first
+        s.x += v[q].x;
+        s.y += v[q].y;
+        s.z += v[q].z;
+        s.w += v[q].w;
+      }
+      const int gm = m0 + r, gn = n0 + c;
+      if (gm >= M) continue;
+      elem_t* out = C + size_t(gm) * ldc + gn;
+      if (quads && gn + 3 < N) {
+        elem2_t lo2 = pack2(s.x, s.y), hi2 = pack2(s.z, s.w);
+        *reinterpret_cast<uint2*>(out) =
+            make_uint2(*reinterpret_cast<uint32_t*>(&lo2), *reinterpret_cast<uint32_t*>(&hi2));
+      } else {
+        const float vals[4] = {s.x, s.y, s.z, s.w};
+        for (int e = 0; e < 4; ++e)
+          if (gn + e < N) out[e] = pack1(vals[e]);
+      }
+    }
+    cluster.sync();  // no CTA leaves while a peer may still read its shared memory
+  }
+}
+
+// the kernel's attributes, set once per instantiation: its shared memory, and clusters of 16 (non-portable)
+template <int T, int S, int STAGES>
+cudaError_t configure() {
+  static const cudaError_t status = [] {
+    cudaError_t e = cudaFuncSetAttribute(tiny_splitk_kernel<T, S, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_bytes<T, S, STAGES>());
+    if (e == cudaSuccess && S > 8)
+      e = cudaFuncSetAttribute(tiny_splitk_kernel<T, S, STAGES>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    return e;
+  }();
+  return status;
+}
+
+// a launch of ``grid`` whose clusters are the ``split`` CTAs along z (``attr`` must outlive ``cfg``'s use)
+cudaLaunchConfig_t launch_config(dim3 grid, unsigned threads, int smem, int split, cudaStream_t stream,
+                                 cudaLaunchAttribute (&attr)[1]) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = split;
+  cfg.attrs = attr;
+  cfg.numAttrs = split > 1 ? 1 : 0;
+  return cfg;
+}
+
+template <int T, int S, int STAGES>
+struct Clusters {
+  static int run() {
+    cudaError_t e = configure<T, S, STAGES>();
+    int n = 0;
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg =
+        launch_config(dim3(1, 1, S), Tile<T>::THREADS, smem_bytes<T, S, STAGES>(), S, nullptr, attr);
+    cfg.numAttrs = 1;  // the occupancy of clusters needs the cluster dimension, 1 x 1 x 1 included
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveClusters(&n, tiny_splitk_kernel<T, S, STAGES>, &cfg);
+    return e == cudaSuccess ? n : -static_cast<int>(e);
+  }
+  static int bad() { return -static_cast<int>(cudaErrorInvalidValue); }
+};
+
+template <int T, int S, int STAGES>
+struct Smem {
+  static int run() { return smem_bytes<T, S, STAGES>(); }
+  static int bad() { return -1; }
+};
+
+// one switch over the instantiated configs: F<T, S, STAGES>::run(args...)
+template <template <int, int, int> class F, class... Args>
+auto dispatch(int t, int s, int stages, Args... args) -> decltype(F<0, 1, 2>::run(args...)) {
+#define GEMMRL_CASE_ST(T_, S_)                        \
+  switch (stages) {                                   \
+    case 2: return F<T_, S_, 2>::run(args...);        \
+    case 4: return F<T_, S_, 4>::run(args...);        \
+    default: return F<0, 1, 2>::bad();                \
+  }
+#define GEMMRL_CASE_S(T_)                             \
+  switch (s) {                                        \
+    case 1: GEMMRL_CASE_ST(T_, 1)                     \
+    case 2: GEMMRL_CASE_ST(T_, 2)                     \
+    case 4: GEMMRL_CASE_ST(T_, 4)                     \
+    case 8: GEMMRL_CASE_ST(T_, 8)                     \
+    case 16: GEMMRL_CASE_ST(T_, 16)                   \
+    default: return F<0, 1, 2>::bad();                \
+  }
+  switch (t) {
+    case 0: GEMMRL_CASE_S(0)
+    case 1: GEMMRL_CASE_S(1)
+    case 2: GEMMRL_CASE_S(2)
+    case 3: GEMMRL_CASE_S(3)
+    case 4: GEMMRL_CASE_S(4)
+    case 5: GEMMRL_CASE_S(5)
+    case 6: GEMMRL_CASE_S(6)
+    case 7: GEMMRL_CASE_S(7)
+    case 8: GEMMRL_CASE_S(8)
+    default: return F<0, 1, 2>::bad();
+  }
+#undef GEMMRL_CASE_ST
+#undef GEMMRL_CASE_S
+}
+
+// a prepared call (the hot path's spec kind 2, like the CUTLASS family's plans): the instantiation, grid and
+// slice chosen once per shape, so a call is one cudaLaunchKernelEx
+typedef void (*KernelFn)(const elem_t*, const elem_t*, elem_t*, int, int, int, int, int, int, int);
+struct Plan {
+  KernelFn fn;
+  dim3 grid;
+  unsigned threads;
+  int smem, split, M, N, K, lda, ldb, ldc, k_per;
+};
+
+template <int T, int S, int STAGES>
+struct MakePlan {
+  static Plan* run(int M, int N, int K, int lda, int ldb, int ldc) {
+    if (configure<T, S, STAGES>() != cudaSuccess) return nullptr;
+    const int k_per = ((K + S * BK - 1) / (S * BK)) * BK;  // whole BK steps per CTA; the last slice may be shorter
+    return new Plan{tiny_splitk_kernel<T, S, STAGES>,
+                    dim3((N + Tile<T>::BN - 1) / Tile<T>::BN, (M + Tile<T>::BM - 1) / Tile<T>::BM, S),
+                    static_cast<unsigned>(Tile<T>::THREADS), smem_bytes<T, S, STAGES>(), S, M, N, K, lda, ldb, ldc,
+                    k_per};
+  }
+  static Plan* bad() { return nullptr; }
+};
+
+cudaError_t run_plan(const Plan& p, const void* A, const void* B, void* C, cudaStream_t stream) {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg = launch_config(p.grid, p.threads, p.smem, p.split, stream, attr);
+  return cudaLaunchKernelEx(&cfg, p.fn, static_cast<const elem_t*>(A), static_cast<const elem_t*>(B),
+                            static_cast<elem_t*>(C), p.M, p.N, p.K, p.lda, p.ldb, p.ldc, p.k_per);
+}
+
+int tile_of(int bm, int bn) {
+  const int dims[NTILES][2] = {{16, 32}, {16, 64}, {32, 32}, {32, 64}, {64, 32}, {64, 64}, {64, 128}, {128, 64},
+                               {128, 128}};
+  for (int t = 0; t < NTILES; ++t)
+    if (dims[t][0] == bm && dims[t][1] == bn) return t;
+  return -1;
+}
+
+bool operands_ok(const void* A, const void* B, int M, int N, int K, int lda, int ldb, int ldc) {
+  return M > 0 && N > 0 && K > 0 && K % 8 == 0 && lda % 8 == 0 && ldb % 8 == 0 && lda >= K && ldb >= K && ldc >= N &&
+         ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B)) & 15) == 0;
+}
+
+}  // namespace
+
+// an explicit config: tile bm x bn (one of the instantiated), cluster split s, ring depth stages; 0 or a cudaError_t
+extern "C" int gemmrl_tiny_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
+                                cudaStream_t stream, int bm, int bn, int s, int stages) {
+  const int t = tile_of(bm, bn);
+  if (t < 0 || !operands_ok(A, B, M, N, K, lda, ldb, ldc) || s > (K + BK - 1) / BK)
+    return static_cast<int>(cudaErrorInvalidValue);
+  Plan* p = dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc);
+  if (!p) return static_cast<int>(cudaErrorInvalidValue);
+  const cudaError_t e = run_plan(*p, A, B, C, stream);
+  delete p;
+  return static_cast<int>(e);
+}
+
+// a plan for repeated calls at one shape (nullptr: a config or operand shape the kernel does not take); run it with
+// gemmrl_tiny_plan_run(plan, A, B, C, stream) -> 0 or a cudaError_t, free it with gemmrl_tiny_plan_free
+extern "C" void* gemmrl_tiny_plan(int M, int N, int K, int lda, int ldb, int ldc, int bm, int bn, int s, int stages) {
+  const int t = tile_of(bm, bn);
+  if (t < 0 || M <= 0 || N <= 0 || K <= 0 || K % 8 || lda % 8 || ldb % 8 || lda < K || ldb < K || ldc < N ||
+      s > (K + BK - 1) / BK)
+    return nullptr;
+  return dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc);
+}
+
+extern "C" int gemmrl_tiny_plan_run(void* plan, const void* A, const void* B, void* C, cudaStream_t stream) {
+  if (!plan || ((reinterpret_cast<uintptr_t>(A) | reinterpret_cast<uintptr_t>(B)) & 15))
+    return static_cast<int>(cudaErrorInvalidValue);
+  return static_cast<int>(run_plan(*static_cast<Plan*>(plan), A, B, C, stream));
+}
+
+extern "C" void gemmrl_tiny_plan_free(void* plan) { delete static_cast<Plan*>(plan); }
+
+// clusters of this config that fit on the device at once (> 0), 0 if none, < 0 an error
+extern "C" int gemmrl_tiny_max_active_clusters(int bm, int bn, int s, int stages) {
+  const int t = tile_of(bm, bn);
+  return t < 0 ? -static_cast<int>(cudaErrorInvalidValue) : dispatch<Clusters>(t, s, stages);
+}
+
+extern "C" int gemmrl_tiny_smem_bytes(int bm, int bn, int s, int stages) {
+  const int t = tile_of(bm, bn);
+  return t < 0 ? -1 : dispatch<Smem>(t, s, stages);
+}
+
+// the default config for gemmrl_gemm: 64x64 tiles (32-row where M is small), the split that fills the SMs with at
+// least one K step per CTA (16-CTA clusters only for at most 7 tiles), the deeper ring
+extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
+                           void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  (void)workspace;
+  (void)workspace_bytes;
+  if (!operands_ok(A, B, M, N, K, lda, ldb, ldc)) return static_cast<int>(cudaErrorInvalidValue);
+  const int bm = M <= 32 ? 32 : 64, bn = 64;
+  const int tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn), ktiles = (K + BK - 1) / BK;
+  int s = 1;
+  for (int c = 2; c <= 16; c *= 2)
+    if (tiles * c <= 132 && ktiles >= c && (c < 16 || tiles <= 7)) s = c;
+  return gemmrl_tiny_gemm(A, B, C, M, N, K, lda, ldb, ldc, stream, bm, bn, s, 4);
+}

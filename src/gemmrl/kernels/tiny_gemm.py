@@ -1,0 +1,317 @@
+"""Small-tile mma.sync HGEMM family with a one-launch cluster/DSMEM split-K (``csrc/tiny_splitk.cu``), layout tn.
+
+Why a family of its own: where M x N is a few 64x64 tiles and K is long enough to matter (the grid's 3-5 us graph
+band: 64_64_1024, 256_256_2048, 512_256_2048...), a GEMM is latency: one CTA pulls its K slice from L2 at ~32
+bytes a clock, so the tile that walks all of K alone sets the time, and every reduction the other families have
+costs a launch (Triton's two-pass split), a global workspace fix-up (CUTLASS stream-K) or a TMA/mbarrier set-up of
+~0.6 us (the wgmma family). Here the S CTAs that split one tile's K form a thread-block cluster, issue all their
+cp.async loads up front, and reduce through distributed shared memory in rank order (deterministic), in the same
+launch. The price is mma.sync (about a quarter of wgmma's rate, session 12), so the family keeps to tiles of at most
+128x128 and to the shapes with few of them.
+
+A config (:class:`TinyConfig`) is (BM x BN tile, cluster split S, ring depth) for one dtype. Every instantiation is in
+one shared object per dtype (one nvcc run, ~25 s), so a screen compiles once. ``valid_config`` is the compile-time
+predicate (an instantiated tile, split and depth), ``valid`` adds the problem (tn, fp32 accumulation, the dtype,
+K % 8 for 16-byte cp.async, no split deeper than the K steps, at most 2 x SMs CTAs when split); ``prepare`` also asks
+the device how many clusters of the config fit at once and refuses a config that fits none.
+
+Candidates are named ``tiny:<config>``; a selection (``gemmrl select --family tiny``) is re-measured as
+``tiny-sel:<protocols>`` (``gemmrl bench --tiny-from``); the library serves ``tiny`` entries (dispatch's hot path
+calls the prepared plan, spec kind 2, as for CUTLASS).
+
+Tests: ``pytest tests/test_tiny_gemm.py`` (predicates, names, screen lists, a compile without spills on the CPU tier
+where nvcc exists; ``-m gpu`` runs configs through the battery and graph capture).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import weakref
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..problem import GemmProblem
+from .cuda_source import Build, CudaSource, ShapeRange, build, load_library
+
+SOURCE = Path(__file__).with_name("csrc") / "tiny_splitk.cu"
+# the .cu's instantiated tiles (BM, BN) and their warp grids: keep in step with its GEMMRL_TILE lines
+TILES = {(16, 32): (1, 2), (16, 64): (1, 4), (32, 32): (2, 2), (32, 64): (2, 2), (64, 32): (4, 1), (64, 64): (2, 2),
+         (64, 128): (2, 4), (128, 64): (4, 2), (128, 128): (2, 4)}
+SPLITS = (1, 2, 4, 8, 16)
+STAGES = (2, 4)
+BK = 64
+LDS = BK + 8                 # elements per shared row (the .cu's padding)
+SMEM_LIMIT = 232448          # opt-in shared memory per block on H100/H200
+PREFIX, SELECTED = "tiny:", "tiny-sel:"
+DTYPES = ("fp16", "bf16")
+
+
+class TinyConfigError(ValueError):
+    """A config that must not be built or launched; the message says what to use instead."""
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    bm: int = 64
+    bn: int = 64
+    split: int = 1
+    stages: int = 4
+    dtype: str = "fp16"
+
+    @property
+    def layout(self) -> str:
+        return "tn"
+
+    def __str__(self) -> str:
+        return f"{self.bm}x{self.bn}_s{self.split}_st{self.stages}_{self.dtype}"
+
+    @classmethod
+    def parse(cls, text: str) -> "TinyConfig":
+        m = re.fullmatch(r"(\d+)x(\d+)_s(\d+)_st(\d+)_(fp16|bf16)", text.strip())
+        if not m:
+            raise TinyConfigError(f"cannot read tiny config {text!r}; expected e.g. {TinyConfig()} "
+                                  f"(BMxBN_s<split>_st<stages>_<dtype>)")
+        bm, bn, s, st, dtype = m.groups()
+        return cls(int(bm), int(bn), int(s), int(st), dtype)
+
+    @property
+    def threads(self) -> int:
+        wm, wn = TILES.get((self.bm, self.bn), (0, 0))
+        return 32 * wm * wn
+
+    @property
+    def smem_bytes(self) -> int:
+        """What a launch asks for (the .cu's smem_bytes): the cp.async ring, or the fp32 partial parked in it."""
+        ring = self.stages * (self.bm + self.bn) * LDS * 2
+        part = self.bm * (self.bn + 4) * 4 if self.split > 1 else 0
+        return max(ring, part)
+
+
+def valid_config(cfg: TinyConfig) -> tuple[bool, str]:
+    """Compile-time validity: an instantiated tile, split and ring depth, and a dtype the family builds."""
+    if (cfg.bm, cfg.bn) not in TILES:
+        return False, f"tile {cfg.bm}x{cfg.bn}: instantiated tiles are {', '.join(f'{m}x{n}' for m, n in TILES)}"
+    if cfg.split not in SPLITS:
+        return False, f"split {cfg.split}: instantiated splits are {SPLITS} (cluster sizes; 16 is non-portable)"
+    if cfg.stages not in STAGES:
+        return False, f"stages {cfg.stages}: instantiated ring depths are {STAGES}"
+    if cfg.dtype not in DTYPES:
+        return False, f"dtype {cfg.dtype}: use fp16 or bf16"
+    if cfg.smem_bytes > SMEM_LIMIT:
+        return False, f"needs {cfg.smem_bytes} bytes of shared memory (> {SMEM_LIMIT})"
+    return True, ""
+
+
+def ktiles(problem: GemmProblem) -> int:
+    return -(-problem.K // BK)
+
+
+def tiles(cfg: TinyConfig, problem: GemmProblem) -> int:
+    return -(-problem.M // cfg.bm) * -(-problem.N // cfg.bn)
+
+
+def valid(cfg: TinyConfig, problem: GemmProblem, sms: int = 132, cc: int = 90) -> tuple[bool, str]:
+    """The config at a problem (what search, dispatch and tests call; an invalid pair is never launched)."""
+    ok, why = valid_config(cfg)
+    if not ok:
+        return ok, why
+    if cc != 90:
+        return False, f"sm_{cc}: the family is built for sm_90a (thread-block clusters, distributed shared memory)"
+    if problem.layout != "tn":
+        return False, "the tiny family reads B^T (layout tn)"
+    if problem.acc != "fp32":
+        return False, "the tiny family accumulates in fp32"
+    if problem.dtype != cfg.dtype:
+        return False, f"config dtype {cfg.dtype} vs problem {problem.dtype}"
+    if problem.K % 8:
+        return False, f"K={problem.K}: 16-byte cp.async needs K % 8 == 0"
+    if cfg.split > ktiles(problem):
+        return False, f"split {cfg.split} > {ktiles(problem)} K steps of {BK}: some CTAs would have no work"
+    if cfg.split > 1 and tiles(cfg, problem) * cfg.split > 2 * sms:
+        return False, f"{tiles(cfg, problem)} tiles x split {cfg.split} > 2 x {sms} SMs: split only few-tile shapes"
+    return True, ""
+
+
+def check(cfg: TinyConfig, problem: GemmProblem, sms: int = 132, cc: int = 90) -> None:
+    ok, why = valid(cfg, problem, sms, cc)
+    if not ok:
+        raise TinyConfigError(f"{cfg} at {problem.mnk}: {why}")
+
+
+def all_configs(dtypes: Iterable[str] = DTYPES) -> list[TinyConfig]:
+    return [c for d in dtypes for (bm, bn) in TILES for s in SPLITS for st in STAGES
+            if valid_config(c := TinyConfig(bm, bn, s, st, d))[0]]
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def screen_configs(problem: GemmProblem, sms: int = 132) -> list[TinyConfig]:
+    """The configs screened at ``problem``: tiles no taller than M or wider than N need (rounded up to a power of
+    two, at least the smallest tile), each with no split and the three deepest splits valid there whose CTAs fit one
+    wave (tiles x split <= SMs), the ring 4 deep where a CTA has more than two K steps, else 2."""
+    out = []
+    for bm, bn in TILES:
+        if bm > max(16, _pow2_at_least(problem.M)) or bn > max(32, _pow2_at_least(problem.N)):
+            continue
+        base = TinyConfig(bm, bn, 1, 2, problem.dtype)
+        one_wave = [s for s in SPLITS[1:] if tiles(base, problem) * s <= sms]
+        for s in [1] + one_wave[-3:]:
+            st = 4 if -(-ktiles(problem) // s) > 2 else 2
+            c = TinyConfig(bm, bn, s, st, problem.dtype)
+            if valid(c, problem, sms)[0]:
+                out.append(c)
+    return out
+
+
+def space_size() -> int:
+    return len(all_configs())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# building and calling
+# ---------------------------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _code() -> str:
+    return SOURCE.read_text()
+
+
+def source(dtype: str = "fp16") -> CudaSource:
+    """Every config of one dtype, as one CUDA source (entry gemmrl_gemm: the .cu's own pick of config)."""
+    if dtype not in DTYPES:
+        raise TinyConfigError(f"dtype {dtype}: use fp16 or bf16")
+    return CudaSource(code=_code(), entry="gemmrl_gemm", layout="tn", dtype=dtype, shapes=ShapeRange(k_mult=8),
+                      name=f"cuda:tiny_splitk_{dtype}", flags=(f"-DGEMMRL_BF16={int(dtype == 'bf16')}",))
+
+
+_BUILT: dict[tuple[str, str], Build] = {}
+
+
+def build_dtype(dtype: str = "fp16", arch: str | None = None) -> Build:
+    """The shared object of ``dtype`` (cached on disk by cuda_source; once per process here)."""
+    from .cuda_source import arch_for
+
+    arch = arch or arch_for()
+    key = (dtype, arch)
+    if key not in _BUILT:
+        _BUILT[key] = build(source(dtype), arch)
+    b = _BUILT[key]
+    if not b.ok:
+        raise TinyConfigError(f"tiny_splitk.cu ({dtype}) did not build: {b.error}")
+    return b
+
+
+def typed(lib):
+    """``lib`` (a loaded tiny_splitk.cu) with the C signatures of its entries set, once: the one place that knows
+    them, so callers (this module, the tests) follow an ABI change together."""
+    if not getattr(lib, "_gemmrl_typed", False):  # (ctypes' default restype is already c_int: a flag, not a test)
+        lib.gemmrl_tiny_gemm.restype = ctypes.c_int
+        lib.gemmrl_tiny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p] + \
+            [ctypes.c_int] * 4
+        lib.gemmrl_tiny_plan.restype = ctypes.c_void_p
+        lib.gemmrl_tiny_plan.argtypes = [ctypes.c_int] * 10
+        lib.gemmrl_tiny_plan_run.restype = ctypes.c_int
+        lib.gemmrl_tiny_plan_run.argtypes = [ctypes.c_void_p] * 5
+        lib.gemmrl_tiny_plan_free.restype = None
+        lib.gemmrl_tiny_plan_free.argtypes = [ctypes.c_void_p]
+        for fn in (lib.gemmrl_tiny_max_active_clusters, lib.gemmrl_tiny_smem_bytes):
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_int] * 4
+        lib._gemmrl_typed = True
+    return lib
+
+
+def _lib(dtype: str):
+    return typed(load_library(build_dtype(dtype).so))
+
+
+class TinyCandidate:
+    """One config as a bench candidate (``cand(a, b, bt, c)``, reads ``bt``). ``prepare`` makes the shape's plan
+    (host memory only); every call passes the plan, the operands and the stream, as the vendor's cuBLASLt plans and
+    the CUTLASS family's do."""
+
+    def __init__(self, cfg: TinyConfig, name: str | None = None):
+        self.cfg = cfg
+        self.name = name or f"{PREFIX}{cfg}"
+        self.layout, self.acc = "tn", "fp32"
+        self._lib = None
+        self._plan: int | None = None
+        self._dims = (0, 0, 0)
+        self._stream = None
+        self._args = (cfg.bm, cfg.bn, cfg.split, cfg.stages)
+
+    def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
+        import torch
+
+        from .vendor import raw_stream_getter
+
+        dev = bufs.a.device
+        if dev.type != "cuda":
+            raise TinyConfigError("the tiny family runs on CUDA tensors only")
+        props = torch.cuda.get_device_properties(dev)
+        check(self.cfg, problem, props.multi_processor_count, props.major * 10 + props.minor)
+        lib = _lib(self.cfg.dtype)
+        fit = int(lib.gemmrl_tiny_max_active_clusters(*self._args))
+        if fit <= 0:
+            raise TinyConfigError(f"{self.cfg}: no cluster of {self.cfg.split} CTAs with {self.cfg.smem_bytes} bytes "
+                                  f"of shared memory fits on this device ({fit})")
+        smem = int(lib.gemmrl_tiny_smem_bytes(*self._args))
+        if smem != self.cfg.smem_bytes:
+            raise TinyConfigError(f"{self.cfg}: shared memory sizes disagree (library {smem}, Python "
+                                  f"{self.cfg.smem_bytes}): rebuild tiny_splitk.cu")
+        M, N, K = problem.M, problem.N, problem.K
+        plan = lib.gemmrl_tiny_plan(M, N, K, K, K, N, *self._args)
+        if not plan:
+            raise TinyConfigError(f"{self.name}: gemmrl_tiny_plan refused {problem.mnk}")
+        weakref.finalize(self, lib.gemmrl_tiny_plan_free, ctypes.c_void_p(plan))
+        self._lib, self._plan, self._dims = lib, plan, (M, N, K)
+        self._stream = raw_stream_getter()
+
+    def hot_plan(self) -> tuple[int, int]:
+        """(address of ``gemmrl_tiny_plan_run``, the plan ``prepare`` made): what the compiled hot path calls per
+        call, ``int run(plan, A, B, C, stream)`` (fastpath_spec.h, spec kind 2). Call after ``prepare``."""
+        if self._plan is None:
+            raise TinyConfigError(f"{self.name}: hot_plan() before prepare()")
+        return ctypes.cast(self._lib.gemmrl_tiny_plan_run, ctypes.c_void_p).value, self._plan
+
+    def __call__(self, a, b, bt, c) -> None:
+        rc = self._lib.gemmrl_tiny_plan_run(self._plan, a.data_ptr(), bt.data_ptr(), c.data_ptr(),
+                                            self._stream(a.device.index))
+        if rc != 0:
+            raise RuntimeError(f"{self.name}: gemmrl_tiny_plan_run returned {rc} for {'_'.join(map(str, self._dims))}")
+
+    def info(self) -> dict[str, Any]:
+        return {"algo": str(self.cfg), "smem_bytes": self.cfg.smem_bytes}
+
+
+Candidate = TinyCandidate  # the family's candidate class, under the name search/screen.py looks for
+
+
+# -- selection and re-measure --------------------------------------------------------------------------------
+def load_selection(paths) -> dict[str, dict[str, str]]:
+    """Per shape and protocol, the config of the fastest verified ``tiny:*`` row of a selection run:
+    ``{mnk: {protocol: config}}``."""
+    from .selection import load_selection as load
+
+    return load(paths, PREFIX)
+
+
+def selected_candidates(problem: GemmProblem, selection: dict) -> list[TinyCandidate]:
+    """One candidate per distinct selected config of the shape, named ``tiny-sel:<protocols>``; none where the
+    shape's dtype is not the config's."""
+    from .selection import protocols_by_algo
+
+    out = []
+    for algo, protos in protocols_by_algo(selection, problem.mnk).items():
+        cfg = TinyConfig.parse(algo)
+        if cfg.dtype == problem.dtype:
+            out.append(TinyCandidate(cfg, name=SELECTED + "+".join(protos)))
+    return out
+
+
+__all__ = ["TinyConfig", "TinyCandidate", "TinyConfigError", "valid_config", "valid", "check", "all_configs",
+           "screen_configs", "space_size", "source", "build_dtype", "typed", "load_selection", "selected_candidates"]

@@ -1,0 +1,223 @@
+"""The small-tile mma.sync family with the one-launch cluster/DSMEM split-K (kernels/tiny_gemm.py,
+csrc/tiny_splitk.cu).
+
+CPU tier: names, the validity predicates, the screened configs, the selection reader, and (where nvcc exists) one
+build per dtype with no spills whose host-side shared-memory sizes match the predicate's. GPU tier: every tile and
+split through the battery and graph capture on odd, tiny and few-tile long-K shapes, both dtypes; the split
+bit-for-bit deterministic over repeated calls and graph replays."""
+
+import pytest
+
+from gemmrl.kernels import cuda_source as cs
+from gemmrl.kernels import tiny_gemm as tg
+from gemmrl.problem import GemmProblem
+
+needs_nvcc = pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc (the CUDA toolkit) to compile")
+
+
+@pytest.mark.parametrize("cfg", [tg.TinyConfig(), tg.TinyConfig(16, 32, 16, 2, "bf16"), tg.TinyConfig(128, 128, 8, 4)],
+                         ids=str)
+def test_name_round_trip(cfg):
+    assert tg.TinyConfig.parse(str(cfg)) == cfg
+
+
+@pytest.mark.parametrize("text", ["64x64_s1_fp16", "64x64_s1_st4_fp32", "64x64_s1_st4", ""])
+def test_bad_names_say_what_to_write(text):
+    with pytest.raises(tg.TinyConfigError, match="expected e.g."):
+        tg.TinyConfig.parse(text)
+
+
+@pytest.mark.parametrize("cfg,why", [
+    (tg.TinyConfig(48, 64), "tile 48x64"), (tg.TinyConfig(64, 256), "tile 64x256"), (tg.TinyConfig(64, 64, 3), "split 3"),
+    (tg.TinyConfig(64, 64, 32), "split 32"), (tg.TinyConfig(64, 64, 1, 3), "stages 3"),
+    (tg.TinyConfig(64, 64, 1, 4, "fp8"), "dtype")])
+def test_valid_config_rejects_with_reason(cfg, why):
+    ok, msg = tg.valid_config(cfg)
+    assert not ok and why in msg
+
+
+def test_space_counts_every_instantiation():
+    cfgs = tg.all_configs()
+    assert len(cfgs) == tg.space_size() == len(tg.TILES) * len(tg.SPLITS) * len(tg.STAGES) * len(tg.DTYPES)
+    assert len(set(cfgs)) == len(cfgs) and all(c.smem_bytes <= tg.SMEM_LIMIT for c in cfgs)
+    # the ring of 2 x (64 + 64) rows of 72 halves; a split parks its fp32 partial (64 x 68 floats, 128 x 132) in it
+    assert tg.TinyConfig(64, 64, 1, 2).smem_bytes == tg.TinyConfig(64, 64, 8, 2).smem_bytes == 2 * 128 * 72 * 2
+    assert tg.TinyConfig(128, 128, 2, 2).smem_bytes == 2 * 256 * 72 * 2 > 128 * 132 * 4
+    assert {c.threads for c in cfgs} == {64, 128, 256}
+
+
+@pytest.mark.parametrize("problem,why", [
+    (GemmProblem(64, 64, 1024, layout="nn"), "layout tn"), (GemmProblem(64, 64, 1024, acc="fp16"), "fp32"),
+    (GemmProblem(64, 64, 1028), "K % 8"), (GemmProblem(64, 64, 1024, dtype="bf16"), "dtype"),
+    (GemmProblem(64, 64, 192), "K steps"), (GemmProblem(4096, 4096, 4096), "few-tile")])
+def test_valid_at_problem_rejects_with_reason(problem, why):
+    cfg = tg.TinyConfig(64, 64, 4)
+    ok, msg = tg.valid(cfg, problem)
+    assert not ok and why in msg, msg
+    with pytest.raises(tg.TinyConfigError):
+        tg.check(cfg, problem)
+
+
+def test_valid_needs_hopper_and_allows_unsplit_anywhere():
+    ok, msg = tg.valid(tg.TinyConfig(), GemmProblem(64, 64, 64), cc=80)
+    assert not ok and "sm_90a" in msg
+    assert tg.valid(tg.TinyConfig(64, 64, 1), GemmProblem(4096, 4096, 4096))[0]
+
+
+@pytest.mark.parametrize("shape", [(1, 7, 16), (33, 65, 136), (64, 64, 64), (130, 200, 72), (3, 4096, 40),
+                                   (64, 64, 1024), (512, 256, 2048), (64, 64, 16384), (256, 256, 4096)])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_screen_configs_are_valid_and_fit_the_shape(shape, dtype):
+    p = GemmProblem(*shape, dtype=dtype)
+    cfgs = tg.screen_configs(p)
+    assert cfgs and all(tg.valid(c, p)[0] for c in cfgs) and all(c.dtype == dtype for c in cfgs)
+    assert len(set(cfgs)) == len(cfgs)
+    assert all(c.split == 1 or tg.tiles(c, p) * c.split <= 132 for c in cfgs)  # splits fit one wave
+    assert any(c.split == 1 for c in cfgs)
+    if p.M <= 16:
+        assert {c.bm for c in cfgs} == {16}
+    # no ring deeper than a CTA's K steps need
+    assert all(c.stages == (4 if -(-tg.ktiles(p) // c.split) > 2 else 2) for c in cfgs)
+
+
+def test_screen_configs_split_the_few_tile_long_k_shapes():
+    p = GemmProblem(64, 64, 1024)
+    splits = {c.split for c in tg.screen_configs(p) if (c.bm, c.bn) == (64, 64)}
+    assert splits == {1, 4, 8, 16}  # one tile: the three deepest splits that fit one wave, and none
+
+
+def test_screen_configs_empty_for_odd_k():
+    assert tg.screen_configs(GemmProblem(33, 65, 129)) == []
+
+
+def test_selection_round_trip(tmp_path):
+    from gemmrl.results import ResultsWriter
+
+    rows = [{"mnk": "64_64_1024", "protocol": p, "candidate": f"tiny:{c}", "algo": str(c), "time_ms": t,
+             "verified": True, "floor_ok": True, "layout": "tn", "dtype": "fp16", "acc": "fp32"}
+            for p, c, t in (("graph", tg.TinyConfig(64, 64, 8, 2), 0.002), ("graph", tg.TinyConfig(32, 32, 4), 0.003),
+                            ("cold", tg.TinyConfig(32, 32, 4), 0.004))]
+    path = tmp_path / "sel.csv"
+    ResultsWriter(path).write_batch(rows)
+    sel = tg.load_selection([path])
+    assert sel == {"64_64_1024": {"graph": "64x64_s8_st2_fp16", "cold": "32x32_s4_st4_fp16"}}
+    cands = tg.selected_candidates(GemmProblem(64, 64, 1024), sel)
+    assert sorted(c.name for c in cands) == ["tiny-sel:cold", "tiny-sel:graph"]
+    assert tg.selected_candidates(GemmProblem(64, 64, 1024, dtype="bf16"), sel) == []
+
+
+def test_screen_spec_takes_the_family(tmp_path):
+    from gemmrl.search.screen import FAMILIES, ScreenSpec
+
+    assert FAMILIES["tiny"] == tg.PREFIX
+    ScreenSpec(problems=(GemmProblem(64, 64, 1024),), out=tmp_path / "x.csv", family="tiny")
+    with pytest.raises(ValueError, match="cutlass or triton"):
+        ScreenSpec(problems=(GemmProblem(64, 64, 1024),), out=tmp_path / "x.csv", family="tiny", configs=("a",))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_builds_without_spills_and_sizes_agree(dtype, tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
+    tg._BUILT.clear()
+    b = tg.build_dtype(dtype, "90a")
+    assert b.ptxas.kernels == len(tg.TILES) * len(tg.SPLITS) * len(tg.STAGES)
+    assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers <= 255
+    lib = tg.typed(cs.load_library(b.so))  # host code only below: no GPU needed
+    for c in tg.all_configs([dtype]):
+        assert lib.gemmrl_tiny_smem_bytes(c.bm, c.bn, c.split, c.stages) == c.smem_bytes, str(c)
+    assert lib.gemmrl_tiny_smem_bytes(48, 64, 1, 4) == -1 and lib.gemmrl_tiny_smem_bytes(64, 64, 3, 4) == -1
+    tg._BUILT.clear()
+
+
+@pytest.mark.gpu
+def test_plans_refuse_what_the_kernel_does_not_take():
+    import torch
+
+    torch.cuda.init()
+    lib = tg.typed(cs.load_library(tg.build_dtype("fp16").so))
+    plan = lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 64, 64, 8, 4)
+    assert plan
+    lib.gemmrl_tiny_plan_free(plan)
+    assert not lib.gemmrl_tiny_plan(64, 64, 1028, 1028, 1028, 64, 64, 64, 8, 4)     # K % 8
+    assert not lib.gemmrl_tiny_plan(64, 64, 128, 128, 128, 64, 64, 64, 4, 4)        # split > K steps
+    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 48, 64, 1, 4)     # no such tile
+    assert lib.gemmrl_tiny_max_active_clusters(64, 64, 16, 4) >= 1
+
+
+# -- GPU ------------------------------------------------------------------------------------------------------
+GPU_CASES = [
+    ((1, 8, 8), tg.TinyConfig(16, 32, 1, 2)), ((33, 65, 136), tg.TinyConfig(16, 64, 2, 2)),
+    ((33, 65, 136), tg.TinyConfig(32, 32, 1, 4)), ((129, 257, 4104), tg.TinyConfig(64, 64, 16, 4)),
+    ((129, 257, 4104), tg.TinyConfig(32, 64, 8, 2)), ((300, 1000, 64), tg.TinyConfig(128, 128, 1, 2)),
+    ((512, 256, 2048), tg.TinyConfig(128, 64, 8, 4)), ((128, 136, 8192), tg.TinyConfig(64, 128, 16, 4)),
+    ((64, 64, 16384), tg.TinyConfig(64, 64, 16, 4)), ((1024, 256, 4096), tg.TinyConfig(128, 128, 2, 4)),
+    ((3, 4096, 40), tg.TinyConfig(16, 64, 1, 2)), ((16, 4096, 4096), tg.TinyConfig(16, 64, 2, 4)),
+    ((200, 72, 1000), tg.TinyConfig(64, 32, 16, 2)), ((64, 64, 1024), tg.TinyConfig(64, 64, 8, 2)),
+    ((255, 129, 520), tg.TinyConfig(32, 32, 4, 4)),  # a K slice that ends mid-step, tails in M and N
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("shape,cfg", GPU_CASES, ids=lambda x: str(x) if isinstance(x, tg.TinyConfig) else
+                         "_".join(map(str, x)))
+def test_configs_pass_battery(shape, cfg, dtype):
+    import dataclasses
+
+    from gemmrl.candidate import make_buffers
+    from gemmrl.verify import verify
+
+    p = GemmProblem(*shape, layout="tn", dtype=dtype)
+    cfg = dataclasses.replace(cfg, dtype=dtype)
+    cand = tg.TinyCandidate(cfg)
+    bufs = make_buffers(p, "cuda")
+    cand.prepare(p, bufs, "graph", None)
+    v = verify(cand, p, "cuda")
+    assert v.passed, (str(cfg), v.reason)
+    ok, why = cs.graph_safety(cand, bufs)
+    assert ok, why
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,cfg", [((64, 64, 16384), tg.TinyConfig(64, 64, 16, 4)),
+                                       ((200, 72, 1000), tg.TinyConfig(64, 32, 8, 2))], ids=str)
+def test_split_is_deterministic(shape, cfg):
+    """Repeated calls and graph replays give the same bits (the partials are summed in rank order)."""
+    import torch
+
+    from gemmrl.candidate import make_buffers
+
+    p = GemmProblem(*shape, layout="tn")
+    cand = tg.TinyCandidate(cfg)
+    bufs = make_buffers(p, "cuda")
+    cand.prepare(p, bufs, "graph", None)
+    a, b, bt, c = bufs.args()
+    cand(a, b, bt, c)
+    first = c.clone()
+    for _ in range(20):
+        c.fill_(float("nan"))
+        cand(a, b, bt, c)
+        assert torch.equal(c, first)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
+        cand(a, b, bt, c)
+    torch.cuda.current_stream().wait_stream(s)
+    for _ in range(10):
+        c.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(c, first)
+    ref = a.double() @ bt.double().T
+    err = (first.double() - ref).abs().max().item()
+    assert err <= 1e-2 * ref.abs().max().item() + 1e-3, err
+
+
+@pytest.mark.gpu
+def test_default_entry_serves_through_cuda_source():
+    from conftest import assert_serves
+
+    for shape in ((1, 8, 8), (512, 256, 2048), (64, 64, 16384), (33, 65, 136)):
+        assert_serves(tg.source("fp16"), GemmProblem(*shape))
