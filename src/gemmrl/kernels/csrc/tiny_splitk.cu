@@ -82,11 +82,6 @@ constexpr int smem_bytes() {
   return S > 1 && part_bytes<T>() > pipe_bytes<T>(STAGES) ? part_bytes<T>() : pipe_bytes<T>(STAGES);
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
-  unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  int n = pred ? 16 : 0;  // 0: nothing is read, the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -105,29 +100,45 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// one K step: A rows [m0, m0+BM) and B^T rows [n0, n0+BN), K columns [k, k+BK), zero past M, N and k_end
+// the cp.async loads of one K step, set up once per CTA: thread x copies chunks x, x + THREADS, ... of the stage's
+// (BM + BN) rows of 8 16-byte chunks; per chunk its global row pointer (row 0 where the row is past M or N: nothing is
+// read then), its shared-memory offset and column. A step then costs one add, one compare and one cp.async a chunk
+// (session 37: the loop that recomputed rows and 64-bit offsets every step ran ~0.12 us per chunk per thread)
 template <int T>
-__device__ __forceinline__ void load_stage(elem_t* st, const elem_t* A, const elem_t* Bt, int M, int N, int lda,
-                                           int ldb, int m0, int n0, int k, int k_end) {
-  constexpr int BM = Tile<T>::BM, BN = Tile<T>::BN, THREADS = Tile<T>::THREADS;
-  constexpr int CPR = BK / 8;  // 16-byte chunks per row
-  elem_t* sa = st;
-  elem_t* sb = st + BM * LDS;
+struct Loader {
+  static constexpr int BM = Tile<T>::BM, BN = Tile<T>::BN, THREADS = Tile<T>::THREADS, CPR = BK / 8;
+  static constexpr int PER = (BM + BN) * CPR / THREADS;
+  static_assert((BM + BN) * CPR % THREADS == 0, "whole chunks per thread");
+  const elem_t* src[PER];
+  unsigned dst[PER];
+  int col[PER];
+  bool live[PER];
+
+  __device__ __forceinline__ Loader(const elem_t* A, const elem_t* Bt, int M, int N, int lda, int ldb, int m0, int n0,
+                                    const elem_t* smem) {
+    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
 #pragma unroll
-  for (int i = threadIdx.x; i < (BM + BN) * CPR; i += THREADS) {
-    const int r = i / CPR, c = (i % CPR) * 8;
-    const bool kin = k + c < k_end;
-    if (r < BM) {
-      const int g = m0 + r;
-      const bool p = kin && g < M;
-      cp_async16(sa + r * LDS + c, p ? A + size_t(g) * lda + k + c : A, p);
-    } else {
-      const int g = n0 + r - BM;
-      const bool p = kin && g < N;
-      cp_async16(sb + (r - BM) * LDS + c, p ? Bt + size_t(g) * ldb + k + c : Bt, p);
+    for (int j = 0; j < PER; ++j) {
+      const int i = threadIdx.x + j * THREADS, r = i / CPR, c = (i % CPR) * 8;
+      const bool is_a = r < BM;
+      const int g = is_a ? m0 + r : n0 + r - BM;
+      live[j] = g < (is_a ? M : N);
+      src[j] = (is_a ? A + size_t(live[j] ? g : 0) * lda : Bt + size_t(live[j] ? g : 0) * ldb) + c;
+      dst[j] = base + (r * LDS + c) * 2;
+      col[j] = c;
     }
   }
-}
+
+  // stage ``slot``'s bytes of K columns [k, k + BK), zero past k_end
+  __device__ __forceinline__ void load(int slot, int k, int k_end) const {
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const bool p = live[j] && k + col[j] < k_end;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst[j] + slot * (BM + BN) * LDS * 2),
+                   "l"(src[j] + (p ? k : 0)), "r"(p ? 16 : 0));
+    }
+  }
+};
 
 template <int T, int S, int STAGES>
 __global__ void __launch_bounds__(Tile<T>::THREADS)
@@ -155,17 +166,17 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
+  const Loader<T> loader(A, Bt, M, N, lda, ldb, m0, n0, smem);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nk) load_stage<T>(smem + s * STAGE, A, Bt, M, N, lda, ldb, m0, n0, k_begin + s * BK, k_end);
+    if (s < nk) loader.load(s, k_begin + s * BK, k_end);
     cp_async_commit();
   }
   for (int kt = 0; kt < nk; ++kt) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int nxt = kt + STAGES - 1;  // refill the slot consumed in the previous iteration (free after the barrier)
-    if (nxt < nk)
-      load_stage<T>(smem + (nxt % STAGES) * STAGE, A, Bt, M, N, lda, ldb, m0, n0, k_begin + nxt * BK, k_end);
+    if (nxt < nk) loader.load(nxt % STAGES, k_begin + nxt * BK, k_end);
     cp_async_commit();
     const elem_t* sa = smem + (kt % STAGES) * STAGE;
     const elem_t* sb = sa + BM * LDS;
