@@ -19,6 +19,7 @@ import torch
 import gemmrl
 from conftest import have_cutlass_toolchain
 from gemmrl import dispatch
+from gemmrl.kernels import cuda_source as cs
 from gemmrl.library import Entry, Library
 from gemmrl.problem import GemmProblem
 
@@ -197,6 +198,16 @@ def test_cutlass_entry_that_cannot_serve_falls_back_with_a_warning(lib, shape, w
     assert got["eager"] == "torch.matmul (entry cutlass:" + CUT + " not served: " + (
         "RuntimeError)" if why.startswith("CUDA") else "CutlassConfigError)")
     assert (gemmrl.mm(a, w.t()).float() - ref(a, w.t())).abs().max() <= tol(K)
+
+
+def test_tiny_entry_that_cannot_serve_falls_back_with_a_warning(lib):
+    """A tiny-family entry on CPU tensors (nothing is built) is served by torch.matmul, with a warning that says why."""
+    lib(entry(64, 64, 1024, family="tiny", impl="32x32_s8_st4_fp16"))
+    a, w = rnd(64, 1024), rnd(64, 1024, seed=1)
+    with pytest.warns(RuntimeWarning, match="tiny:32x32_s8_st4_fp16 .*not served.*CUDA tensors only"):
+        got = gemmrl.served_by(a, w.t())
+    assert got["eager"] == "torch.matmul (entry tiny:32x32_s8_st4_fp16 not served: TinyConfigError)"
+    assert (gemmrl.mm(a, w.t()).float() - ref(a, w.t())).abs().max() <= tol(1024)
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -550,6 +561,46 @@ def test_cutlass_entry_serves_gpu(lib, hot_path, shape, impl, torch_v, monkeypat
     shifted.copy_(a)
     assert shifted.data_ptr() % 16 and gemmrl.served_by(shifted, b)["eager"].startswith("cutlass:")
     assert (gemmrl.mm(shifted, b).float() - want).abs().max() <= tol(K)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc")
+@pytest.mark.parametrize("shape, impl, dtype", [((64, 64, 1024), "32x32_s8_st4_fp16", torch.float16),
+                                                ((100, 72, 2056), "16x64_s16_st4_bf16", torch.bfloat16)])
+def test_tiny_entry_serves_gpu(lib, hot_path, shape, impl, dtype, monkeypatch):
+    """A tiny-family entry serves eagerly and inside a CUDA-graph capture, with torch's result; through a compiled
+    hot path the calls after the first run the plan's C entry; an unaligned call goes to torch.matmul."""
+    from gemmrl.kernels.tiny_gemm import TinyCandidate
+
+    py_calls = []
+    real_call = TinyCandidate.__call__
+    monkeypatch.setattr(TinyCandidate, "__call__", lambda self, *a: (py_calls.append(1), real_call(self, *a)))
+    M, N, K = shape
+    dt = "bf16" if dtype == torch.bfloat16 else "fp16"
+    lib(entry(M, N, K, gpu=_gpu_name(), layout="tn", family="tiny", impl=impl, dtype=dt, torch_v="0.0.0"))
+    dev = torch.device("cuda")
+    a = torch.randn(M, K, device=dev).to(dtype)
+    b = torch.randn(N, K, device=dev).to(dtype).t()
+    got = gemmrl.served_by(a, b)
+    assert all(d.startswith(f"tiny:{impl} (offline entry {M}_{N}_{K}") for d in got.values()), got
+    want = a.float() @ b.float()
+    assert (gemmrl.mm(a, b).float() - want).abs().max() <= tol(K, dtype)  # built through the full battery
+    built_calls = len(py_calls)
+    for _ in range(2):
+        assert (gemmrl.mm(a, b).float() - want).abs().max() <= tol(K, dtype)
+    assert len(py_calls) == built_calls + (2 if hot_path == "python" else 0), (hot_path, len(py_calls), built_calls)
+    served = dispatch._S.built[(M, N, K, a.dtype, "tn", a.device.index)]
+    assert served.eager_spec[0] == 2 and served.eager_spec[-1].name.startswith("gemmrl:tiny:")
+    out = torch.full((M, N), float("nan"), device=dev, dtype=dtype)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gemmrl.mm(a, b, out=out)
+    g.replay()
+    torch.cuda.synchronize()
+    assert (out.float() - want).abs().max() <= tol(K, dtype)
+    shifted = torch.empty(M * K + 1, device=dev, dtype=dtype)[1:].view(M, K)  # 2 bytes past an aligned start
+    shifted.copy_(a)
+    assert (gemmrl.mm(shifted, b).float() - want).abs().max() <= tol(K, dtype)
 
 
 @pytest.mark.gpu

@@ -737,3 +737,44 @@ def test_library_plot_keeps_dtypes_apart(tmp_path, capsys):
     assert "offline: 1 shapes, geomean 1.0000, generated served on 0" in capsys.readouterr().out
     assert mod.main([str(p), "--out", str(tmp_path / "q.png"), "--dtype", "fp8"]) == 2
     assert "no entries for fp8" in capsys.readouterr().err
+
+
+TINY = "32x32_s8_st4_fp16"  # a tiny-family config (kernels/tiny_gemm.py)
+
+
+def test_build_entries_tiny_winners():
+    """A tiny-family selection re-measured (``tiny-sel:graph``, keyed by its algo) wins the cells where it is fastest,
+    in layout tn only, and stays an exact entry; a ``gemmrl`` row it served counts as one more measurement of it."""
+    rows = [_row(S, "tiny-sel:graph", 0.4, layout="tn", protocol="graph", algo=TINY),
+            _row(S, "cublas_tn", 0.8, layout="tn", protocol="graph"),
+            _row("128_128_256", "tiny-sel:graph", 0.4, layout="tn", protocol="graph", algo=TINY),
+            _row("128_128_256", "cublas_tn", 0.8, layout="tn", protocol="graph")]
+    ents = build_entries(rows)
+    g = _by(ents)[(S, "tn", "graph", 64, 64)]
+    assert (g.family, g.impl, g.time_ms, g.vendor_best) == ("tiny", TINY, 0.4, "cublas_tn")
+    assert all(e.m_lo == e.m_hi for e in ents)  # no bucket across the two M it won
+    served = _row(S, "gemmrl", 1.2, layout="tn", protocol="graph",
+                  algo=f"eager=vendor:cublas_tn (offline entry {S}); graph=tiny:{TINY} (graph entry {S}); hot=c")
+    assert L._served_kernel(served)["candidate"] == f"tiny:{TINY}"
+    lose = _by(build_entries(rows + [served, served]))[(S, "tn", "graph", 64, 64)]
+    assert (lose.family, lose.impl) == ("vendor", "cublas_tn")  # median of 0.4, 1.2, 1.2
+
+
+@pytest.mark.parametrize("bad", [
+    _row(S, "tiny-sel:graph", 0.1, layout="nn", algo=TINY),                  # the family reads B^T: no nn entry
+    _row(S, "tiny-sel:graph", 0.1, layout="tn", algo="32x32_s8_st4_bf16"),   # a bf16 config in an fp16 row
+    _row(S, "tiny:48x32", 0.1, layout="tn", algo="48x32"),                   # not a tiny config name
+])
+def test_build_entries_ignores_tiny_rows_it_cannot_serve(bad):
+    base = [_row(S, "cublas_tn", 1.0, layout="tn"), _row(S, "cublas_nn", 1.0)]
+    assert _by(build_entries(base + [bad])) == _by(build_entries(base))
+
+
+def test_tiny_entry_validates_its_config():
+    e = Entry(gpu="H100", cc="9.0", dtype="fp16", acc="fp32", layout="tn", protocol="graph", M=64, N=64, K=1024,
+              family="tiny", impl=TINY, algo=TINY, time_ms=0.003, vendor_best_ms=0.0034, vendor_best="cublas_nn",
+              m_lo=64, m_hi=64, members=("64_64_1024",), verified=True)
+    assert Entry.from_dict(e.to_dict()) == e
+    for impl, layout, why in ((TINY, "nn", "tn/fp16 config for a nn/fp16"), ("32x32_s8", "tn", "cannot read tiny")):
+        with pytest.raises(L.LibraryError, match=why):
+            Entry.from_dict(dict(e.to_dict(), impl=impl, layout=layout))

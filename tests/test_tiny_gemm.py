@@ -30,6 +30,7 @@ def test_bad_names_say_what_to_write(text):
 @pytest.mark.parametrize("cfg,why", [
     (tg.TinyConfig(48, 64), "tile 48x64"), (tg.TinyConfig(64, 256), "tile 64x256"), (tg.TinyConfig(64, 64, 3), "split 3"),
     (tg.TinyConfig(64, 64, 32), "split 32"), (tg.TinyConfig(64, 64, 1, 3), "stages 3"),
+    (tg.TinyConfig(128, 128, 1, 8), "shared memory"),
     (tg.TinyConfig(64, 64, 1, 4, "fp8"), "dtype")])
 def test_valid_config_rejects_with_reason(cfg, why):
     ok, msg = tg.valid_config(cfg)
@@ -38,8 +39,11 @@ def test_valid_config_rejects_with_reason(cfg, why):
 
 def test_space_counts_every_instantiation():
     cfgs = tg.all_configs()
-    assert len(cfgs) == tg.space_size() == len(tg.TILES) * len(tg.SPLITS) * len(tg.STAGES) * len(tg.DTYPES)
-    assert len(set(cfgs)) == len(cfgs) and all(c.smem_bytes <= tg.SMEM_LIMIT for c in cfgs)
+    assert len(cfgs) == tg.space_size() and len(set(cfgs)) == len(cfgs)
+    assert all(c.smem_bytes <= tg.SMEM_LIMIT for c in cfgs)
+    # every instantiation but the 8-deep rings of 128 x 128 (295 KB), in both dtypes
+    assert len(cfgs) == (len(tg.TILES) * len(tg.STAGES) - 1) * len(tg.SPLITS) * len(tg.DTYPES)
+    assert not tg.valid_config(tg.TinyConfig(128, 128, 1, 8))[0]
     # the ring of 2 x (64 + 64) rows of 72 halves; a split parks its fp32 partial (64 x 68 floats, 128 x 132) in it
     assert tg.TinyConfig(64, 64, 1, 2).smem_bytes == tg.TinyConfig(64, 64, 8, 2).smem_bytes == 2 * 128 * 72 * 2
     assert tg.TinyConfig(128, 128, 2, 2).smem_bytes == 2 * 256 * 72 * 2 > 128 * 132 * 4
@@ -77,7 +81,9 @@ def test_screen_configs_are_valid_and_fit_the_shape(shape, dtype):
     if p.M <= 16:
         assert {c.bm for c in cfgs} == {16}
     # no ring deeper than a CTA's K steps need
-    assert all(c.stages == (4 if -(-tg.ktiles(p) // c.split) > 2 else 2) for c in cfgs)
+    for c in cfgs:
+        steps = -(-tg.ktiles(p) // c.split)
+        assert c.stages == (8 if steps >= 8 and (c.bm, c.bn) != (128, 128) else 4 if steps > 2 else 2), str(c)
 
 
 def test_screen_configs_split_the_few_tile_long_k_shapes():
@@ -155,6 +161,8 @@ GPU_CASES = [
     ((3, 4096, 40), tg.TinyConfig(16, 64, 1, 2)), ((16, 4096, 4096), tg.TinyConfig(16, 64, 2, 4)),
     ((200, 72, 1000), tg.TinyConfig(64, 32, 16, 2)), ((64, 64, 1024), tg.TinyConfig(64, 64, 8, 2)),
     ((255, 129, 520), tg.TinyConfig(32, 32, 4, 4)),  # a K slice that ends mid-step, tails in M and N
+    ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 8)), ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8)),  # 8-deep rings
+    ((200, 72, 1000), tg.TinyConfig(128, 64, 2, 8)),
 ]
 
 

@@ -543,6 +543,30 @@ def _make_cutlass(e: Entry, problem: GemmProblem, bufs):
     return call, cand, spec
 
 
+def _make_tiny(e: Entry, problem: GemmProblem, bufs):
+    """A tiny-family entry's launcher: the config's validity predicate at this problem, a build (nvcc, cached, one
+    per dtype) and the shape's plan in ``prepare``. A call whose pointers are not 16-byte aligned (cp.async's
+    requirement) goes to torch.matmul."""
+    from .kernels.tiny_gemm import TinyCandidate, TinyConfig
+
+    device = bufs.a.device
+    cand = TinyCandidate(TinyConfig.parse(e.impl), name=f"gemmrl:tiny:{e.impl}")
+    cand.prepare(problem, bufs, e.protocol, None)  # the validity predicate first, then the build and the plan
+
+    def call(a, b, out):  # b as mm received it: [K, N], the transpose view of a row-major [N, K] (the family is tn)
+        if (a.data_ptr() | b.data_ptr() | out.data_ptr()) & 15:
+            torch.matmul(a, b, out=out)
+        else:
+            cand(a, None, b.t(), out)
+
+    def error(st: int):
+        raise RuntimeError(f"gemmrl:tiny:{e.impl}: gemmrl_tiny_plan_run returned {st} for {problem.mnk} (a cudaError_t)")
+
+    fnaddr, plan = cand.hot_plan()  # the compiled hot path calls the plan's C entry directly, as for CUTLASS
+    spec = (2, _raw_stream(), device.index, 15, _torch_mm, fnaddr, plan, error, cand)
+    return call, cand, spec
+
+
 class _VendorAdapter:
     """A prepared CtypesCandidate (or torch) as a candidate for the battery, and its call."""
 
@@ -640,7 +664,7 @@ def pin_algorithm(e: Entry, descs: list[str]) -> tuple[int | None, str]:
 def maker(family: str) -> Callable:
     """The builder of a library family's launcher: ``f(entry, problem, bufs) -> (call, candidate, spec)``, the
     candidate being what the correctness battery runs."""
-    return {"triton": _make_triton, "cutlass": _make_cutlass, "vendor": _make_vendor}[family]
+    return {"triton": _make_triton, "cutlass": _make_cutlass, "tiny": _make_tiny, "vendor": _make_vendor}[family]
 
 
 # -- ahead of time ---------------------------------------------------------------------------------------

@@ -51,8 +51,8 @@ def cmd_list(args) -> int:
 
 
 def _generated(fam: Counter) -> str:
-    """Entries per generated family, e.g. '3 triton, 2 cutlass'."""
-    return ", ".join(f"{fam[f]} {f}" for f in FAMILIES if f != "vendor")
+    """Entries per generated family that has any, e.g. '3 triton, 2 cutlass' ('none' if no family has one)."""
+    return ", ".join(f"{fam[f]} {f}" for f in FAMILIES if f != "vendor" and fam[f]) or "none"
 
 
 def cmd_show(args) -> int:

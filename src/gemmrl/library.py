@@ -41,10 +41,13 @@ from .summary import BASELINES, usable
 
 FORMAT = "gemmrl-library"
 SCHEMA = 1
-FAMILIES = ("triton", "cutlass", "vendor")
+FAMILIES = ("triton", "cutlass", "tiny", "vendor")
 # the generated families, and the name prefixes of their rows: one config as tuned or selected
-# (``triton:<config>``, ``cutlass:<config>:<knobs>``), and a selection re-measured (``triton-sel:graph``, ...)
-KERNELS = {"triton": ("triton:", "triton-sel:"), "cutlass": ("cutlass:", "cutlass-sel:")}
+# (``triton:<config>``, ``cutlass:<config>:<knobs>``, ``tiny:<config>``), and a selection re-measured
+# (``triton-sel:graph``, ...)
+KERNELS = {"triton": ("triton:", "triton-sel:"), "cutlass": ("cutlass:", "cutlass-sel:"),
+           "tiny": ("tiny:", "tiny-sel:")}
+COMPILED = ("cutlass", "tiny")  # families whose impl names a config built for one layout and dtype
 PROTOCOL_ORDER = {"graph": ("graph", "cold", "offline", "server"), "eager": ("offline", "server", "cold", "graph")}
 SOFTWARE = ("torch", "triton", "cuda")
 
@@ -64,10 +67,10 @@ class Entry:
     M: int
     N: int
     K: int
-    family: str                 # 'triton' | 'cutlass' | 'vendor'
+    family: str                 # 'triton' | 'cutlass' | 'tiny' | 'vendor'
     impl: str                   # triton: the config string; cutlass: '<config>:<knobs>' (kernels/cutlass_sm90.py);
-    #                             vendor: the baseline name (e.g. cublaslt_autotuned_nn)
-    algo: str                   # vendor: the cuBLAS(Lt) algorithm as measured; triton, cutlass: the impl string
+    #                             tiny: the config (kernels/tiny_gemm.py); vendor: the baseline name
+    algo: str                   # vendor: the cuBLAS(Lt) algorithm as measured; generated families: the impl string
     time_ms: float
     vendor_best_ms: float
     vendor_best: str            # which vendor path that was
@@ -95,8 +98,8 @@ class Entry:
             bad.append(f"shape {self.M}_{self.N}_{self.K} with M range {self.m_lo}..{self.m_hi}")
         if self.family == "vendor" and self.impl not in BASELINES:
             bad.append(f"vendor impl {self.impl!r} (use one of {BASELINES})")
-        if self.family == "cutlass":
-            bad += _cutlass_impl_problems(self.impl, self.layout, self.dtype)
+        if self.family in COMPILED:
+            bad += _impl_problems(self.family, self.impl, self.layout, self.dtype)
         if not self.time_ms > 0:
             bad.append(f"time_ms {self.time_ms}")
         if any(len(p := str(m).split("_")) != 3 or not all(x.isdigit() for x in p) for m in self.members):
@@ -146,18 +149,25 @@ class Entry:
 
 
 @functools.lru_cache(maxsize=4096)
-def _cutlass_impl_problems(impl: str, layout: str, dtype: str) -> tuple[str, ...]:
-    """Why ``impl`` cannot be a CUTLASS entry's kernel in this layout and dtype (a config is compiled for one of
-    each, so a mismatched one would be refused at every call): () when it can. Cached: a library build asks once
+def _impl_problems(family: str, impl: str, layout: str, dtype: str) -> tuple[str, ...]:
+    """Why ``impl`` cannot be a CUTLASS or tiny entry's kernel in this layout and dtype (a config is compiled for one
+    of each, so a mismatched one would be refused at every call): () when it can. Cached: a library build asks once
     per row, with a few dozen distinct configs among thousands of rows."""
-    from .kernels.cutlass_sm90 import CutlassConfigError, parse_name
+    if family == "cutlass":
+        from .kernels.cutlass_sm90 import CutlassConfigError as Error, parse_name
 
+        def parse(text: str):
+            return parse_name(text)[0]
+    else:
+        from .kernels.tiny_gemm import TinyConfig, TinyConfigError as Error
+
+        parse = TinyConfig.parse
     try:
-        cfg, _ = parse_name(impl)
-    except CutlassConfigError as e:
-        return (f"cutlass impl: {e}",)
+        cfg = parse(impl)
+    except Error as e:
+        return (f"{family} impl: {e}",)
     if (cfg.layout, cfg.dtype) != (layout, dtype):
-        return (f"cutlass impl {impl!r} is a {cfg.layout}/{cfg.dtype} config for a {layout}/{dtype} entry",)
+        return (f"{family} impl {impl!r} is a {cfg.layout}/{cfg.dtype} config for a {layout}/{dtype} entry",)
     return ()
 
 
@@ -391,12 +401,12 @@ def _kind(candidate: str) -> str | None:
 
 
 def _impl(kind: str, r: Mapping[str, str]) -> str | None:
-    """The kernel a generated family's row measured (its ``algo``; a ``triton:``/``cutlass:`` name holds it too).
-    None for a re-measured selection without ``algo`` (``cutlass-sel:graph`` does not say which config it was), and
-    for a CUTLASS config that is not one of the row's layout and dtype (no entry could serve it)."""
+    """The kernel a generated family's row measured (its ``algo``; a ``triton:``/``cutlass:``/``tiny:`` name holds it
+    too). None for a re-measured selection without ``algo`` (``cutlass-sel:graph`` does not say which config it was),
+    and for a CUTLASS or tiny config that is not one of the row's layout and dtype (no entry could serve it)."""
     head, cand = KERNELS[kind][0], r.get("candidate", "")
     impl = r.get("algo") or (cand[len(head):] if cand.startswith(head) else "")
-    if not impl or (kind == "cutlass" and _cutlass_impl_problems(impl, r.get("layout") or "nn", r.get("dtype", ""))):
+    if not impl or (kind in COMPILED and _impl_problems(kind, impl, r.get("layout") or "nn", r.get("dtype", ""))):
         return None
     return impl
 

@@ -41,7 +41,7 @@ SOURCE = Path(__file__).with_name("csrc") / "tiny_splitk.cu"
 TILES = {(16, 32): (1, 2), (16, 64): (1, 4), (32, 32): (2, 2), (32, 64): (2, 2), (64, 32): (4, 1), (64, 64): (2, 2),
          (64, 128): (2, 4), (128, 64): (4, 2), (128, 128): (2, 4)}
 SPLITS = (1, 2, 4, 8, 16)
-STAGES = (2, 4)
+STAGES = (2, 4, 8)
 BK = 64
 LDS = BK + 8                 # elements per shared row (the .cu's padding)
 SMEM_LIMIT = 232448          # opt-in shared memory per block on H100/H200
@@ -153,7 +153,8 @@ def _pow2_at_least(x: int) -> int:
 def screen_configs(problem: GemmProblem, sms: int = 132) -> list[TinyConfig]:
     """The configs screened at ``problem``: tiles no taller than M or wider than N need (rounded up to a power of
     two, at least the smallest tile), each with no split and the three deepest splits valid there whose CTAs fit one
-    wave (tiles x split <= SMs), the ring 4 deep where a CTA has more than two K steps, else 2."""
+    wave (tiles x split <= SMs); the ring as deep as a CTA's K steps use (2, 4 past two steps, 8 from eight steps
+    where it fits)."""
     out = []
     for bm, bn in TILES:
         if bm > max(16, _pow2_at_least(problem.M)) or bn > max(32, _pow2_at_least(problem.N)):
@@ -161,10 +162,12 @@ def screen_configs(problem: GemmProblem, sms: int = 132) -> list[TinyConfig]:
         base = TinyConfig(bm, bn, 1, 2, problem.dtype)
         one_wave = [s for s in SPLITS[1:] if tiles(base, problem) * s <= sms]
         for s in [1] + one_wave[-3:]:
-            st = 4 if -(-ktiles(problem) // s) > 2 else 2
-            c = TinyConfig(bm, bn, s, st, problem.dtype)
-            if valid(c, problem, sms)[0]:
-                out.append(c)
+            steps = -(-ktiles(problem) // s)
+            for st in (8, 4, 2):
+                c = TinyConfig(bm, bn, s, st, problem.dtype)
+                if (st == 2 or steps > {8: 7, 4: 2}[st]) and valid(c, problem, sms)[0]:
+                    out.append(c)
+                    break
     return out
 
 

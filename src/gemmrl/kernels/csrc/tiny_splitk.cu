@@ -16,7 +16,8 @@
 // up on big tiles, so this family only has tiles up to 128x128 and is meant for the few-tile shapes.
 //
 // Config (compile-time instantiations, chosen per call): tile t (BM x BN and its warp grid, TILES below), split S in
-// {1, 2, 4, 8, 16} (16 is a non-portable cluster size), STAGES in {2, 4}.
+// {1, 2, 4, 8, 16} (16 is a non-portable cluster size), STAGES in {2, 4, 8} (8 where it fits the opt-in shared
+// memory: more bytes in flight for a CTA's long K slice, session 37).
 //
 // ABI gemmrl (kernels/cuda_source.py), layout tn: A row-major [M,K] (lda), B as B^T row-major [N,K] (ldb), C
 // row-major [M,N] (ldc). cp.async needs 16-byte aligned A and B and K, lda, ldb multiples of 8; M and N are free
@@ -322,6 +323,7 @@ auto dispatch(int t, int s, int stages, Args... args) -> decltype(F<0, 1, 2>::ru
   switch (stages) {                                   \
     case 2: return F<T_, S_, 2>::run(args...);        \
     case 4: return F<T_, S_, 4>::run(args...);        \
+    case 8: return F<T_, S_, 8>::run(args...);        \
     default: return F<0, 1, 2>::bad();                \
   }
 #define GEMMRL_CASE_S(T_)                             \
