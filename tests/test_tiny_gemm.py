@@ -6,6 +6,8 @@ build per dtype with no spills whose host-side shared-memory sizes match the pre
 split through the battery and graph capture on odd, tiny and few-tile long-K shapes, both dtypes; the split
 bit-for-bit deterministic over repeated calls and graph replays."""
 
+import dataclasses
+
 import pytest
 
 from gemmrl.kernels import cuda_source as cs
@@ -41,12 +43,15 @@ def test_space_counts_every_instantiation():
     cfgs = tg.all_configs()
     assert len(cfgs) == tg.space_size() and len(set(cfgs)) == len(cfgs)
     assert all(c.smem_bytes <= tg.SMEM_LIMIT for c in cfgs)
-    # every instantiation but the 8-deep rings of 128 x 128 (295 KB), in both dtypes
-    assert len(cfgs) == (len(tg.TILES) * len(tg.STAGES) - 1) * len(tg.SPLITS) * len(tg.DTYPES)
-    assert not tg.valid_config(tg.TinyConfig(128, 128, 1, 8))[0]
-    # the ring of 2 x (64 + 64) rows of 72 halves; a split parks its fp32 partial (64 x 68 floats, 128 x 132) in it
-    assert tg.TinyConfig(64, 64, 1, 2).smem_bytes == tg.TinyConfig(64, 64, 8, 2).smem_bytes == 2 * 128 * 72 * 2
-    assert tg.TinyConfig(128, 128, 2, 2).smem_bytes == 2 * 256 * 72 * 2 > 128 * 132 * 4
+    # every instantiation but the 8-deep rings of 128 x 128 (295 KB), and of 64 x 128 and 128 x 64 with a split (221 KB
+    # of ring and 33 KB of pushed partials), in both dtypes
+    assert len(cfgs) == (len(tg.TILES) * len(tg.STAGES) * len(tg.SPLITS) - 5 - 2 * 4) * len(tg.DTYPES)
+    assert not tg.valid_config(tg.TinyConfig(128, 128, 1, 8))[0] and not tg.valid_config(tg.TinyConfig(64, 128, 2, 8))[0]
+    assert tg.valid_config(tg.TinyConfig(64, 128, 1, 8))[0]
+    # the ring of 2 x (64 + 64) rows of 72 halves; a split adds the region its cluster pushes partials into (64 x 68
+    # floats)
+    assert tg.TinyConfig(64, 64, 1, 2).smem_bytes == 2 * 128 * 72 * 2
+    assert tg.TinyConfig(64, 64, 8, 2).smem_bytes == 2 * 128 * 72 * 2 + 64 * 68 * 4
     assert {c.threads for c in cfgs} == {64, 128, 256}
 
 
@@ -83,7 +88,8 @@ def test_screen_configs_are_valid_and_fit_the_shape(shape, dtype):
     # no ring deeper than a CTA's K steps need
     for c in cfgs:
         steps = -(-tg.ktiles(p) // c.split)
-        assert c.stages == (8 if steps >= 8 and (c.bm, c.bn) != (128, 128) else 4 if steps > 2 else 2), str(c)
+        deep = tg.valid_config(dataclasses.replace(c, stages=8))[0]
+        assert c.stages == (8 if steps >= 8 and deep else 4 if steps > 2 else 2), str(c)
 
 
 def test_screen_configs_split_the_few_tile_long_k_shapes():

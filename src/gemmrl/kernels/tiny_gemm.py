@@ -84,10 +84,10 @@ class TinyConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """What a launch asks for (the .cu's smem_bytes): the cp.async ring, or the fp32 partial parked in it."""
+        """What a launch asks for (the .cu's smem_bytes): the cp.async ring, and with a split the region the cluster
+        pushes this CTA's rows of every partial into (its own: peers may push while this CTA is still in its loop)."""
         ring = self.stages * (self.bm + self.bn) * LDS * 2
-        part = self.bm * (self.bn + 4) * 4 if self.split > 1 else 0
-        return max(ring, part)
+        return ring + (self.bm * (self.bn + 4) * 4 if self.split > 1 else 0)
 
 
 def valid_config(cfg: TinyConfig) -> tuple[bool, str]:

@@ -12,6 +12,8 @@
 // thread-block cluster along z: each parks its fp32 partial in its own shared memory, and after a cluster barrier
 // CTA r sums its share of the tile's float4 chunks over all S partials through distributed shared memory, in rank
 // order (deterministic), and writes them. No workspace, no atomics, one launch. S = 1 stores from registers.
+// (Since session 37 the partials are pushed: each CTA stores the rows CTA r owns into r's shared memory, one cluster
+// barrier, and r sums its own shared memory; see the S > 1 epilogue.)
 // cluster_splitk.cu (session 12) is the same reduction on one 128x128 tile; its lesson was that mma.sync cannot keep
 // up on big tiles, so this family only has tiles up to 128x128 and is meant for the few-tile shapes.
 //
@@ -75,12 +77,12 @@ GEMMRL_TILE(8, 128, 128, 2, 4)
 constexpr int NTILES = 9;
 
 template <int T>
-constexpr int pipe_bytes(int stages) { return stages * (Tile<T>::BM + Tile<T>::BN) * LDS * 2; }
+__host__ __device__ constexpr int pipe_bytes(int stages) { return stages * (Tile<T>::BM + Tile<T>::BN) * LDS * 2; }
 template <int T>
-constexpr int part_bytes() { return Tile<T>::BM * (Tile<T>::BN + 4) * 4; }
+__host__ __device__ constexpr int part_bytes() { return Tile<T>::BM * (Tile<T>::BN + 4) * 4; }
 template <int T, int S, int STAGES>
-constexpr int smem_bytes() {
-  return S > 1 && part_bytes<T>() > pipe_bytes<T>(STAGES) ? part_bytes<T>() : pipe_bytes<T>(STAGES);
+constexpr int smem_bytes() {  // the ring, then (S > 1) the partials the cluster pushes here, a region of their own
+  return pipe_bytes<T>(STAGES) + (S > 1 ? part_bytes<T>() : 0);
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -159,6 +161,9 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = (warp / Tile<T>::WARPS_N) * WM, wn = (warp % Tile<T>::WARPS_N) * WN;
 
+  if constexpr (S > 1)  // the cluster's start barrier: arrive now, wait after the main loop (by then a formality)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+
   float acc[MI][NJ][4];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
@@ -216,39 +221,41 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
           }
         }
   } else {
-    constexpr int LDP = BN + 4;  // floats per row of the fp32 partial
-    cp_async_wait<0>();
-    __syncthreads();  // every warp is done with the ring: it holds the partial now
-    float* part = reinterpret_cast<float*>(smem_raw);
+    // push, then one barrier: CTA q owns rows [q*ROWS, (q+1)*ROWS) of the tile; every CTA stores its fp32 partial of
+    // those rows into q's receive region (slot = the sender's rank) with plain distributed-shared-memory stores, the
+    // cluster barrier (release/acquire) makes them visible, and q sums its slots in rank order (deterministic) from
+    // its own shared memory. No remote load and no barrier after the sums (session 37: the pull version, loads from
+    // every peer between two full barriers, cost ~1.3 us over an unsplit call at 64_64_256).
+    constexpr int LDP = BN + 4, ROWS = BM / S;  // floats per partial row; rows each CTA owns
+    static_assert(BM % S == 0, "every CTA owns whole rows");
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = static_cast<int>(cluster.block_rank());
+    float* recv = reinterpret_cast<float*>(smem_raw + pipe_bytes<T>(STAGES));
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every peer has started: its region is live
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const int r = wm + i * 16 + lane / 4, c = wn + j * 8 + (lane % 4) * 2;
-        *reinterpret_cast<float2*>(part + r * LDP + c) = make_float2(acc[i][j][0], acc[i][j][1]);
-        *reinterpret_cast<float2*>(part + (r + 8) * LDP + c) = make_float2(acc[i][j][2], acc[i][j][3]);
-      }
-    cg::cluster_group cluster = cg::this_cluster();
-    const int rank = static_cast<int>(cluster.block_rank());
-    cluster.sync();  // every partial of the tile is written and visible across the cluster
-    constexpr int CHUNKS = BM * BN / 4, PER = (CHUNKS + S - 1) / S;  // float4 chunks of the tile; this CTA's share
-    const int lo = rank * PER, hi = min(CHUNKS, lo + PER);
-    const bool quads = (ldc % 4) == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0;
-    for (int idx = lo + threadIdx.x; idx < hi; idx += THREADS) {
-      const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
-      float4 v[S];
+      for (int j = 0; j < NJ; ++j)
 #pragma unroll
-      for (int q = 0; q < S; ++q)  // every remote load in flight before the first add
-        v[q] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(part, q) + r * LDP + c);
-      float4 s = v[0];
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm + i * 16 + lane / 4 + h * 8, c = wn + j * 8 + (lane % 4) * 2, q = r / ROWS;
+          float* dst = cluster.map_shared_rank(recv, q) + (rank * ROWS + r - q * ROWS) * LDP + c;
+          *reinterpret_cast<float2*>(dst) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    const bool quads = (ldc % 4) == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0;
+    for (int idx = threadIdx.x; idx < ROWS * (BN / 4); idx += THREADS) {
+      const int lr = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
+      float4 s = *reinterpret_cast<const float4*>(recv + lr * LDP + c);
 #pragma unroll
       for (int q = 1; q < S; ++q) {  // rank order: the same sum whoever finishes first
-        s.x += v[q].x;
-        s.y += v[q].y;
-        s.z += v[q].z;
-        s.w += v[q].w;
+        const float4 v = *reinterpret_cast<const float4*>(recv + (q * ROWS + lr) * LDP + c);
+        s.x += v.x;
+        s.y += v.y;
+        s.z += v.z;
+        s.w += v.w;
       }
-      const int gm = m0 + r, gn = n0 + c;
+      const int gm = m0 + rank * ROWS + lr, gn = n0 + c;
       if (gm >= M) continue;
       elem_t* out = C + size_t(gm) * ldc + gn;
       if (quads && gn + 3 < N) {
@@ -261,7 +268,6 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
           if (gn + e < N) out[e] = pack1(vals[e]);
       }
     }
-    cluster.sync();  // no CTA leaves while a peer may still read its shared memory
   }
 }
 
