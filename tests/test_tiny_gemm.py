@@ -168,7 +168,7 @@ GPU_CASES = [
     ((200, 72, 1000), tg.TinyConfig(64, 32, 16, 2)), ((64, 64, 1024), tg.TinyConfig(64, 64, 8, 2)),
     ((255, 129, 520), tg.TinyConfig(32, 32, 4, 4)),  # a K slice that ends mid-step, tails in M and N
     ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 8)), ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8)),  # 8-deep rings
-    ((200, 72, 1000), tg.TinyConfig(128, 64, 2, 8)),
+    ((200, 72, 1000), tg.TinyConfig(128, 64, 1, 8)), ((200, 72, 1000), tg.TinyConfig(64, 64, 2, 8)),
 ]
 
 
