@@ -23,7 +23,7 @@ from gemmrl.problem import GemmProblem  # noqa: E402
 from gemmrl.report_plots import _plain, _plt, _save  # noqa: E402
 from gemmrl.search.loop import shape_key  # noqa: E402
 
-COLOURS = {"vendor": "#9e9e9e", "triton": "#1f77b4", "cutlass": "#ff7f0e"}
+COLOURS = {"vendor": "#9e9e9e", "triton": "#1f77b4", "cutlass": "#ff7f0e", "tiny": "#2ca02c"}
 
 
 def served(lib: Library, gpu: str | None, dtype: str | None = None) -> dict[str, dict[str, tuple[float, float, str]]]:
