@@ -434,6 +434,38 @@ def build_many(srcs: Sequence[CudaSource], arch: str | None = None, *, jobs: int
 _LIBS: dict[str, ctypes.CDLL] = {}
 
 
+class PerDtype:
+    """A family's CUDA source that holds every config and is built once per dtype (``-DGEMMRL_BF16=0|1``; entry
+    gemmrl_gemm, the .cu's own pick of config; layout tn, K % 8): one nvcc run covers a whole screen. The builds
+    are cached on disk by ``build`` and per process here (``built``, keyed by (dtype, arch)); a failed build raises
+    ``error`` with nvcc's message."""
+
+    DTYPES = ("fp16", "bf16")
+
+    def __init__(self, path: Path, error: type[Exception]):
+        self.path, self.error = Path(path), error
+        self.built: dict[tuple[str, str], Build] = {}
+        self._code: str | None = None
+
+    def source(self, dtype: str = "fp16") -> CudaSource:
+        if dtype not in self.DTYPES:
+            raise self.error(f"dtype {dtype}: use fp16 or bf16")
+        if self._code is None:
+            self._code = self.path.read_text()
+        return CudaSource(code=self._code, entry="gemmrl_gemm", layout="tn", dtype=dtype,
+                          shapes=ShapeRange(k_mult=8), name=f"cuda:{self.path.stem}_{dtype}",
+                          flags=(f"-DGEMMRL_BF16={int(dtype == 'bf16')}",))
+
+    def build(self, dtype: str = "fp16", arch: str | None = None) -> Build:
+        key = (dtype, arch or arch_for())
+        if key not in self.built:
+            self.built[key] = build(self.source(dtype), key[1])
+        b = self.built[key]
+        if not b.ok:
+            raise self.error(f"{self.path.name} ({dtype}) did not build: {b.error}")
+        return b
+
+
 def load_library(so: str) -> ctypes.CDLL:
     if so not in _LIBS:
         _LIBS[so] = ctypes.CDLL(so, mode=os.RTLD_LOCAL | os.RTLD_NOW)

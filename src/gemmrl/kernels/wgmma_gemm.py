@@ -31,12 +31,11 @@ from __future__ import annotations
 import ctypes
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..problem import GemmProblem
-from .cuda_source import Build, CudaSource, ShapeRange, build, load_library
+from .cuda_source import Build, CudaSource, PerDtype, load_library
 
 SOURCE = Path(__file__).with_name("csrc") / "wgmma_splitk.cu"
 WGS = (1, 2)
@@ -210,35 +209,18 @@ def space_size() -> int:
 # ---------------------------------------------------------------------------------------------------------
 # building and calling
 # ---------------------------------------------------------------------------------------------------------
-@lru_cache(maxsize=1)
-def _code() -> str:
-    return SOURCE.read_text()
+_FAMILY = PerDtype(SOURCE, WgmmaConfigError)
+_BUILT = _FAMILY.built  # (dtype, arch) -> Build, this process's builds
 
 
 def source(dtype: str = "fp16") -> CudaSource:
     """Every config of one dtype, as one CUDA source (entry gemmrl_gemm: the .cu's own pick of config)."""
-    if dtype not in DTYPES:
-        raise WgmmaConfigError(f"dtype {dtype}: use fp16 or bf16")
-    return CudaSource(code=_code(), entry="gemmrl_gemm", layout="tn", dtype=dtype,
-                      shapes=ShapeRange(k_mult=8), name=f"cuda:wgmma_splitk_{dtype}",
-                      flags=(f"-DGEMMRL_BF16={int(dtype == 'bf16')}",))
-
-
-_BUILT: dict[tuple[str, str], Build] = {}
+    return _FAMILY.source(dtype)
 
 
 def build_dtype(dtype: str = "fp16", arch: str | None = None) -> Build:
     """The shared object of ``dtype`` (cached on disk by cuda_source; once per process here)."""
-    from .cuda_source import arch_for
-
-    arch = arch or arch_for()
-    key = (dtype, arch)
-    if key not in _BUILT:
-        _BUILT[key] = build(source(dtype), arch)
-    b = _BUILT[key]
-    if not b.ok:
-        raise WgmmaConfigError(f"wgmma_splitk.cu ({dtype}) did not build: {b.error}")
-    return b
+    return _FAMILY.build(dtype, arch)
 
 
 def typed(lib):
