@@ -164,19 +164,13 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
   if constexpr (S > 1)  // the cluster's start barrier: arrive now, wait after the main loop (by then a formality)
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
-  // a warp with few fragments runs two accumulator sets (even and odd 16-deep k slices), summed after the loop: each
-  // set's chain of dependent mma.sync is half as long (a 16x16 warp tile spent a 64-deep step, ~0.21 us, mostly
-  // waiting on its 4-long chain, whatever the bytes: session 37)
-  constexpr int SETS = MI * NJ <= 2 ? 2 : 1;  // 16x16 warp tiles; wider ones would spill in the push epilogue
-  float accs[SETS][MI][NJ][4];
+  float acc[MI][NJ][4];
 #pragma unroll
-  for (int q = 0; q < SETS; ++q)
+  for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) accs[q][i][j][e] = 0.f;
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
   const Loader<T> loader(A, Bt, M, N, lda, ldb, m0, n0, smem);
 #pragma unroll
@@ -204,19 +198,9 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NJ; ++j)
-          mma16816(accs[(kk / 16) % SETS][i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
+        for (int j = 0; j < NJ; ++j) mma16816(acc[i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
     }
   }
-#pragma unroll
-  for (int q = 1; q < SETS; ++q)  // in set order: deterministic
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) accs[0][i][j][e] += accs[q][i][j][e];
-  float (&acc)[MI][NJ][4] = accs[0];
 
   if constexpr (S == 1) {  // each quad of lanes holds 8 contiguous columns of a row: 4-byte stores, no staging
     const bool pairs = (ldc % 2) == 0 && (reinterpret_cast<uintptr_t>(C) & 3) == 0;
