@@ -90,8 +90,10 @@
 # COLD_ANATOMY=1: first, scripts/cold_anatomy.py (COLD_ANATOMY_ARGS, e.g. "--library LIB.json.gz"; limit
 #   COLD_ANATOMY_S): probe kernels (empty, one load, load chains, one-CTA tiles, straight-line code of 1.6-394 KiB)
 #   and tiny GEMMs in graph and cold: where a tiny call's cold time goes.
+# PACE_PROBE=1: first, scripts/pace_probe.py (limit PACE_PROBE_S): one CTA's L2 -> shared-memory pace per K step by
+#   load method (cp.async, 1-D bulk copies, 2-D TMA), spread, in one 16-CTA cluster, and with every SM pulling.
 # NCU_SPECS="M_N_K:which:config[:knobs] ...": first, ncu's details (SpeedOfLight, compute, memory, warp stalls,
-#   launch, occupancy) of one call each (which: triton | cutlass | vendor; limit NCU_S per call), in ncu_*.log;
+#   launch, occupancy) of one call each (which: triton | cutlass | tiny | vendor; limit NCU_S per call), in ncu_*.log;
 #   NCU_CACHE="all none" profiles each with ncu's cache control all (L2 flushed first, default) and none.
 # PROBE_SPECS="M_N_K:layout ...": first, the offline crowd probe (scripts/offline_host_probe.py, PROBE_CROWD=2).
 # Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments), GPU_TESTS (test
@@ -140,6 +142,12 @@ if [ "${COLD_ANATOMY:-0}" = 1 ]; then  # where a tiny call's cold time goes (scr
   timeout "${COLD_ANATOMY_S:-150}" python3 scripts/cold_anatomy.py ${COLD_ANATOMY_ARGS:-} \
     --out "$GEMMRL_OUT/cold-anatomy_graph-cold_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/cold_anatomy.log" 2>&1
   echo "cold anatomy: exit $?"; cut -c1-120 "$GEMMRL_OUT/cold_anatomy.log" | tail -n 40
+fi
+
+if [ "${PACE_PROBE:-0}" = 1 ]; then  # how fast one CTA streams K slices from L2, by load method (scripts/pace_probe.py)
+  timeout "${PACE_PROBE_S:-150}" python3 scripts/pace_probe.py \
+    --out "$GEMMRL_OUT/pace-probe_graph_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/pace_probe.log" 2>&1
+  echo "pace probe: exit $?"; cut -c1-120 "$GEMMRL_OUT/pace_probe.log" | tail -n 60
 fi
 
 if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N_K:which:config ..." (gemmrl.ncu run)

@@ -108,6 +108,10 @@ def run_child(mnk: str, which: str, config: str, layout: str, vendor: str, proto
         cfg, knobs = cs.parse_name(config)
         problem = problem.with_(layout=cfg.layout)
         cand = cs.CutlassCandidate(cfg, knobs)
+    elif which == "tiny":  # config "<BMxBN_s<split>_st<stages>_<dtype>>" (kernels/tiny_gemm.py names)
+        from .kernels.tiny_gemm import TinyCandidate, TinyConfig
+
+        cand = TinyCandidate(TinyConfig.parse(config))
     else:
         from .kernels.vendor import vendor_candidates
 

@@ -1,0 +1,51 @@
+"""scripts/pace_probe.py: the probe kernels build with nvcc, export the entries the script calls and list their
+instantiations (each a known method, whole 16-byte chunks per thread, a ring that fits the opt-in shared memory);
+the per-step arithmetic (CPU; the timing is GPU work)."""
+import ctypes
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from gemmrl.kernels.cuda_source import find_nvcc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _probe():
+    spec = importlib.util.spec_from_file_location("pace_probe", ROOT / "scripts" / "pace_probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("short_ms, long_ms, want_us", [(0.002, 0.0132, 0.2), (0.003, 0.003, 0.0), (0.01, 0.066, 1.0)])
+def test_per_step_is_the_difference_over_the_extra_steps(short_ms, long_ms, want_us):
+    mod = _probe()
+    assert mod.per_step(short_ms, long_ms) == pytest.approx(want_us)
+
+
+def test_launches_fill_their_clusters():
+    mod = _probe()
+    for grid, cluster in mod.LAUNCHES:
+        assert grid % cluster == 0 and cluster <= 16
+    assert mod.STEPS[0] < mod.STEPS[1] <= 4096 // 64
+
+
+@pytest.mark.skipif(not find_nvcc(), reason="needs nvcc")
+def test_probe_kernels_build_and_list_valid_instantiations(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    mod = _probe()
+    lib = mod.build()
+    raw = (ctypes.c_int * 256)()
+    n = lib.pace_configs(ctypes.addressof(raw))
+    configs = [tuple(raw[4 * i:4 * i + 4]) for i in range(n)]
+    assert n >= 3 and {c[0] for c in configs} == set(mod.METHODS)
+    for method, rows, threads, stages in configs:
+        assert rows * 8 % threads == 0 and (rows // 2) <= 256
+        row_bytes = 128 if method == 2 else 144
+        assert 1024 + stages * rows * row_bytes + 8 * stages <= 232448
+    # a combination not instantiated is refused before any launch (no GPU needed for that path)
+    assert lib.pace_run(0, 48, 64, 3, 8, 1, 8, None, 2048, None, None, None) == 1  # cudaErrorInvalidValue
+    assert lib.pace_run(0, 48, 64, 4, 8, 1, 65, None, 2048, None, None, None) == 1  # steps past the buffer
