@@ -145,9 +145,11 @@ if [ "${COLD_ANATOMY:-0}" = 1 ]; then  # where a tiny call's cold time goes (scr
 fi
 
 if [ "${PACE_PROBE:-0}" = 1 ]; then  # how fast one CTA streams K slices from L2, by load method (scripts/pace_probe.py)
-  timeout "${PACE_PROBE_S:-150}" python3 scripts/pace_probe.py \
-    --out "$GEMMRL_OUT/pace-probe_graph_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/pace_probe.log" 2>&1
-  echo "pace probe: exit $?"; cut -c1-120 "$GEMMRL_OUT/pace_probe.log" | tail -n 60
+  for m in ${PACE_METHODS:-0 1 2}; do  # a process per method: a fault in one loses nothing of the others
+    timeout "${PACE_PROBE_S:-100}" python3 scripts/pace_probe.py --methods "$m" \
+      --out "$GEMMRL_OUT/pace-probe-m${m}_graph_${GEMMRL_GIT_SHA}_${day}.csv" >"$GEMMRL_OUT/pace_probe_m$m.log" 2>&1
+    echo "pace probe method $m: exit $?"; cut -c1-120 "$GEMMRL_OUT/pace_probe_m$m.log" | tail -n 30
+  done
 fi
 
 if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N_K:which:config ..." (gemmrl.ncu run)

@@ -50,7 +50,13 @@ def per_step(t_short_ms: float, t_long_ms: float) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="results CSV (schema of DESIGN.md)")
+    ap.add_argument("--methods", default=",".join(map(str, METHODS)),
+                    help="the load methods to time, comma-separated (one process per method keeps a fault in one "
+                         "from losing the others)")
     args = ap.parse_args(argv)
+    methods = {int(m) for m in args.methods.split(",")}
+    if not methods <= set(METHODS):
+        ap.error(f"--methods: known methods are {', '.join(f'{k} ({v})' for k, v in METHODS.items())}")
     import torch
 
     from gemmrl.problem import parse_mnk
@@ -63,7 +69,7 @@ def main(argv=None) -> int:
     out = torch.zeros(4, dtype=torch.int32, device="cuda")
     raw = (ctypes.c_int * 256)()
     n = lib.pace_configs(ctypes.addressof(raw))
-    configs = [tuple(raw[4 * i:4 * i + 4]) for i in range(n)]
+    configs = [c for c in (tuple(raw[4 * i:4 * i + 4]) for i in range(n)) if c[0] in methods]
     maps = {}
     for m, rows, _, _ in configs:
         if m == 2 and rows not in maps:
@@ -92,9 +98,12 @@ def main(argv=None) -> int:
 
                 fns[name] = fn
                 keys[name] = (m, rows, threads, stages, grid, cluster, k)
-    for fn in fns.values():  # warm the buffer into L2 and catch a failing launch before timing
-        fn()
-    torch.cuda.synchronize()
+    for name, fn in fns.items():  # warm the buffer into L2; a launch that faults is named (the context is lost then)
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - reported with the config that raised it
+            raise SystemExit(f"{name}: {e}".splitlines()[0]) from e
     cfg = replace(TimingConfig(), graph_min_work_ms=2.0, graph_min_timed_ms=30.0, settle_ms=30.0, settle_max_ms=100.0)
     res = time_graph(fns, parse_mnk("64_64_4096"), cfg)
     meta = collect_meta().row()

@@ -17,13 +17,20 @@ from gemmrl.problem import GemmProblem
 needs_nvcc = pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc (the CUDA toolkit) to compile")
 
 
-@pytest.mark.parametrize("cfg", [tg.TinyConfig(), tg.TinyConfig(16, 32, 16, 2, "bf16"), tg.TinyConfig(128, 128, 8, 4)],
-                         ids=str)
+@pytest.mark.parametrize("cfg", [tg.TinyConfig(), tg.TinyConfig(16, 32, 16, 2, "bf16"), tg.TinyConfig(128, 128, 8, 4),
+                                 tg.TinyConfig(16, 32, 8, 4, kw=2), tg.TinyConfig(32, 32, 1, 8, "bf16", 4)], ids=str)
 def test_name_round_trip(cfg):
     assert tg.TinyConfig.parse(str(cfg)) == cfg
 
 
-@pytest.mark.parametrize("text", ["64x64_s1_fp16", "64x64_s1_st4_fp32", "64x64_s1_st4", ""])
+def test_names_of_one_k_group_are_the_session_37_names():
+    """Library entries and selections written before the sliced-K tiles keep their meaning."""
+    assert str(tg.TinyConfig(32, 32, 16, 8)) == "32x32_s16_st8_fp16"
+    assert tg.TinyConfig.parse("32x32_s16_st8_fp16").kw == 1
+    assert str(tg.TinyConfig(32, 32, 16, 8, kw=2)) == "32x32_kw2_s16_st8_fp16"
+
+
+@pytest.mark.parametrize("text", ["64x64_s1_fp16", "64x64_s1_st4_fp32", "64x64_s1_st4", "", "64x64_kw_s1_st4_fp16"])
 def test_bad_names_say_what_to_write(text):
     with pytest.raises(tg.TinyConfigError, match="expected e.g."):
         tg.TinyConfig.parse(text)
@@ -32,7 +39,8 @@ def test_bad_names_say_what_to_write(text):
 @pytest.mark.parametrize("cfg,why", [
     (tg.TinyConfig(48, 64), "tile 48x64"), (tg.TinyConfig(64, 256), "tile 64x256"), (tg.TinyConfig(64, 64, 3), "split 3"),
     (tg.TinyConfig(64, 64, 32), "split 32"), (tg.TinyConfig(64, 64, 1, 3), "stages 3"),
-    (tg.TinyConfig(128, 128, 1, 8), "shared memory"),
+    (tg.TinyConfig(128, 128, 1, 8), "shared memory"), (tg.TinyConfig(128, 128, 1, 4, kw=2), "2 K groups"),
+    (tg.TinyConfig(16, 64, 1, 4, kw=4), "4 K groups"),
     (tg.TinyConfig(64, 64, 1, 4, "fp8"), "dtype")])
 def test_valid_config_rejects_with_reason(cfg, why):
     ok, msg = tg.valid_config(cfg)
@@ -52,7 +60,8 @@ def test_space_counts_every_instantiation():
     # floats)
     assert tg.TinyConfig(64, 64, 1, 2).smem_bytes == 2 * 128 * 72 * 2
     assert tg.TinyConfig(64, 64, 8, 2).smem_bytes == 2 * 128 * 72 * 2 + 64 * 68 * 4
-    assert {c.threads for c in cfgs} == {64, 128, 256}
+    assert {c.threads for c in cfgs} == {64, 128, 256, 512}
+    assert tg.TinyConfig(16, 32, kw=2).threads == 128 and tg.TinyConfig(32, 32, kw=4).threads == 512
 
 
 @pytest.mark.parametrize("problem,why", [
@@ -137,8 +146,9 @@ def test_builds_without_spills_and_sizes_agree(dtype, tmp_path, monkeypatch):
     assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers <= 255
     lib = tg.typed(cs.load_library(b.so))  # host code only below: no GPU needed
     for c in tg.all_configs([dtype]):
-        assert lib.gemmrl_tiny_smem_bytes(c.bm, c.bn, c.split, c.stages) == c.smem_bytes, str(c)
-    assert lib.gemmrl_tiny_smem_bytes(48, 64, 1, 4) == -1 and lib.gemmrl_tiny_smem_bytes(64, 64, 3, 4) == -1
+        assert lib.gemmrl_tiny_smem_bytes(c.bm, c.bn, c.split, c.stages, c.kw) == c.smem_bytes, str(c)
+    assert lib.gemmrl_tiny_smem_bytes(48, 64, 1, 4, 1) == -1 and lib.gemmrl_tiny_smem_bytes(64, 64, 3, 4, 1) == -1
+    assert lib.gemmrl_tiny_smem_bytes(128, 128, 1, 4, 2) == -1 and lib.gemmrl_tiny_smem_bytes(16, 32, 1, 4, 3) == -1
     tg._BUILT.clear()
 
 
@@ -148,13 +158,15 @@ def test_plans_refuse_what_the_kernel_does_not_take():
 
     torch.cuda.init()
     lib = tg.typed(cs.load_library(tg.build_dtype("fp16").so))
-    plan = lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 64, 64, 8, 4)
+    plan = lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 64, 64, 8, 4, 1)
     assert plan
     lib.gemmrl_tiny_plan_free(plan)
-    assert not lib.gemmrl_tiny_plan(64, 64, 1028, 1028, 1028, 64, 64, 64, 8, 4)     # K % 8
-    assert not lib.gemmrl_tiny_plan(64, 64, 128, 128, 128, 64, 64, 64, 4, 4)        # split > K steps
-    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 48, 64, 1, 4)     # no such tile
-    assert lib.gemmrl_tiny_max_active_clusters(64, 64, 16, 4) >= 1
+    assert not lib.gemmrl_tiny_plan(64, 64, 1028, 1028, 1028, 64, 64, 64, 8, 4, 1)     # K % 8
+    assert not lib.gemmrl_tiny_plan(64, 64, 128, 128, 128, 64, 64, 64, 4, 4, 1)        # split > K steps
+    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 48, 64, 1, 4, 1)     # no such tile
+    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 128, 128, 1, 4, 2)   # no such K grouping
+    assert lib.gemmrl_tiny_max_active_clusters(64, 64, 16, 4, 1) >= 1
+    assert lib.gemmrl_tiny_max_active_clusters(32, 32, 16, 8, 4) >= 1
 
 
 # -- GPU ------------------------------------------------------------------------------------------------------
@@ -169,6 +181,11 @@ GPU_CASES = [
     ((255, 129, 520), tg.TinyConfig(32, 32, 4, 4)),  # a K slice that ends mid-step, tails in M and N
     ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 8)), ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8)),  # 8-deep rings
     ((200, 72, 1000), tg.TinyConfig(128, 64, 1, 8)), ((200, 72, 1000), tg.TinyConfig(64, 64, 2, 8)),
+    # sliced K (KW groups of warps split each step), unsplit and split, ragged loads (16x64 over 256 threads)
+    ((1, 8, 8), tg.TinyConfig(16, 32, 1, 2, kw=4)), ((33, 65, 136), tg.TinyConfig(16, 64, 2, 2, kw=2)),
+    ((255, 129, 520), tg.TinyConfig(32, 32, 4, 4, kw=4)), ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 8, kw=2)),
+    ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8, kw=2)), ((200, 72, 1000), tg.TinyConfig(64, 32, 16, 2, kw=2)),
+    ((64, 64, 4096), tg.TinyConfig(16, 32, 8, 4, kw=2)), ((3, 4096, 40), tg.TinyConfig(32, 64, 1, 2, kw=2)),
 ]
 
 
@@ -195,7 +212,8 @@ def test_configs_pass_battery(shape, cfg, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,cfg", [((64, 64, 16384), tg.TinyConfig(64, 64, 16, 4)),
-                                       ((200, 72, 1000), tg.TinyConfig(64, 32, 8, 2))], ids=str)
+                                       ((200, 72, 1000), tg.TinyConfig(64, 32, 8, 2)),
+                                       ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 4, kw=4))], ids=str)
 def test_split_is_deterministic(shape, cfg):
     """Repeated calls and graph replays give the same bits (the partials are summed in rank order)."""
     import torch

@@ -36,9 +36,13 @@ from ..problem import GemmProblem
 from .cuda_source import Build, CudaSource, PerDtype, load_library
 
 SOURCE = Path(__file__).with_name("csrc") / "tiny_splitk.cu"
-# the .cu's instantiated tiles (BM, BN) and their warp grids: keep in step with its GEMMRL_TILE lines
-TILES = {(16, 32): (1, 2), (16, 64): (1, 4), (32, 32): (2, 2), (32, 64): (2, 2), (64, 32): (4, 1), (64, 64): (2, 2),
-         (64, 128): (2, 4), (128, 64): (4, 2), (128, 128): (2, 4)}
+# the .cu's instantiated tiles (BM, BN, KW K groups) and their warp grids: keep in step with its GEMMRL_TILE lines.
+# KW > 1 (session 38): KW warp groups split each 64-deep K step and sum their partial tiles in shared memory after the
+# main loop (one CTA's warps were issue-bound, so a step's time was its instruction chain)
+TILES = {(16, 32, 1): (1, 2), (16, 64, 1): (1, 4), (32, 32, 1): (2, 2), (32, 64, 1): (2, 2), (64, 32, 1): (4, 1),
+         (64, 64, 1): (2, 2), (64, 128, 1): (2, 4), (128, 64, 1): (4, 2), (128, 128, 1): (2, 4),
+         (16, 32, 2): (1, 2), (16, 64, 2): (1, 4), (32, 32, 2): (2, 2), (32, 64, 2): (2, 2), (64, 32, 2): (4, 1),
+         (64, 64, 2): (2, 2), (16, 32, 4): (1, 2), (32, 32, 4): (2, 2)}
 SPLITS = (1, 2, 4, 8, 16)
 STAGES = (2, 4, 8)
 BK = 64
@@ -59,27 +63,33 @@ class TinyConfig:
     split: int = 1
     stages: int = 4
     dtype: str = "fp16"
+    kw: int = 1                  # warp groups that split each K step (sliced K)
 
     @property
     def layout(self) -> str:
         return "tn"
 
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        return self.bm, self.bn, self.kw
+
     def __str__(self) -> str:
-        return f"{self.bm}x{self.bn}_s{self.split}_st{self.stages}_{self.dtype}"
+        kw = f"_kw{self.kw}" if self.kw != 1 else ""
+        return f"{self.bm}x{self.bn}{kw}_s{self.split}_st{self.stages}_{self.dtype}"
 
     @classmethod
     def parse(cls, text: str) -> "TinyConfig":
-        m = re.fullmatch(r"(\d+)x(\d+)_s(\d+)_st(\d+)_(fp16|bf16)", text.strip())
+        m = re.fullmatch(r"(\d+)x(\d+)(?:_kw(\d+))?_s(\d+)_st(\d+)_(fp16|bf16)", text.strip())
         if not m:
-            raise TinyConfigError(f"cannot read tiny config {text!r}; expected e.g. {TinyConfig()} "
-                                  f"(BMxBN_s<split>_st<stages>_<dtype>)")
-        bm, bn, s, st, dtype = m.groups()
-        return cls(int(bm), int(bn), int(s), int(st), dtype)
+            raise TinyConfigError(f"cannot read tiny config {text!r}; expected e.g. {TinyConfig()} or "
+                                  f"{TinyConfig(16, 32, 8, 4, kw=2)} (BMxBN[_kw<K groups>]_s<split>_st<stages>_<dtype>)")
+        bm, bn, kw, s, st, dtype = m.groups()
+        return cls(int(bm), int(bn), int(s), int(st), dtype, int(kw or 1))
 
     @property
     def threads(self) -> int:
-        wm, wn = TILES.get((self.bm, self.bn), (0, 0))
-        return 32 * wm * wn
+        wm, wn = TILES.get(self.tile, (0, 0))
+        return 32 * wm * wn * self.kw
 
     @property
     def smem_bytes(self) -> int:
@@ -91,8 +101,9 @@ class TinyConfig:
 
 def valid_config(cfg: TinyConfig) -> tuple[bool, str]:
     """Compile-time validity: an instantiated tile, split and ring depth, and a dtype the family builds."""
-    if (cfg.bm, cfg.bn) not in TILES:
-        return False, f"tile {cfg.bm}x{cfg.bn}: instantiated tiles are {', '.join(f'{m}x{n}' for m, n in TILES)}"
+    if cfg.tile not in TILES:
+        return False, (f"tile {cfg.bm}x{cfg.bn} with {cfg.kw} K groups: instantiated tiles are "
+                       f"{', '.join(f'{m}x{n}' + (f'_kw{k}' if k > 1 else '') for m, n, k in TILES)}")
     if cfg.split not in SPLITS:
         return False, f"split {cfg.split}: instantiated splits are {SPLITS} (cluster sizes; 16 is non-portable)"
     if cfg.stages not in STAGES:
@@ -141,8 +152,8 @@ def check(cfg: TinyConfig, problem: GemmProblem, sms: int = 132, cc: int = 90) -
 
 
 def all_configs(dtypes: Iterable[str] = DTYPES) -> list[TinyConfig]:
-    return [c for d in dtypes for (bm, bn) in TILES for s in SPLITS for st in STAGES
-            if valid_config(c := TinyConfig(bm, bn, s, st, d))[0]]
+    return [c for d in dtypes for (bm, bn, kw) in TILES for s in SPLITS for st in STAGES
+            if valid_config(c := TinyConfig(bm, bn, s, st, d, kw))[0]]
 
 
 def _pow2_at_least(x: int) -> int:
@@ -155,15 +166,15 @@ def screen_configs(problem: GemmProblem, sms: int = 132) -> list[TinyConfig]:
     wave (tiles x split <= SMs); the ring as deep as a CTA's K steps use (2, 4 past two steps, 8 from eight steps
     where it fits)."""
     out = []
-    for bm, bn in TILES:
+    for bm, bn, kw in TILES:
         if bm > max(16, _pow2_at_least(problem.M)) or bn > max(32, _pow2_at_least(problem.N)):
             continue
-        base = TinyConfig(bm, bn, 1, 2, problem.dtype)
+        base = TinyConfig(bm, bn, 1, 2, problem.dtype, kw)
         one_wave = [s for s in SPLITS[1:] if tiles(base, problem) * s <= sms]
         for s in [1] + one_wave[-3:]:
             steps = -(-ktiles(problem) // s)
             for st in (8, 4, 2):
-                c = TinyConfig(bm, bn, s, st, problem.dtype)
+                c = TinyConfig(bm, bn, s, st, problem.dtype, kw)
                 if (st == 2 or steps > {8: 7, 4: 2}[st]) and valid(c, problem, sms)[0]:
                     out.append(c)
                     break
@@ -197,16 +208,16 @@ def typed(lib):
     if not getattr(lib, "_gemmrl_typed", False):  # (ctypes' default restype is already c_int: a flag, not a test)
         lib.gemmrl_tiny_gemm.restype = ctypes.c_int
         lib.gemmrl_tiny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p] + \
-            [ctypes.c_int] * 4
+            [ctypes.c_int] * 5
         lib.gemmrl_tiny_plan.restype = ctypes.c_void_p
-        lib.gemmrl_tiny_plan.argtypes = [ctypes.c_int] * 10
+        lib.gemmrl_tiny_plan.argtypes = [ctypes.c_int] * 11
         lib.gemmrl_tiny_plan_run.restype = ctypes.c_int
         lib.gemmrl_tiny_plan_run.argtypes = [ctypes.c_void_p] * 5
         lib.gemmrl_tiny_plan_free.restype = None
         lib.gemmrl_tiny_plan_free.argtypes = [ctypes.c_void_p]
         for fn in (lib.gemmrl_tiny_max_active_clusters, lib.gemmrl_tiny_smem_bytes):
             fn.restype = ctypes.c_int
-            fn.argtypes = [ctypes.c_int] * 4
+            fn.argtypes = [ctypes.c_int] * 5
         lib._gemmrl_typed = True
     return lib
 
@@ -228,7 +239,7 @@ class TinyCandidate:
         self._plan: int | None = None
         self._dims = (0, 0, 0)
         self._stream = None
-        self._args = (cfg.bm, cfg.bn, cfg.split, cfg.stages)
+        self._args = (cfg.bm, cfg.bn, cfg.split, cfg.stages, cfg.kw)
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
         import torch

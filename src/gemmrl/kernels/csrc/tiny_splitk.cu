@@ -17,13 +17,13 @@
 // cluster_splitk.cu (session 12) is the same reduction on one 128x128 tile; its lesson was that mma.sync cannot keep
 // up on big tiles, so this family only has tiles up to 128x128 and is meant for the few-tile shapes.
 //
-// Config (compile-time instantiations, chosen per call): tile t (BM x BN and its warp grid, TILES below), split S in
-// {1, 2, 4, 8, 16} (16 is a non-portable cluster size), STAGES in {2, 4, 8} (8 where it fits the opt-in shared
-// memory: more bytes in flight for a CTA's long K slice, session 37).
+// Config (compile-time instantiations, chosen per call): tile t (BM x BN, its warp grid and its KW K groups, TILES
+// below), split S in {1, 2, 4, 8, 16} (16 is a non-portable cluster size), STAGES in {2, 4, 8} (8 where it fits the
+// opt-in shared memory: more bytes in flight for a CTA's long K slice, session 37).
 //
 // ABI gemmrl (kernels/cuda_source.py), layout tn: A row-major [M,K] (lda), B as B^T row-major [N,K] (ldb), C
 // row-major [M,N] (ldc). cp.async needs 16-byte aligned A and B and K, lda, ldb multiples of 8; M and N are free
-// (tails zero-filled, stores predicated). Entry points: gemmrl_tiny_gemm (an explicit config, kernels/tiny_gemm.py),
+// (a tile's rows past M or N load row 0 and are never stored; stores predicated; a K tail is zero-filled). Entry points: gemmrl_tiny_gemm (an explicit config, kernels/tiny_gemm.py),
 // gemmrl_gemm (a heuristic config), gemmrl_tiny_plan / _plan_run / _plan_free
 // (a prepared shape: what the hot path calls), gemmrl_tiny_smem_bytes and gemmrl_tiny_max_active_clusters (the validity
 // predicate's device-side facts).
@@ -32,6 +32,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include <utility>
 
 #ifndef GEMMRL_BF16
 #define GEMMRL_BF16 0
@@ -57,24 +59,36 @@ namespace {
 constexpr int BK = 64;
 constexpr int LDS = BK + 8;  // elements per shared row: 144 bytes, so ldmatrix's 8 rows hit 8 distinct banks
 
-// tile t: BM x BN over a WARPS_M x WARPS_N grid of warps (each warp BM/WARPS_M x BN/WARPS_N, multiples of 16)
+// tile t: BM x BN over a WARPS_M x WARPS_N grid of warps (each warp BM/WARPS_M x BN/WARPS_N, multiples of 16), times
+// KW warp groups that split each 64-deep K step between them (sliced K: group g takes 16-deep slices g*4/KW ..; their
+// partial tiles are summed in shared memory after the main loop). Session 38: ncu had one CTA's warps issue-bound
+// (~4 cycles an instruction, 2 warps on 4 schedulers), so a K step's time was its instruction chain; KW groups split
+// the ldmatrix/mma chain and the loads over KW times the warps.
 template <int T> struct Tile;
-#define GEMMRL_TILE(T_, BM_, BN_, WM_, WN_)                                                   \
+#define GEMMRL_TILE(T_, BM_, BN_, WM_, WN_, KW_)                                              \
   template <> struct Tile<T_> {                                                                \
-    static constexpr int BM = BM_, BN = BN_, WARPS_M = WM_, WARPS_N = WN_;                     \
-    static constexpr int THREADS = 32 * WM_ * WN_;                                             \
+    static constexpr int BM = BM_, BN = BN_, WARPS_M = WM_, WARPS_N = WN_, KW = KW_;           \
+    static constexpr int THREADS = 32 * WM_ * WN_ * KW_;                                       \
   };
-GEMMRL_TILE(0, 16, 32, 1, 2)
-GEMMRL_TILE(1, 16, 64, 1, 4)
-GEMMRL_TILE(2, 32, 32, 2, 2)
-GEMMRL_TILE(3, 32, 64, 2, 2)
-GEMMRL_TILE(4, 64, 32, 4, 1)
-GEMMRL_TILE(5, 64, 64, 2, 2)
-GEMMRL_TILE(6, 64, 128, 2, 4)
-GEMMRL_TILE(7, 128, 64, 4, 2)
-GEMMRL_TILE(8, 128, 128, 2, 4)
+GEMMRL_TILE(0, 16, 32, 1, 2, 1)
+GEMMRL_TILE(1, 16, 64, 1, 4, 1)
+GEMMRL_TILE(2, 32, 32, 2, 2, 1)
+GEMMRL_TILE(3, 32, 64, 2, 2, 1)
+GEMMRL_TILE(4, 64, 32, 4, 1, 1)
+GEMMRL_TILE(5, 64, 64, 2, 2, 1)
+GEMMRL_TILE(6, 64, 128, 2, 4, 1)
+GEMMRL_TILE(7, 128, 64, 4, 2, 1)
+GEMMRL_TILE(8, 128, 128, 2, 4, 1)
+GEMMRL_TILE(9, 16, 32, 1, 2, 2)
+GEMMRL_TILE(10, 16, 64, 1, 4, 2)
+GEMMRL_TILE(11, 32, 32, 2, 2, 2)
+GEMMRL_TILE(12, 32, 64, 2, 2, 2)
+GEMMRL_TILE(13, 64, 32, 4, 1, 2)
+GEMMRL_TILE(14, 64, 64, 2, 2, 2)
+GEMMRL_TILE(15, 16, 32, 1, 2, 4)
+GEMMRL_TILE(16, 32, 32, 2, 2, 4)
 #undef GEMMRL_TILE
-constexpr int NTILES = 9;
+constexpr int NTILES = 17;
 
 template <int T>
 __host__ __device__ constexpr int pipe_bytes(int stages) { return stages * (Tile<T>::BM + Tile<T>::BN) * LDS * 2; }
@@ -104,41 +118,56 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // the cp.async loads of one K step, set up once per CTA: thread x copies chunks x, x + THREADS, ... of the stage's
-// (BM + BN) rows of 8 16-byte chunks; per chunk its global row pointer (row 0 where the row is past M or N: nothing is
-// read then), its shared-memory offset and column. A step then costs one add, one compare and one cp.async a chunk
-// (session 37: the loop that recomputed rows and 64-bit offsets every step ran ~0.12 us per chunk per thread)
+// (BM + BN) rows of 8 16-byte chunks; per chunk a global pointer that walks the CTA's K slice (a row past M or N reads
+// row 0 instead: valid memory, and only output rows and columns that are never stored see it) and its shared-memory
+// offset. A whole step is then one add for the slot, a 64-bit pointer bump and one cp.async a chunk, no predicate;
+// only a last step shorter than BK (K % 64 != 0) takes the predicated path. (Session 37: the loop that recomputed rows
+// and 64-bit offsets every step ran ~0.12 us per chunk per thread; session 38: ncu had the warps issue-bound, ~8
+// instructions a chunk for the K predicate and the offset arithmetic, so those went too.)
 template <int T>
 struct Loader {
   static constexpr int BM = Tile<T>::BM, BN = Tile<T>::BN, THREADS = Tile<T>::THREADS, CPR = BK / 8;
-  static constexpr int PER = (BM + BN) * CPR / THREADS;
-  static_assert((BM + BN) * CPR % THREADS == 0, "whole chunks per thread");
+  static constexpr int CHUNKS = (BM + BN) * CPR, PER = (CHUNKS + THREADS - 1) / THREADS;
+  static constexpr bool RAGGED = CHUNKS % THREADS != 0;  // the last round of chunks leaves some threads out
+  static constexpr unsigned STAGE_BYTES = (BM + BN) * LDS * 2;
   const elem_t* src[PER];
   unsigned dst[PER];
-  int col[PER];
-  bool live[PER];
+  bool last;  // RAGGED: this thread has a chunk in the last round
 
   __device__ __forceinline__ Loader(const elem_t* A, const elem_t* Bt, int M, int N, int lda, int ldb, int m0, int n0,
-                                    const elem_t* smem) {
+                                    int k_begin, const elem_t* smem) {
     const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    last = threadIdx.x + (PER - 1) * THREADS < CHUNKS;
 #pragma unroll
     for (int j = 0; j < PER; ++j) {
-      const int i = threadIdx.x + j * THREADS, r = i / CPR, c = (i % CPR) * 8;
+      const int i = min(threadIdx.x + j * THREADS, CHUNKS - 1), r = i / CPR, c = (i % CPR) * 8;
       const bool is_a = r < BM;
       const int g = is_a ? m0 + r : n0 + r - BM;
-      live[j] = g < (is_a ? M : N);
-      src[j] = (is_a ? A + size_t(live[j] ? g : 0) * lda : Bt + size_t(live[j] ? g : 0) * ldb) + c;
+      const bool live = g < (is_a ? M : N);
+      src[j] = (is_a ? A + size_t(live ? g : 0) * lda : Bt + size_t(live ? g : 0) * ldb) + k_begin + c;
       dst[j] = base + (r * LDS + c) * 2;
-      col[j] = c;
     }
   }
 
-  // stage ``slot``'s bytes of K columns [k, k + BK), zero past k_end
-  __device__ __forceinline__ void load(int slot, int k, int k_end) const {
+  // the next K step into stage ``slot``; ``k_left`` columns of it lie inside the slice (>= BK: a whole step)
+  __device__ __forceinline__ void load(int slot, int k_left) {
+    const unsigned off = slot * STAGE_BYTES;
+    if (k_left >= BK) {
 #pragma unroll
-    for (int j = 0; j < PER; ++j) {
-      const bool p = live[j] && k + col[j] < k_end;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst[j] + slot * (BM + BN) * LDS * 2),
-                   "l"(src[j] + (p ? k : 0)), "r"(p ? 16 : 0));
+      for (int j = 0; j < PER; ++j) {
+        if (!RAGGED || j + 1 < PER || last)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst[j] + off), "l"(src[j]));
+        src[j] += BK;
+      }
+    } else {  // the slice's last, short step: columns past it are zero-filled
+#pragma unroll
+      for (int j = 0; j < PER; ++j) {
+        const int col = (threadIdx.x + j * THREADS) % CPR * 8;
+        if (!RAGGED || j + 1 < PER || last)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst[j] + off),
+                       "l"(col < k_left ? src[j] : src[j] - col), "r"(col < k_left ? 16 : 0));
+        src[j] += BK;
+      }
     }
   }
 };
@@ -158,7 +187,10 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
   const int k_begin = blockIdx.z * k_per;
   const int k_end = min(K, k_begin + k_per);
   const int nk = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int KW = Tile<T>::KW, GROUP = 32 * Tile<T>::WARPS_M * Tile<T>::WARPS_N;  // threads of one K group
+  constexpr int SLICES = BK / 16 / KW;  // 16-deep slices of a K step per group
+  static_assert(SLICES >= 1, "at most 4 K groups");
+  const int lane = threadIdx.x % 32, kw = threadIdx.x / GROUP, warp = (threadIdx.x % GROUP) / 32;
   const int wm = (warp / Tile<T>::WARPS_N) * WM, wn = (warp % Tile<T>::WARPS_N) * WN;
 
   if constexpr (S > 1)  // the cluster's start barrier: arrive now, wait after the main loop (by then a formality)
@@ -172,37 +204,75 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-  const Loader<T> loader(A, Bt, M, N, lda, ldb, m0, n0, smem);
+  Loader<T> loader(A, Bt, M, N, lda, ldb, m0, n0, k_begin, smem);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < nk) loader.load(s, k_begin + s * BK, k_end);
+    if (s < nk) loader.load(s, k_end - k_begin - s * BK);
     cp_async_commit();
   }
+  // this lane's ldmatrix rows in stage 0 (a stage's are these plus its offset): A rows of its m16 fragments, B rows
+  // of its pairs of n8 fragments
+  const elem_t* a_frag = smem + (wm + (lane % 16)) * LDS + (lane / 16) * 8;
+  const elem_t* b_frag = smem + (BM + wn + (lane % 8) + (lane / 16) * 8) * LDS + ((lane / 8) % 2) * 8;
   for (int kt = 0; kt < nk; ++kt) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     const int nxt = kt + STAGES - 1;  // refill the slot consumed in the previous iteration (free after the barrier)
-    if (nxt < nk) loader.load(nxt % STAGES, k_begin + nxt * BK, k_end);
+    if (nxt < nk) loader.load(nxt % STAGES, k_end - k_begin - nxt * BK);
     cp_async_commit();
-    const elem_t* sa = smem + (kt % STAGES) * STAGE;
-    const elem_t* sb = sa + BM * LDS;
+    const elem_t* sa = a_frag + (kt % STAGES) * STAGE + kw * SLICES * 16;
+    const elem_t* sb = b_frag + (kt % STAGES) * STAGE + kw * SLICES * 16;
+    // fragments double-buffered over the four 16-deep slices: slice kk + 1's ldmatrix is issued before slice kk's
+    // MMAs, so the shared-memory latency hides behind them (one buffer serialised ldmatrix -> mma each slice)
+    uint32_t af[2][MI][4], bf[2][NJ / 2][4];
+    auto fetch = [&](int buf, int kk) {
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[MI][4], bf[NJ / 2][4];
+      for (int i = 0; i < MI; ++i) ldmatrix_x4(af[buf][i], sa + i * 16 * LDS + kk);
+#pragma unroll
+      for (int j = 0; j < NJ / 2; ++j) ldmatrix_x4(bf[buf][j], sb + j * 16 * LDS + kk);
+    };
+    fetch(0, 0);
+#pragma unroll
+    for (int q = 0; q < SLICES; ++q) {
+      if (q + 1 < SLICES) fetch((q + 1) % 2, (q + 1) * 16);
 #pragma unroll
       for (int i = 0; i < MI; ++i)
-        ldmatrix_x4(af[i], sa + (wm + i * 16 + (lane % 16)) * LDS + kk + (lane / 16) * 8);
 #pragma unroll
-      for (int j = 0; j < NJ / 2; ++j)
-        ldmatrix_x4(bf[j], sb + (wn + j * 16 + (lane % 8) + (lane / 16) * 8) * LDS + kk + ((lane / 8) % 2) * 8);
+        for (int j = 0; j < NJ; ++j)
+          mma16816(acc[i][j], af[q % 2][i], bf[q % 2][j / 2][(j % 2) * 2], bf[q % 2][j / 2][(j % 2) * 2 + 1]);
+    }
+  }
+
+  if constexpr (KW > 1) {  // sum the K groups' partial tiles into group 0 through the (now idle) ring
+    constexpr int E = MI * NJ * 4;  // accumulators per thread; stored element-major, conflict-free
+    float* red = reinterpret_cast<float*>(smem_raw);
+    static_assert((KW - 1) * E * GROUP * 4 <= pipe_bytes<T>(STAGES), "the ring holds the K groups' partials");
+    cp_async_wait<0>();
+    __syncthreads();  // every group is done reading the ring
+    const int t = threadIdx.x % GROUP;
+    if (kw > 0) {
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) mma16816(acc[i][j], af[i], bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) red[((kw - 1) * E + (i * NJ + j) * 4 + e) * GROUP + t] = acc[i][j][e];
+    }
+    __syncthreads();
+    if (kw == 0) {
+#pragma unroll
+      for (int g = 1; g < KW; ++g)  // in group order: deterministic
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] += red[((g - 1) * E + (i * NJ + j) * 4 + e) * GROUP + t];
     }
   }
 
   if constexpr (S == 1) {  // each quad of lanes holds 8 contiguous columns of a row: 4-byte stores, no staging
+    if (kw > 0) return;  // group 0 holds the tile
     const bool pairs = (ldc % 2) == 0 && (reinterpret_cast<uintptr_t>(C) & 3) == 0;
 #pragma unroll
     for (int i = 0; i < MI; ++i)
@@ -232,16 +302,18 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
     const int rank = static_cast<int>(cluster.block_rank());
     float* recv = reinterpret_cast<float*>(smem_raw + pipe_bytes<T>(STAGES));
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every peer has started: its region is live
+    if (kw == 0) {  // group 0 holds the tile; every thread still takes part in the barrier and the sums below
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
+      for (int i = 0; i < MI; ++i)
 #pragma unroll
-      for (int j = 0; j < NJ; ++j)
+        for (int j = 0; j < NJ; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = wm + i * 16 + lane / 4 + h * 8, c = wn + j * 8 + (lane % 4) * 2, q = r / ROWS;
-          float* dst = cluster.map_shared_rank(recv, q) + (rank * ROWS + r - q * ROWS) * LDP + c;
-          *reinterpret_cast<float2*>(dst) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-        }
+          for (int h = 0; h < 2; ++h) {
+            const int r = wm + i * 16 + lane / 4 + h * 8, c = wn + j * 8 + (lane % 4) * 2, q = r / ROWS;
+            float* dst = cluster.map_shared_rank(recv, q) + (rank * ROWS + r - q * ROWS) * LDP + c;
+            *reinterpret_cast<float2*>(dst) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+          }
+    }
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
     const bool quads = (ldc % 4) == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0;
     for (int idx = threadIdx.x; idx < ROWS * (BN / 4); idx += THREADS) {
@@ -351,6 +423,14 @@ auto dispatch(int t, int s, int stages, Args... args) -> decltype(F<0, 1, 2>::ru
     case 6: GEMMRL_CASE_S(6)
     case 7: GEMMRL_CASE_S(7)
     case 8: GEMMRL_CASE_S(8)
+    case 9: GEMMRL_CASE_S(9)
+    case 10: GEMMRL_CASE_S(10)
+    case 11: GEMMRL_CASE_S(11)
+    case 12: GEMMRL_CASE_S(12)
+    case 13: GEMMRL_CASE_S(13)
+    case 14: GEMMRL_CASE_S(14)
+    case 15: GEMMRL_CASE_S(15)
+    case 16: GEMMRL_CASE_S(16)
     default: return F<0, 1, 2>::bad();
   }
 #undef GEMMRL_CASE_ST
@@ -387,13 +467,20 @@ cudaError_t run_plan(const Plan& p, const void* A, const void* B, void* C, cudaS
                             static_cast<elem_t*>(C), p.M, p.N, p.K, p.lda, p.ldb, p.ldc, p.k_per);
 }
 
-int tile_of(int bm, int bn) {
-  const int dims[NTILES][2] = {{16, 32}, {16, 64}, {32, 32}, {32, 64}, {64, 32}, {64, 64}, {64, 128}, {128, 64},
-                               {128, 128}};
-  for (int t = 0; t < NTILES; ++t)
-    if (dims[t][0] == bm && dims[t][1] == bn) return t;
-  return -1;
+template <int T>
+bool is_tile(int bm, int bn, int kw) {
+  return Tile<T>::BM == bm && Tile<T>::BN == bn && Tile<T>::KW == kw;
 }
+
+template <int... Ts>
+int find_tile(int bm, int bn, int kw, std::integer_sequence<int, Ts...>) {
+  int t = -1;
+  ((t < 0 && is_tile<Ts>(bm, bn, kw) ? (t = Ts) : 0), ...);
+  return t;
+}
+
+// the instantiated tile of bm x bn with kw K groups, or -1
+int tile_of(int bm, int bn, int kw) { return find_tile(bm, bn, kw, std::make_integer_sequence<int, NTILES>{}); }
 
 bool operands_ok(const void* A, const void* B, int M, int N, int K, int lda, int ldb, int ldc) {
   return M > 0 && N > 0 && K > 0 && K % 8 == 0 && lda % 8 == 0 && ldb % 8 == 0 && lda >= K && ldb >= K && ldc >= N &&
@@ -402,10 +489,11 @@ bool operands_ok(const void* A, const void* B, int M, int N, int K, int lda, int
 
 }  // namespace
 
-// an explicit config: tile bm x bn (one of the instantiated), cluster split s, ring depth stages; 0 or a cudaError_t
+// an explicit config: tile bm x bn with kw K groups (one of the instantiated), cluster split s, ring depth stages; 0
+// or a cudaError_t
 extern "C" int gemmrl_tiny_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
-                                cudaStream_t stream, int bm, int bn, int s, int stages) {
-  const int t = tile_of(bm, bn);
+                                cudaStream_t stream, int bm, int bn, int s, int stages, int kw) {
+  const int t = tile_of(bm, bn, kw);
   if (t < 0 || !operands_ok(A, B, M, N, K, lda, ldb, ldc) || s > (K + BK - 1) / BK)
     return static_cast<int>(cudaErrorInvalidValue);
   Plan* p = dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc);
@@ -417,8 +505,9 @@ extern "C" int gemmrl_tiny_gemm(const void* A, const void* B, void* C, int M, in
 
 // a plan for repeated calls at one shape (nullptr: a config or operand shape the kernel does not take); run it with
 // gemmrl_tiny_plan_run(plan, A, B, C, stream) -> 0 or a cudaError_t, free it with gemmrl_tiny_plan_free
-extern "C" void* gemmrl_tiny_plan(int M, int N, int K, int lda, int ldb, int ldc, int bm, int bn, int s, int stages) {
-  const int t = tile_of(bm, bn);
+extern "C" void* gemmrl_tiny_plan(int M, int N, int K, int lda, int ldb, int ldc, int bm, int bn, int s, int stages,
+                                  int kw) {
+  const int t = tile_of(bm, bn, kw);
   if (t < 0 || M <= 0 || N <= 0 || K <= 0 || K % 8 || lda % 8 || ldb % 8 || lda < K || ldb < K || ldc < N ||
       s > (K + BK - 1) / BK)
     return nullptr;
@@ -434,13 +523,13 @@ extern "C" int gemmrl_tiny_plan_run(void* plan, const void* A, const void* B, vo
 extern "C" void gemmrl_tiny_plan_free(void* plan) { delete static_cast<Plan*>(plan); }
 
 // clusters of this config that fit on the device at once (> 0), 0 if none, < 0 an error
-extern "C" int gemmrl_tiny_max_active_clusters(int bm, int bn, int s, int stages) {
-  const int t = tile_of(bm, bn);
+extern "C" int gemmrl_tiny_max_active_clusters(int bm, int bn, int s, int stages, int kw) {
+  const int t = tile_of(bm, bn, kw);
   return t < 0 ? -static_cast<int>(cudaErrorInvalidValue) : dispatch<Clusters>(t, s, stages);
 }
 
-extern "C" int gemmrl_tiny_smem_bytes(int bm, int bn, int s, int stages) {
-  const int t = tile_of(bm, bn);
+extern "C" int gemmrl_tiny_smem_bytes(int bm, int bn, int s, int stages, int kw) {
+  const int t = tile_of(bm, bn, kw);
   return t < 0 ? -1 : dispatch<Smem>(t, s, stages);
 }
 
@@ -456,5 +545,5 @@ extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, 
   int s = 1;
   for (int c = 2; c <= 16; c *= 2)
     if (tiles * c <= 132 && ktiles >= c && (c < 16 || tiles <= 7)) s = c;
-  return gemmrl_tiny_gemm(A, B, C, M, N, K, lda, ldb, ldc, stream, bm, bn, s, 4);
+  return gemmrl_tiny_gemm(A, B, C, M, N, K, lda, ldb, ldc, stream, bm, bn, s, 4, 1);
 }
