@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(THREADS)
   extern __shared__ unsigned char raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + STAGES * C::STAGE);
-  const int row0 = (blockIdx.x * ROWS) % rows_total;
+  const int row0 = (blockIdx.x % (rows_total / ROWS)) * ROWS;  // whole row blocks inside the buffer
   const int tid = threadIdx.x;
   uint32_t acc = 0;
 

@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 SRC = Path(__file__).with_name("pace_probe.cu")
-ROWS_TOTAL = 2048            # the buffer: [2048, 4096] fp16, 16 MiB (L2-resident once warm)
+ROWS_TOTAL = 3072            # the buffer: [3072, 4096] fp16, 24 MiB (L2-resident once warm; whole blocks of 48, 96,
+#                              128 and 256 rows)
 LAUNCHES = ((8, 1), (16, 1), (16, 16), (128, 1))  # (CTAs, cluster size along x)
 STEPS = (8, 64)
 METHODS = {0: "cp.async", 1: "bulk-1d-rows", 2: "tma-2d"}
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
         ResultsWriter(args.out).write_batch(rows_out)
     print(f"{'method':13} {'rows':>4} {'thr':>4} {'st':>3} {'CTAs':>5} {'clus':>4} {'us k8':>7} {'us k64':>7} "
           f"{'us/step':>8} {'GB/s/CTA':>9} {'B/clk/CTA':>9}")
-    mhz = sm_clock_mhz() or 1980.0
+    mhz = float(sm_clock_mhz() or 1980.0)
     for m, rows, threads, stages in configs:
         for grid, cluster in LAUNCHES:
             a = times.get((m, rows, threads, stages, grid, cluster, STEPS[0]), float("nan"))
