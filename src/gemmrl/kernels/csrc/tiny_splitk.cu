@@ -117,12 +117,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-#ifndef GEMMRL_TINY_L2_HINT
-// the whole steps' cp.async asks L2 to fetch 256 bytes of a row at a time: the next step's 128 bytes of the row come
-// with this step's (from DRAM in the cold protocol); "" for none (session 38's A/B)
-#define GEMMRL_TINY_L2_HINT ".L2::256B"
-#endif
-
 // the cp.async loads of one K step, set up once per CTA: thread x copies chunks x, x + THREADS, ... of the stage's
 // (BM + BN) rows of 8 16-byte chunks; per chunk a global pointer that walks the CTA's K slice (a row past M or N reads
 // row 0 instead: valid memory, and only output rows and columns that are never stored see it) and its shared-memory
@@ -162,8 +156,7 @@ struct Loader {
 #pragma unroll
       for (int j = 0; j < PER; ++j) {
         if (!RAGGED || j + 1 < PER || last)
-          asm volatile("cp.async.cg.shared.global" GEMMRL_TINY_L2_HINT " [%0], [%1], 16;\n" ::"r"(dst[j] + off),
-                       "l"(src[j]));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst[j] + off), "l"(src[j]));
         src[j] += BK;
       }
     } else {  // the slice's last, short step: columns past it are zero-filled
