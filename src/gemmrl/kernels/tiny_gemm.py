@@ -9,8 +9,8 @@ cp.async loads up front, and reduce through distributed shared memory in rank or
 launch. The price is mma.sync (about a quarter of wgmma's rate, session 12), so the family keeps to tiles of at most
 128x128 and to the shapes with few of them.
 
-A config (:class:`TinyConfig`) is (BM x BN tile, cluster split S, ring depth) for one dtype. Every instantiation is in
-one shared object per dtype (one nvcc run, ~25 s), so a screen compiles once. ``valid_config`` is the compile-time
+A config (:class:`TinyConfig`) is (BM x BN tile, cluster split S, ring depth, KW warp groups that split each K step)
+for one dtype. Every instantiation is in one shared object per dtype (one nvcc run, ~35 s), so a screen compiles once. ``valid_config`` is the compile-time
 predicate (an instantiated tile, split and depth), ``valid`` adds the problem (tn, fp32 accumulation, the dtype,
 K % 8 for 16-byte cp.async, no split deeper than the K steps, at most 2 x SMs CTAs when split); ``prepare`` also asks
 the device how many clusters of the config fit at once and refuses a config that fits none.
