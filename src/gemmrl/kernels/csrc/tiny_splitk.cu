@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
   Loader<T> loader(A, Bt, M, N, lda, ldb, m0, n0, k_begin, smem);
-#pragma unroll 1  // the ring's fill as a loop: unrolled it was ~40% of the kernel's code, fetched from DRAM on a cold call
+#pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < nk) loader.load(s, k_end - k_begin - s * BK);
     cp_async_commit();
