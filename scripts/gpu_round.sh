@@ -96,8 +96,9 @@
 #   launch, occupancy) of one call each (which: triton | cutlass | tiny | vendor; limit NCU_S per call), in ncu_*.log;
 #   NCU_CACHE="all none" profiles each with ncu's cache control all (L2 flushed first, default) and none.
 # PROBE_SPECS="M_N_K:layout ...": first, the offline crowd probe (scripts/offline_host_probe.py, PROBE_CROWD=2).
-# Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments), GPU_TESTS (test
-# paths, default tests), SKIP_HOTPATH=1 (no gemmrl.mm hot-path build: a round that times no gemmrl.mm call).
+# Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments, split on spaces),
+# PYTEST_K (one -k expression, spaces kept: PYTEST_K="battery or deterministic"), GPU_TESTS (test paths, default
+# tests), SKIP_HOTPATH=1 (no gemmrl.mm hot-path build: a round that times no gemmrl.mm call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export GEMMRL_OUT=${GEMMRL_OUT:-${OUT:-/tmp/gemmrl_out}}
@@ -177,7 +178,7 @@ fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # shellcheck disable=SC2086
   timeout "${GPU_TESTS_S:-180}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider ${PYTEST_ARGS:-} \
-    >"$GEMMRL_OUT/gpu_tests.log" 2>&1
+    ${PYTEST_K:+-k "$PYTEST_K"} >"$GEMMRL_OUT/gpu_tests.log" 2>&1
   echo "gpu tier: exit $? ; $(tail -n 1 "$GEMMRL_OUT/gpu_tests.log")"
   grep -E "^(FAILED|ERROR)" "$GEMMRL_OUT/gpu_tests.log" | head -20
 fi
