@@ -57,9 +57,9 @@ def test_space_counts_every_instantiation():
     assert not tg.valid_config(tg.TinyConfig(128, 128, 1, 8))[0] and not tg.valid_config(tg.TinyConfig(64, 128, 2, 8))[0]
     assert tg.valid_config(tg.TinyConfig(64, 128, 1, 8))[0]
     # the ring of 2 x (64 + 64) rows of 72 halves; a split adds the region its cluster pushes partials into (64 x 68
-    # floats)
+    # floats) and the 8-byte mbarrier they complete on
     assert tg.TinyConfig(64, 64, 1, 2).smem_bytes == 2 * 128 * 72 * 2
-    assert tg.TinyConfig(64, 64, 8, 2).smem_bytes == 2 * 128 * 72 * 2 + 64 * 68 * 4
+    assert tg.TinyConfig(64, 64, 8, 2).smem_bytes == 2 * 128 * 72 * 2 + 64 * 68 * 4 + 8
     assert {c.threads for c in cfgs} == {64, 128, 256, 512}
     assert tg.TinyConfig(16, 32, kw=2).threads == 128 and tg.TinyConfig(32, 32, kw=4).threads == 512
 

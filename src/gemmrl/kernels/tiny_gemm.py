@@ -94,9 +94,10 @@ class TinyConfig:
     @property
     def smem_bytes(self) -> int:
         """What a launch asks for (the .cu's smem_bytes): the cp.async ring, and with a split the region the cluster
-        pushes this CTA's rows of every partial into (its own: peers may push while this CTA is still in its loop)."""
+        pushes this CTA's rows of every partial into (its own: peers may push while this CTA is still in its loop) and
+        the mbarrier those stores complete on."""
         ring = self.stages * (self.bm + self.bn) * LDS * 2
-        return ring + (self.bm * (self.bn + 4) * 4 if self.split > 1 else 0)
+        return ring + (self.bm * (self.bn + 4) * 4 + 8 if self.split > 1 else 0)
 
 
 def valid_config(cfg: TinyConfig) -> tuple[bool, str]:

@@ -95,8 +95,8 @@ __host__ __device__ constexpr int pipe_bytes(int stages) { return stages * (Tile
 template <int T>
 __host__ __device__ constexpr int part_bytes() { return Tile<T>::BM * (Tile<T>::BN + 4) * 4; }
 template <int T, int S, int STAGES>
-constexpr int smem_bytes() {  // the ring, then (S > 1) the partials the cluster pushes here, a region of their own
-  return pipe_bytes<T>(STAGES) + (S > 1 ? part_bytes<T>() : 0);
+constexpr int smem_bytes() {  // the ring, then (S > 1) the partials the cluster pushes here and the mbarrier they
+  return pipe_bytes<T>(STAGES) + (S > 1 ? part_bytes<T>() + 8 : 0);  // complete on, a region of their own
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
@@ -193,8 +193,20 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
   const int lane = threadIdx.x % 32, kw = threadIdx.x / GROUP, warp = (threadIdx.x % GROUP) / 32;
   const int wm = (warp / Tile<T>::WARPS_N) * WM, wn = (warp % Tile<T>::WARPS_N) * WN;
 
-  if constexpr (S > 1)  // the cluster's start barrier: arrive now, wait after the main loop (by then a formality)
+  if constexpr (S > 1) {
+    // the receive region's mbarrier: one arrival (this thread's, now) and the tile's BM x BN fp32 partials in bytes,
+    // which the S CTAs' st.async complete; then the cluster's start barrier: arrive now, wait after the main loop
+    if (threadIdx.x == 0) {
+      const unsigned bar = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw + pipe_bytes<T>(STAGES) +
+                                                                          part_bytes<T>()));
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar));
+      asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+                   "r"(Tile<T>::BM * Tile<T>::BN * 4)
+                   : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  }
 
   float acc[MI][NJ][4];
 #pragma unroll
@@ -291,18 +303,21 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
           }
         }
   } else {
-    // push, then one barrier: CTA q owns rows [q*ROWS, (q+1)*ROWS) of the tile; every CTA stores its fp32 partial of
-    // those rows into q's receive region (slot = the sender's rank) with plain distributed-shared-memory stores, the
-    // cluster barrier (release/acquire) makes them visible, and q sums its slots in rank order (deterministic) from
-    // its own shared memory. No remote load and no barrier after the sums (session 37: the pull version, loads from
-    // every peer between two full barriers, cost ~1.3 us over an unsplit call at 64_64_256).
+    // push, no barrier: CTA q owns rows [q*ROWS, (q+1)*ROWS) of the tile; every CTA st.async-es its fp32 partial of
+    // those rows into q's receive region (slot = the sender's rank), each store completing bytes on q's mbarrier, so
+    // q waits for exactly its own rows' bytes and sums its slots in rank order (deterministic) from its own shared
+    // memory. No remote load, and no cluster barrier after the start (session 37: the pull version, loads from every
+    // peer between two full barriers, cost ~1.3 us over an unsplit call at 64_64_256; its push with plain stores and a
+    // release/acquire cluster barrier ~0.5 us; session 38: st.async + the receiver's mbarrier).
     constexpr int LDP = BN + 4, ROWS = BM / S;  // floats per partial row; rows each CTA owns
     static_assert(BM % S == 0, "every CTA owns whole rows");
     cg::cluster_group cluster = cg::this_cluster();
     const int rank = static_cast<int>(cluster.block_rank());
     float* recv = reinterpret_cast<float*>(smem_raw + pipe_bytes<T>(STAGES));
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every peer has started: its region is live
-    if (kw == 0) {  // group 0 holds the tile; every thread still takes part in the barrier and the sums below
+    const unsigned recv_s = static_cast<unsigned>(__cvta_generic_to_shared(recv));
+    const unsigned bar_s = recv_s + part_bytes<T>();
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every peer has started: its mbarrier is set up
+    if (kw == 0) {  // group 0 holds the tile; every thread still sums below
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -310,11 +325,24 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = wm + i * 16 + lane / 4 + h * 8, c = wn + j * 8 + (lane % 4) * 2, q = r / ROWS;
-            float* dst = cluster.map_shared_rank(recv, q) + (rank * ROWS + r - q * ROWS) * LDP + c;
-            *reinterpret_cast<float2*>(dst) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            unsigned dst, bar;
+            asm("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                : "=r"(dst)
+                : "r"(recv_s + ((rank * ROWS + r - q * ROWS) * LDP + c) * 4), "r"(q));
+            asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(bar) : "r"(bar_s), "r"(q));
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];\n" ::"r"(
+                             dst),
+                         "f"(acc[i][j][2 * h]), "f"(acc[i][j][2 * h + 1]), "r"(bar)
+                         : "memory");
           }
     }
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    for (unsigned done = 0; !done;)  // every sender's bytes of this CTA's rows have landed
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(bar_s)
+          : "memory");
     const bool quads = (ldc % 4) == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0;
     for (int idx = threadIdx.x; idx < ROWS * (BN / 4); idx += THREADS) {
       const int lr = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
