@@ -12,8 +12,9 @@
 // thread-block cluster along z: each parks its fp32 partial in its own shared memory, and after a cluster barrier
 // CTA r sums its share of the tile's float4 chunks over all S partials through distributed shared memory, in rank
 // order (deterministic), and writes them. No workspace, no atomics, one launch. S = 1 stores from registers.
-// (Since session 37 the partials are pushed: each CTA stores the rows CTA r owns into r's shared memory, one cluster
-// barrier, and r sums its own shared memory; see the S > 1 epilogue.)
+// (Since session 37 the partials are pushed: each CTA stores the rows CTA r owns into r's shared memory and r sums
+// its own shared memory; since session 38 by st.async, completing on r's mbarrier, with no cluster barrier after the
+// start; see the S > 1 epilogue.)
 // cluster_splitk.cu (session 12) is the same reduction on one 128x128 tile; its lesson was that mma.sync cannot keep
 // up on big tiles, so this family only has tiles up to 128x128 and is meant for the few-tile shapes.
 //
