@@ -10,8 +10,8 @@ launch. The price is mma.sync (about a quarter of wgmma's rate, session 12), so 
 128x128 and to the shapes with few of them.
 
 A config (:class:`TinyConfig`) is (BM x BN tile, cluster split S, ring depth, KW warp groups that split each K step)
-for one dtype. Every instantiation is in one shared object per dtype (one nvcc run, ~35 s), so a screen compiles once. ``valid_config`` is the compile-time
-predicate (an instantiated tile, split and depth), ``valid`` adds the problem (tn, fp32 accumulation, the dtype,
+for one dtype. Every instantiation is in one shared object per dtype (one nvcc run, ~35 s), so a screen compiles
+once. ``valid_config`` is the compile-time predicate (an instantiated tile, split and depth), ``valid`` adds the problem (tn, fp32 accumulation, the dtype,
 K % 8 for 16-byte cp.async, no split deeper than the K steps, at most 2 x SMs CTAs when split); ``prepare`` also asks
 the device how many clusters of the config fit at once and refuses a config that fits none.
 
@@ -82,7 +82,8 @@ class TinyConfig:
         m = re.fullmatch(r"(\d+)x(\d+)(?:_kw(\d+))?_s(\d+)_st(\d+)_(fp16|bf16)", text.strip())
         if not m:
             raise TinyConfigError(f"cannot read tiny config {text!r}; expected e.g. {TinyConfig()} or "
-                                  f"{TinyConfig(16, 32, 8, 4, kw=2)} (BMxBN[_kw<K groups>]_s<split>_st<stages>_<dtype>)")
+                                  f"{TinyConfig(16, 32, 8, 4, kw=2)} "
+                                  "(BMxBN[_kw<K groups>]_s<split>_st<stages>_<dtype>)")
         bm, bn, kw, s, st, dtype = m.groups()
         return cls(int(bm), int(bn), int(s), int(st), dtype, int(kw or 1))
 

@@ -24,8 +24,9 @@
 //
 // ABI gemmrl (kernels/cuda_source.py), layout tn: A row-major [M,K] (lda), B as B^T row-major [N,K] (ldb), C
 // row-major [M,N] (ldc). cp.async needs 16-byte aligned A and B and K, lda, ldb multiples of 8; M and N are free
-// (a tile's rows past M or N load row 0 and are never stored; stores predicated; a K tail is zero-filled). Entry points: gemmrl_tiny_gemm (an explicit config, kernels/tiny_gemm.py),
-// gemmrl_gemm (a heuristic config), gemmrl_tiny_plan / _plan_run / _plan_free
+// (a tile's rows past M or N load row 0 and are never stored; stores predicated; a K tail is zero-filled). Entry
+// points: gemmrl_tiny_gemm (an explicit config, kernels/tiny_gemm.py), gemmrl_gemm (a heuristic config),
+// gemmrl_tiny_plan / _plan_run / _plan_free
 // (a prepared shape: what the hot path calls), gemmrl_tiny_smem_bytes and gemmrl_tiny_max_active_clusters (the validity
 // predicate's device-side facts).
 #include <cooperative_groups.h>
@@ -63,8 +64,9 @@ constexpr int LDS = BK + 8;  // elements per shared row: 144 bytes, so ldmatrix'
 // tile t: BM x BN over a WARPS_M x WARPS_N grid of warps (each warp BM/WARPS_M x BN/WARPS_N, multiples of 16), times
 // KW warp groups that split each 64-deep K step between them (sliced K: group g takes 16-deep slices g*4/KW ..; their
 // partial tiles are summed in shared memory after the main loop). Session 38: ncu had one CTA's warps issue-bound
-// (~4 cycles an instruction, 2 warps on 4 schedulers), so a K step's time was its instruction chain; KW groups split
-// the ldmatrix/mma chain and the loads over KW times the warps.
+// (~4 cycles an instruction, 2 warps on 4 schedulers); KW groups split the ldmatrix/mma chain and the loads over KW
+// times the warps. Measured: 16x32 and 32x32 steps ~4-5% faster with 2 groups, 64x64 7% slower (its step is the SM's
+// shared-memory traffic and HMMA rate, not one warp's chain; NOTES session 38).
 template <int T> struct Tile;
 #define GEMMRL_TILE(T_, BM_, BN_, WM_, WN_, KW_)                                              \
   template <> struct Tile<T_> {                                                                \
@@ -235,8 +237,8 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
     cp_async_commit();
     const elem_t* sa = a_frag + (kt % STAGES) * STAGE + kw * SLICES * 16;
     const elem_t* sb = b_frag + (kt % STAGES) * STAGE + kw * SLICES * 16;
-    // fragments double-buffered over the four 16-deep slices: slice kk + 1's ldmatrix is issued before slice kk's
-    // MMAs, so the shared-memory latency hides behind them (one buffer serialised ldmatrix -> mma each slice)
+    // fragments double-buffered over the 16-deep slices: slice kk + 1's ldmatrix is written before slice kk's MMAs
+    // (ptxas may still schedule each ldmatrix next to its HMMA; it did for 16x32 in session 38)
     uint32_t af[2][MI][4], bf[2][NJ / 2][4];
     auto fetch = [&](int buf, int kk) {
 #pragma unroll
