@@ -4,9 +4,21 @@ Without a GPU, Triton kernels run under the interpreter on CPU tensors: TRITON_I
 here, before any test module imports triton.
 """
 
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def script_module(name: str):
+    """``scripts/<name>.py`` loaded as a module (the scripts are not a package; a fresh copy each call)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _cuda() -> bool:

@@ -1,13 +1,13 @@
 """scripts/cold_anatomy.py: the probe kernels build with nvcc and export every entry the script calls; the library's
 tiny-shape Triton configs are read per protocol (CPU; the timing is GPU work)."""
 import ctypes
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from gemmrl.kernels.cuda_source import find_nvcc
 from gemmrl.kernels.triton_gemm.configs import parse_config
+from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "benchmarks" / "results" / ("h100_grid1000_library_selection-every-vendor-host-order-tiny278-cutlass-"
@@ -16,9 +16,7 @@ LIBRARY = ROOT / "benchmarks" / "results" / ("h100_grid1000_library_selection-ev
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("cold_anatomy", ROOT / "scripts" / "cold_anatomy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("cold_anatomy")
     return mod
 
 

@@ -14,6 +14,7 @@ import pytest
 from gemmrl.kernels.triton_gemm.configs import H100, parse_config
 from gemmrl.problem import parse_mnk
 from gemmrl.search.costmodel import DEFAULT, estimate, prune_diverse
+from conftest import script_module
 
 SPLITK = "splitk(BM=64,BN=64,BK=128,warps=4,stages={s},group_m=8,split={k},reduction=fused,tma=False,nondeterministic=False)"
 TILED = "tiled(BM=64,BN=64,BK=64,warps=4,stages={s},group_m=8)"
@@ -175,14 +176,9 @@ def test_cutlass_check_script_scores_the_overlap_against_a_screen(tmp_path, caps
     """scripts/costmodel_cutlass_check.py: on a screen where the ping-pong configs measured fastest at a C-write-bound
     shape, the model's top-1 regret is 1 with the overlap on and > 1 with it off (the model then prefers the
     cooperative 128x256 tile there); fewer than 4 CUTLASS configs in a cell is no cell; no cell at all exits 2."""
-    import importlib.util
-    from pathlib import Path
-
     from gemmrl.results import ResultsWriter
 
-    spec = importlib.util.spec_from_file_location("cc", Path(__file__).parents[1] / "scripts" / "costmodel_cutlass_check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("costmodel_cutlass_check")
 
     def row(mnk, cfg, us, proto="cold"):
         return {"mnk": mnk, "dtype": "fp16", "acc": "fp32", "protocol": proto, "candidate": f"cutlass:{cfg}:s1_rh_dheuristic_k1",

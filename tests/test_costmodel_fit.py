@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREEN = ROOT / "benchmarks" / "results" / "h100_probe38_triton-select-top24-explore24_2026-11-22.csv.gz"
@@ -14,9 +14,7 @@ SCREEN = ROOT / "benchmarks" / "results" / "h100_probe38_triton-select-top24-exp
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location("costmodel_fit", ROOT / "scripts" / "costmodel_fit.py")
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    m = script_module("costmodel_fit")
     return m
 
 

@@ -6,7 +6,6 @@ the plan, the proposer and the tally (``gemmrl.search.faults``) are tested on th
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
@@ -18,15 +17,13 @@ from gemmrl.problem import GemmProblem
 from gemmrl.search import faults
 from gemmrl.search.loop import payload_text
 from gemmrl.search.proposer import Context, spec_key
+from conftest import script_module
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = "16_16_16,17_19_23"   # under the interpreter a group of 4 takes ~2-5 s here; 33_65_129 ~10 s
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("fault_survival", ROOT / "scripts" / "fault_survival.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("fault_survival")
     return mod
 
 

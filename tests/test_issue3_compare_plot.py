@@ -3,10 +3,10 @@ runs of sessions 29 and 30 (their geomeans are the notes' figures) and refusing 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 R = ROOT / "benchmarks" / "results"
@@ -16,9 +16,7 @@ REST = R / "h100_issue3_rest48_final_triton-selected-remeasure_graph-cold_2f06d0
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("issue3_compare_plot", ROOT / "scripts" / "issue3_compare_plot.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("issue3_compare_plot")
     return mod
 
 

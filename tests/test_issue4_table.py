@@ -3,21 +3,17 @@ selection runs alone (never from the numbers it is judged on), the markdown and 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from gemmrl.results import ResultsWriter
+from conftest import script_module
 
-ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ("64_64_64", "4096_4096_4096")
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("issue4_table", ROOT / "scripts" / "issue4_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("issue4_table")
     return mod
 
 

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
 from gemmrl.results import COLUMNS
+from conftest import script_module
 
 GPU = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture(scope="module")
 def mod():
-    spec = importlib.util.spec_from_file_location(
-        "issue5_measure", Path(__file__).resolve().parents[1] / "scripts" / "issue5_measure.py")
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    m = script_module("issue5_measure")
     return m
 
 

@@ -11,6 +11,7 @@ from gemmrl.cli import main
 from gemmrl.library import PROTOCOL_ORDER, Entry, Library, LibraryError, TrialsStore, build_entries
 from gemmrl.results import COLUMNS, ResultsWriter
 from gemmrl.summary import BASELINES
+from conftest import script_module
 
 GPU, GPU2 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 CFG = "tiled(BM=64,BN=64,BK=32,warps=4,stages=3,group_m=8)"
@@ -694,12 +695,8 @@ def test_cli_build_warns_where_torch_is_the_only_vendor_path(env, capsys):
 def test_library_plot_takes_exact_entries_per_shape(tmp_path, capsys):
     """scripts/library_plot.py: per (shape, protocol) the fastest exact entry over the layouts (a bucket's time was
     measured at its own shapes, not between them), its speedup over vendor_best, and a PNG."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("library_plot", Path(__file__).resolve().parents[1] / "scripts" /
-                                                  "library_plot.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("library_plot")
     lib = Library([_entry(time_ms=0.01, vendor_best_ms=0.02),
                    _entry(layout="tn", family="vendor", impl="cublas_tn", algo="", time_ms=0.02, vendor_best_ms=0.02),
                    _entry(M=32, family="vendor", impl="cublas_nn", algo="", time_ms=0.03, vendor_best_ms=0.03),
@@ -720,12 +717,8 @@ def test_library_plot_takes_exact_entries_per_shape(tmp_path, capsys):
 def test_library_plot_keeps_dtypes_apart(tmp_path, capsys):
     """An fp16 and a bf16 entry of one shape are two problems (the model shapes are tuned in both): the faster
     bf16 entry must not stand for the fp16 shape; --dtype picks one."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("library_plot", Path(__file__).resolve().parents[1] / "scripts" /
-                                                  "library_plot.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("library_plot")
     lib = Library([_entry(family="vendor", impl="cublas_nn", algo="", time_ms=0.02, vendor_best_ms=0.02),
                    _entry(dtype="bf16", time_ms=0.005, vendor_best_ms=0.01)])
     got = mod.served(lib, GPU)["offline"]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 from gemmrl.results import COLUMNS, ResultsWriter
+from conftest import script_module
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -17,9 +17,7 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 @pytest.fixture(scope="module")
 def mod():
     sys.path.insert(0, str(SCRIPTS))  # it imports issue5_measure's splice
-    spec = importlib.util.spec_from_file_location("library_merge_rows", SCRIPTS / "library_merge_rows.py")
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
+    m = script_module("library_merge_rows")
     return m
 
 

@@ -25,6 +25,7 @@ from gemmrl.search.loop import Tuner, TuneSpec, payload_from, payload_text
 from gemmrl.search.policy import RLPolicy, candidate_set
 from gemmrl.search.proposer import Proposal
 from gemmrl.timing import TimingConfig
+from conftest import script_module
 
 SMALL = partial(candidate_set, top=8, explore=4)
 SHAPES = [GemmProblem(*s) for s in [(64, 4096, 4096), (128, 256, 64), (1, 4096, 4096), (33, 65, 129)]]
@@ -317,14 +318,11 @@ def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path):
     """scripts/trials_export.py: what `gemmrl tune --summary-out/--rows-out` would have written, from the store of a
     run that was cut off or shared a store with other parts; a gzipped store too; a run not there is an error."""
     import gzip
-    import importlib.util
     import shutil
 
     from gemmrl.results import read_rows
 
-    spec = importlib.util.spec_from_file_location("trials_export", ROOT / "scripts" / "trials_export.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("trials_export")
     store = TrialsStore(tmp_path / "t.sqlite")
     _tuner(store, rounds=1, run="a").run()
     _tuner(store, rounds=2, run="b").run()   # a second run in the same store: not exported with "a"
@@ -456,13 +454,10 @@ def test_library_progress_table_per_run_and_in_all(tmp_path):
     """scripts/library_progress.py: per tuning run and over all, the shapes, candidates, device-minutes and the best
     generated candidate's geomean speedups (alone and with the vendor fallback), from a (gzipped) trials store."""
     import gzip
-    import importlib.util
     import shutil
 
     sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("library_progress", ROOT / "scripts" / "library_progress.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("library_progress")
     rows = [dict(mnk="a", run="r1", candidate="triton:x", verdict="ok", reward=math.log(2.0), speedup_graph=2.0,
                  speedup_cold=2.0, gpu_s=30.0),
             dict(mnk="a", run="r1", candidate="cutlass:y", verdict="ok", reward=math.log(0.5), speedup_graph=0.5,

@@ -2,20 +2,15 @@
 instantiations (each a known method, whole 16-byte chunks per thread, a ring that fits the opt-in shared memory);
 the per-step arithmetic (CPU; the timing is GPU work)."""
 import ctypes
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from gemmrl.kernels.cuda_source import find_nvcc
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import script_module
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("pace_probe", ROOT / "scripts" / "pace_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("pace_probe")
     return mod
 
 

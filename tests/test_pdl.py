@@ -24,6 +24,7 @@ from gemmrl.kernels.triton_gemm import plans
 from gemmrl.problem import GemmProblem, parse_mnk
 from gemmrl.search import costmodel as CM
 from gemmrl.search.screen import ScreenSpec, entries_for, exploration_pool
+from conftest import script_module
 
 CONFIGS = [
     TiledConfig(BM=64, BN=64, BK=32, warps=4, stages=3, pdl=True),
@@ -218,13 +219,10 @@ def test_gpu_pdl_dependent_chain_eager_and_graph(case):
 def test_pdl_probe_takes_the_configs_a_remeasure_served():
     """scripts/pdl_probe.py --from-remeasure: per shape, the config served in the protocol asked (parseable), only
     the shapes of the file; its built-in cases parse too."""
-    import importlib.util
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("pdl_probe", root / "scripts" / "pdl_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = script_module("pdl_probe")
     rem = root / "benchmarks" / "results" / "h100_issue3_120_triton-selected-remeasure_graph-cold_2026-11-22.csv.gz"
     shapes = {"512_256_2048", "256_512_4096", "1_4096_4096"}
     cases = probe.cases_from_remeasure(str(rem), "graph", shapes)

@@ -22,6 +22,7 @@ from gemmrl.search.policy import (CostModelProposer, RandomProposer, RLPolicy, c
 from gemmrl.search.proposer import Context, Outcome
 from gemmrl.search.replay import Arm, Table, TableExecutor, load_tables
 from gemmrl.search.space import space_size
+from conftest import script_module
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 SCREENS = [RESULTS / "h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz",
@@ -388,7 +389,6 @@ def test_live_tuning_learns_at_its_own_rate_and_noise_floor(tmp_path):
 def test_policy_live_replay_script(tmp_path, tables):
     """scripts/policy_live_replay.py: a run's stored groups replayed on a policy (one step each, in order), and
     live-style greedy groups on screens; lr 0 leaves the policy as it was."""
-    import importlib.util
     import sys
 
     from gemmrl.library import TrialsStore
@@ -396,10 +396,7 @@ def test_policy_live_replay_script(tmp_path, tables):
     from gemmrl.search.loop import Tuner, TuneSpec
 
     sys.path.insert(0, str(RESULTS.parents[1] / "scripts"))
-    spec = importlib.util.spec_from_file_location("policy_live_replay", RESULTS.parents[1] / "scripts" /
-                                                  "policy_live_replay.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("policy_live_replay")
     shapes = (GemmProblem(256, 512, 1024), GemmProblem(1024, 256, 64), GemmProblem(64, 4096, 4096))
     store = TrialsStore(tmp_path / "t.sqlite")
     Tuner(TuneSpec(shapes, group=4, rounds=2, run="r", gpu="model"), [RLPolicy(candidates=SMALL)], ModelExecutor(),
@@ -426,12 +423,8 @@ def test_policy_live_replay_script(tmp_path, tables):
 
 
 def _efficiency_remeasure():
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("efficiency_remeasure", RESULTS.parents[1] / "scripts" /
-                                                  "efficiency_remeasure.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("efficiency_remeasure")
     return mod
 
 

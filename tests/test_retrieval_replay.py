@@ -1,10 +1,10 @@
 """scripts/retrieval_replay.py: neighbours' winners put before the shipped policy's order, judged by replay."""
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 R = ROOT / "benchmarks" / "results"
@@ -15,9 +15,7 @@ PROBES = [R / "h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("retrieval_replay", ROOT / "scripts" / "retrieval_replay.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("retrieval_replay")
     return mod
 
 

@@ -15,7 +15,7 @@ from gemmrl.results import ResultsWriter, read_rows
 from gemmrl.search.screen import ScreenSpec, configs_for, exploration_pool, selection_table, triton_configs
 from gemmrl.search.space import VARIANTS
 
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, script_module
 
 
 def test_exploration_pool_is_seeded_and_covers_every_variant():
@@ -258,13 +258,7 @@ def test_select_retrieves_earlier_winners_on_gpu(tmp_path, capsys):
 
 def test_screen_subsets_script(tmp_path, capsys):
     """scripts/screen_subsets.py: the screen's geomean with and without named configs, and where they won."""
-    import importlib.util
-
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("screen_subsets", Path(__file__).parents[1] / "scripts" / "screen_subsets.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("screen_subsets")
     a, b = "pingpong_64x8x64_c2x4_persistent_tn_fp16_swap", "coop_128x128x64_c1x1_persistent_tn_fp16"
     rows = [_row("64_64_64", "graph", f"cutlass:{a}:s1", 0.002, algo=f"{a}:s1"),
             _row("64_64_64", "graph", f"cutlass:{b}:s1", 0.004, algo=f"{b}:s1"),
@@ -286,13 +280,7 @@ def test_screen_ahead_script_keeps_shapes_near_the_earlier_vendor_best(tmp_path,
     """scripts/screen_ahead.py: a shape is kept where the screen's best config is within --min of vendor_best as an
     earlier pass measured it, in any protocol; the screen's own (weaker) references do not decide; a later --against
     file overrides an earlier one cell by cell; no earlier vendor_best at all is an error."""
-    import importlib.util
-
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("screen_ahead", Path(__file__).parents[1] / "scripts" / "screen_ahead.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("screen_ahead")
     a = "pingpong_64x16x128_c1x1_persistent_tn_fp16_swap"
     screen = [_row("128_4096_8192", "graph", f"cutlass:{a}:s1", 0.0100, algo=f"{a}:s1"),
               _row("128_4096_8192", "graph", "cublas_tn", 0.0120, info="screen_ref;chunk=0", algo="3"),  # weak ref
@@ -323,13 +311,7 @@ def test_served_vs_candidate_script_compares_each_run_over_its_own_vendor_best(t
     the same protocol; x divides the served time over the measure run's vendor_best by the candidate's over the
     re-measure's, so a whole run drifting cancels; rechecks, vendor-served cells and configs the re-measure never
     timed are left out; nothing comparable is an error."""
-    import importlib.util
-
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("svc", Path(__file__).parents[1] / "scripts" / "served_vs_candidate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("served_vs_candidate")
     a, b = "pingpong_128x128x64_c1x1_persistent_tn_fp16:s1", "pingpong_64x256x64_c1x1_persistent_tn_fp16:s1"
 
     def served(mnk, proto, ms, cfg, recheck=""):
@@ -367,13 +349,7 @@ def test_oracle_ceiling_takes_each_cells_best_generated_run_floored_at_one(tmp_p
     """scripts/oracle_ceiling.py: per (protocol, shape) the best generated time over its own run's vendor_best
     across files, floored at 1; files without cuBLASLt autotuned rows (selection screens), rechecks, failed
     verifications and other CSV schemas do not count; nothing usable is an error."""
-    import importlib.util
-
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("oc", Path(__file__).parents[1] / "scripts" / "oracle_ceiling.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("oracle_ceiling")
 
     def vendor(mnk, proto, ms):
         return [_row(mnk, proto, "cublaslt_autotuned_tn", ms, info="", algo="1"),

@@ -1,6 +1,5 @@
 """scripts/splitk_anatomy.py: the parts it times beside a fused split-K config (CPU; the timing itself is GPU work)."""
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,15 +9,14 @@ import torch
 from gemmrl.kernels.triton_gemm import plans
 from gemmrl.kernels.triton_gemm.configs import H100, SplitKConfig, TiledConfig, parse_config, valid
 from gemmrl.problem import parse_mnk
+from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "benchmarks" / "results" / "h100_grid1000_library_selection-every-vendor_2026-11-26.json.gz"
 
 
 def _probe():
-    spec = importlib.util.spec_from_file_location("splitk_anatomy", ROOT / "scripts" / "splitk_anatomy.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("splitk_anatomy")
     return mod
 
 

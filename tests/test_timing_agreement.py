@@ -3,21 +3,16 @@ only where both completed every vendor path; wall time per shape from the row ti
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
 from gemmrl.results import ResultsWriter
 from gemmrl.summary import BASELINES
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import script_module
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("timing_agreement", ROOT / "scripts" / "timing_agreement.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("timing_agreement")
     return mod
 
 

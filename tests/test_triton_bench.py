@@ -1,8 +1,6 @@
 """`gemmrl bench --triton-top K`: the cost model's best Triton configs as bench candidates (CPU tier), and the
 best-of-prefix summary round_table.py prints for them."""
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +15,7 @@ from gemmrl.results import read_rows
 from gemmrl.summary import best_of
 from gemmrl.timing import TimingConfig
 
-from conftest import HAS_CUDA
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import HAS_CUDA, script_module
 
 
 # -- the factory --------------------------------------------------------------------------------------
@@ -149,9 +145,7 @@ def test_best_of_picks_fastest_verified_row_per_protocol_and_shape():
 
 
 def test_round_table_prints_best_triton_vs_vendor_best(capsys, tmp_path):
-    spec = importlib.util.spec_from_file_location("round_table", ROOT / "scripts" / "round_table.py")
-    rt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rt)
+    rt = script_module("round_table")
     lines = rt.triton_best_lines(ROWS)
     assert "winner's curse" in lines[0]
     graph = next(x for x in lines if x.split()[0] == "graph")
@@ -235,9 +229,7 @@ def _shapes(tmp_path):
 
 
 def test_round_table_reports_the_re_measured_selection():
-    spec = importlib.util.spec_from_file_location("round_table", ROOT / "scripts" / "round_table.py")
-    rt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rt)
+    rt = script_module("round_table")
     rows = [_row("triton-sel:cold+graph", "graph", "64_64_64", 50.0, algo="tiled(x)"),
             _row("triton-sel:graph", "cold", "64_64_64", 80.0, algo="splitk(y)"),  # not selected for cold: ignored
             _row("triton-sel:cold+graph", "cold", "64_64_64", 20.0, algo="tiled(x)")] + ROWS

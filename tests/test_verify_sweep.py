@@ -10,9 +10,7 @@ accepted by the families' validity predicates at every shape (so nothing fails `
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +19,8 @@ from gemmrl.kernels.planted import planted_candidates
 from gemmrl.kernels.triton_gemm import H100, SmallMConfig, SplitKConfig, TiledConfig, TritonGemm, valid
 from gemmrl.kernels.triton_gemm.configs import next_pow2
 from gemmrl.problem import GemmProblem
+from conftest import script_module
 
-ROOT = Path(__file__).resolve().parents[1]
 CPU = "cpu"
 SEEDS = range(10)
 BLOCK = (64, 128, 64)  # one program for the small shapes: the interpreter runs programs one after another
@@ -148,9 +146,7 @@ def test_summary_counts():
 # The GPU script's choices (CPU: predicates only, nothing launched)
 # ----------------------------------------------------------------------------------------------------
 def _script():
-    spec = importlib.util.spec_from_file_location("false_rejections", ROOT / "scripts" / "false_rejections.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("false_rejections")
     return mod
 
 
