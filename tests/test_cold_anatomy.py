@@ -16,8 +16,7 @@ LIBRARY = ROOT / "benchmarks" / "results" / ("h100_grid1000_library_selection-ev
 
 
 def _probe():
-    mod = script_module("cold_anatomy")
-    return mod
+    return script_module("cold_anatomy")
 
 
 def _entry(M, N, K, protocol, family, layout="nn", algo="tiled(BM=16,BN=32,BK=64,warps=2,stages=2,group_m=1)"):

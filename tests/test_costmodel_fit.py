@@ -14,8 +14,7 @@ SCREEN = ROOT / "benchmarks" / "results" / "h100_probe38_triton-select-top24-exp
 
 @pytest.fixture(scope="module")
 def mod():
-    m = script_module("costmodel_fit")
-    return m
+    return script_module("costmodel_fit")
 
 
 def _constants(out: str) -> dict:

@@ -23,8 +23,7 @@ TINY = "16_16_16,17_19_23"   # under the interpreter a group of 4 takes ~2-5 s h
 
 
 def _script():
-    mod = script_module("fault_survival")
-    return mod
+    return script_module("fault_survival")
 
 
 def _read(path: Path) -> list[dict]:

@@ -16,8 +16,7 @@ REST = R / "h100_issue3_rest48_final_triton-selected-remeasure_graph-cold_2f06d0
 
 
 def _load():
-    mod = script_module("issue3_compare_plot")
-    return mod
+    return script_module("issue3_compare_plot")
 
 
 def test_the_small_class_before_and_after_the_refit(tmp_path, capsys):

@@ -13,8 +13,7 @@ SHAPES = ("64_64_64", "4096_4096_4096")
 
 
 def _load():
-    mod = script_module("issue4_table")
-    return mod
+    return script_module("issue4_table")
 
 
 def _row(mnk, cand, proto, ms, **kw):

@@ -15,8 +15,7 @@ GPU = "NVIDIA H100 80GB HBM3"
 
 @pytest.fixture(scope="module")
 def mod():
-    m = script_module("issue5_measure")
-    return m
+    return script_module("issue5_measure")
 
 
 def _row(mnk, cand, time_ms, protocol="graph", algo="", dtype="fp16", **kw):

@@ -695,7 +695,6 @@ def test_cli_build_warns_where_torch_is_the_only_vendor_path(env, capsys):
 def test_library_plot_takes_exact_entries_per_shape(tmp_path, capsys):
     """scripts/library_plot.py: per (shape, protocol) the fastest exact entry over the layouts (a bucket's time was
     measured at its own shapes, not between them), its speedup over vendor_best, and a PNG."""
-
     mod = script_module("library_plot")
     lib = Library([_entry(time_ms=0.01, vendor_best_ms=0.02),
                    _entry(layout="tn", family="vendor", impl="cublas_tn", algo="", time_ms=0.02, vendor_best_ms=0.02),
@@ -717,7 +716,6 @@ def test_library_plot_takes_exact_entries_per_shape(tmp_path, capsys):
 def test_library_plot_keeps_dtypes_apart(tmp_path, capsys):
     """An fp16 and a bf16 entry of one shape are two problems (the model shapes are tuned in both): the faster
     bf16 entry must not stand for the fp16 shape; --dtype picks one."""
-
     mod = script_module("library_plot")
     lib = Library([_entry(family="vendor", impl="cublas_nn", algo="", time_ms=0.02, vendor_best_ms=0.02),
                    _entry(dtype="bf16", time_ms=0.005, vendor_best_ms=0.01)])

@@ -17,8 +17,7 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 @pytest.fixture(scope="module")
 def mod():
     sys.path.insert(0, str(SCRIPTS))  # it imports issue5_measure's splice
-    m = script_module("library_merge_rows")
-    return m
+    return script_module("library_merge_rows")
 
 
 def _row(mnk, cand, time_ms, protocol="graph", algo="", **kw):

@@ -10,8 +10,7 @@ from conftest import script_module
 
 
 def _probe():
-    mod = script_module("pace_probe")
-    return mod
+    return script_module("pace_probe")
 
 
 @pytest.mark.parametrize("short_ms, long_ms, want_us", [(0.002, 0.0132, 0.2), (0.003, 0.003, 0.0), (0.01, 0.066, 1.0)])

@@ -423,9 +423,7 @@ def test_policy_live_replay_script(tmp_path, tables):
 
 
 def _efficiency_remeasure():
-
-    mod = script_module("efficiency_remeasure")
-    return mod
+    return script_module("efficiency_remeasure")
 
 
 HELD50 = sorted(RESULTS.glob("h100_held50s2_*select*.csv.gz"))

@@ -15,8 +15,7 @@ PROBES = [R / "h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl
 
 
 def _mod():
-    mod = script_module("retrieval_replay")
-    return mod
+    return script_module("retrieval_replay")
 
 
 def test_retrieved_arms_lead_and_the_policy_row_is_the_pinned_one(tmp_path):

@@ -16,8 +16,7 @@ LIBRARY = ROOT / "benchmarks" / "results" / "h100_grid1000_library_selection-eve
 
 
 def _probe():
-    mod = script_module("splitk_anatomy")
-    return mod
+    return script_module("splitk_anatomy")
 
 
 @pytest.mark.parametrize("K", [64, 1000, 2048, 4095, 4096, 12288, 16384])

@@ -12,8 +12,7 @@ from conftest import script_module
 
 
 def _load():
-    mod = script_module("timing_agreement")
-    return mod
+    return script_module("timing_agreement")
 
 
 def _rows(ours: dict, vendor: float, minute: int, cut: str = "") -> list[dict]:

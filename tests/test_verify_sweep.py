@@ -146,8 +146,7 @@ def test_summary_counts():
 # The GPU script's choices (CPU: predicates only, nothing launched)
 # ----------------------------------------------------------------------------------------------------
 def _script():
-    mod = script_module("false_rejections")
-    return mod
+    return script_module("false_rejections")
 
 
 def test_script_shapes_and_candidates_are_valid():
