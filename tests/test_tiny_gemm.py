@@ -18,9 +18,7 @@ needs_nvcc = pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc (the CUDA
 
 
 @pytest.mark.parametrize("cfg", [tg.TinyConfig(), tg.TinyConfig(16, 32, 16, 2, "bf16"), tg.TinyConfig(128, 128, 8, 4),
-                                 tg.TinyConfig(16, 32, 8, 4, kw=2), tg.TinyConfig(32, 32, 1, 8, "bf16", 4),
-                                 tg.TinyConfig(64, 64, 8, 4, groups=2), tg.TinyConfig(32, 32, 1, 2, "bf16", 2, 8)],
-                         ids=str)
+                                 tg.TinyConfig(16, 32, 8, 4, kw=2), tg.TinyConfig(32, 32, 1, 8, "bf16", 4)], ids=str)
 def test_name_round_trip(cfg):
     assert tg.TinyConfig.parse(str(cfg)) == cfg
 
@@ -30,12 +28,9 @@ def test_names_of_one_k_group_are_the_session_37_names():
     assert str(tg.TinyConfig(32, 32, 16, 8)) == "32x32_s16_st8_fp16"
     assert tg.TinyConfig.parse("32x32_s16_st8_fp16").kw == 1
     assert str(tg.TinyConfig(32, 32, 16, 8, kw=2)) == "32x32_kw2_s16_st8_fp16"
-    assert tg.TinyConfig.parse("32x32_s16_st8_fp16").groups == 1
-    assert str(tg.TinyConfig(32, 32, 16, 8, kw=2, groups=4)) == "32x32_kw2_s16_g4_st8_fp16"
 
 
-@pytest.mark.parametrize("text", ["64x64_s1_fp16", "64x64_s1_st4_fp32", "64x64_s1_st4", "", "64x64_kw_s1_st4_fp16",
-                                  "64x64_s1_g_st4_fp16", "64x64_g2_s1_st4_fp16"])
+@pytest.mark.parametrize("text", ["64x64_s1_fp16", "64x64_s1_st4_fp32", "64x64_s1_st4", "", "64x64_kw_s1_st4_fp16"])
 def test_bad_names_say_what_to_write(text):
     with pytest.raises(tg.TinyConfigError, match="expected e.g."):
         tg.TinyConfig.parse(text)
@@ -45,8 +40,7 @@ def test_bad_names_say_what_to_write(text):
     (tg.TinyConfig(48, 64), "tile 48x64"), (tg.TinyConfig(64, 256), "tile 64x256"), (tg.TinyConfig(64, 64, 3), "split 3"),
     (tg.TinyConfig(64, 64, 32), "split 32"), (tg.TinyConfig(64, 64, 1, 3), "stages 3"),
     (tg.TinyConfig(128, 128, 1, 8), "shared memory"), (tg.TinyConfig(128, 128, 1, 4, kw=2), "2 K groups"),
-    (tg.TinyConfig(16, 64, 1, 4, kw=4), "4 K groups"), (tg.TinyConfig(64, 64, 8, 4, groups=3), "groups 3"),
-    (tg.TinyConfig(64, 64, 8, 4, groups=16), "groups 16"),
+    (tg.TinyConfig(16, 64, 1, 4, kw=4), "4 K groups"),
     (tg.TinyConfig(64, 64, 1, 4, "fp8"), "dtype")])
 def test_valid_config_rejects_with_reason(cfg, why):
     ok, msg = tg.valid_config(cfg)
@@ -59,9 +53,7 @@ def test_space_counts_every_instantiation():
     assert all(c.smem_bytes <= tg.SMEM_LIMIT for c in cfgs)
     # every instantiation but the 8-deep rings of 128 x 128 (295 KB), and of 64 x 128 and 128 x 64 with a split (221 KB
     # of ring and 33 KB of pushed partials), in both dtypes
-    # (groups are a runtime argument: every instantiation runs with each G)
-    assert len(cfgs) == (len(tg.TILES) * len(tg.STAGES) * len(tg.SPLITS) - 5 - 2 * 4) * len(tg.DTYPES) * len(tg.GROUPS)
-    assert tg.TinyConfig(64, 64, 8, 2, groups=4).smem_bytes == tg.TinyConfig(64, 64, 8, 2).smem_bytes
+    assert len(cfgs) == (len(tg.TILES) * len(tg.STAGES) * len(tg.SPLITS) - 5 - 2 * 4) * len(tg.DTYPES)
     assert not tg.valid_config(tg.TinyConfig(128, 128, 1, 8))[0]
     assert not tg.valid_config(tg.TinyConfig(64, 128, 2, 8))[0]
     assert tg.valid_config(tg.TinyConfig(64, 128, 1, 8))[0]
@@ -77,9 +69,8 @@ def test_space_counts_every_instantiation():
     (GemmProblem(64, 64, 1024, layout="nn"), "layout tn"), (GemmProblem(64, 64, 1024, acc="fp16"), "fp32"),
     (GemmProblem(64, 64, 1028), "K % 8"), (GemmProblem(64, 64, 1024, dtype="bf16"), "dtype"),
     (GemmProblem(64, 64, 192), "K steps"), (GemmProblem(4096, 4096, 4096), "few-tile")])
-@pytest.mark.parametrize("groups", [1, 2])
-def test_valid_at_problem_rejects_with_reason(problem, why, groups):
-    cfg = tg.TinyConfig(64, 64, 4, groups=groups)
+def test_valid_at_problem_rejects_with_reason(problem, why):
+    cfg = tg.TinyConfig(64, 64, 4)
     ok, msg = tg.valid(cfg, problem)
     assert not ok and why in msg, msg
     with pytest.raises(tg.TinyConfigError):
@@ -100,23 +91,21 @@ def test_screen_configs_are_valid_and_fit_the_shape(shape, dtype):
     cfgs = tg.screen_configs(p)
     assert cfgs and all(tg.valid(c, p)[0] for c in cfgs) and all(c.dtype == dtype for c in cfgs)
     assert len(set(cfgs)) == len(cfgs)
-    assert all(c.split * c.groups == 1 or tg.tiles(c, p) * c.split * c.groups <= 132 for c in cfgs)  # one wave
+    assert all(c.split == 1 or tg.tiles(c, p) * c.split <= 132 for c in cfgs)  # splits fit one wave
     assert any(c.split == 1 for c in cfgs)
     if p.M <= 16:
         assert {c.bm for c in cfgs} == {16}
     # no ring deeper than a CTA's K steps need
     for c in cfgs:
-        steps = -(-tg.ktiles(p) // (c.split * c.groups))
+        steps = -(-tg.ktiles(p) // c.split)
         deep = tg.valid_config(dataclasses.replace(c, stages=8))[0]
         assert c.stages == (8 if steps >= 8 and deep else 4 if steps > 2 else 2), str(c)
 
 
 def test_screen_configs_split_the_few_tile_long_k_shapes():
     p = GemmProblem(64, 64, 1024)
-    ways = {(c.split, c.groups) for c in tg.screen_configs(p) if (c.bm, c.bn, c.kw) == (64, 64, 1)}
-    # one tile: no split, the three deepest cluster splits that fit one wave, and per G the two deepest cluster splits
-    # with at least a K step per CTA (16 steps of 64)
-    assert ways == {(1, 1), (4, 1), (8, 1), (16, 1), (8, 2), (4, 2), (4, 4), (2, 4), (2, 8), (1, 8)}
+    splits = {c.split for c in tg.screen_configs(p) if (c.bm, c.bn) == (64, 64)}
+    assert splits == {1, 4, 8, 16}  # one tile: the three deepest splits that fit one wave, and none
 
 
 def test_screen_configs_empty_for_odd_k():
@@ -170,16 +159,13 @@ def test_plans_refuse_what_the_kernel_does_not_take():
 
     torch.cuda.init()
     lib = tg.typed(cs.load_library(tg.build_dtype("fp16").so))
-    for groups in (1, 2):  # (with groups the plan owns a workspace: freed with it)
-        plan = lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 64, 64, 8, 4, 1, groups)
-        assert plan
-        lib.gemmrl_tiny_plan_free(plan)
-    assert not lib.gemmrl_tiny_plan(64, 64, 1028, 1028, 1028, 64, 64, 64, 8, 4, 1, 1)     # K % 8
-    assert not lib.gemmrl_tiny_plan(64, 64, 128, 128, 128, 64, 64, 64, 4, 4, 1, 1)        # split > K steps
-    assert not lib.gemmrl_tiny_plan(64, 64, 512, 512, 512, 64, 64, 64, 4, 4, 1, 4)        # split x groups > K steps
-    assert not lib.gemmrl_tiny_plan(64, 64, 512, 512, 512, 64, 64, 64, 4, 4, 1, 0)        # no groups
-    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 48, 64, 1, 4, 1, 1)     # no such tile
-    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 128, 128, 1, 4, 2, 1)   # no such K grouping
+    plan = lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 64, 64, 8, 4, 1)
+    assert plan
+    lib.gemmrl_tiny_plan_free(plan)
+    assert not lib.gemmrl_tiny_plan(64, 64, 1028, 1028, 1028, 64, 64, 64, 8, 4, 1)     # K % 8
+    assert not lib.gemmrl_tiny_plan(64, 64, 128, 128, 128, 64, 64, 64, 4, 4, 1)        # split > K steps
+    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 48, 64, 1, 4, 1)     # no such tile
+    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 128, 128, 1, 4, 2)   # no such K grouping
     assert lib.gemmrl_tiny_max_active_clusters(64, 64, 16, 4, 1) >= 1
     assert lib.gemmrl_tiny_max_active_clusters(32, 32, 16, 8, 4) >= 1
 
@@ -201,12 +187,6 @@ GPU_CASES = [
     ((255, 129, 520), tg.TinyConfig(32, 32, 4, 4, kw=4)), ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 8, kw=2)),
     ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8, kw=2)), ((200, 72, 1000), tg.TinyConfig(64, 32, 16, 2, kw=2)),
     ((64, 64, 4096), tg.TinyConfig(16, 32, 8, 4, kw=2)), ((3, 4096, 40), tg.TinyConfig(32, 64, 1, 2, kw=2)),
-    # the split's second level (G clusters, or CTAs, a tile through the workspace): with clusters and without, sliced
-    # K, tails in M and N, a last slice that ends mid-step and CTAs with no K at all (255_129_520: 9 steps over 4)
-    ((129, 257, 4104), tg.TinyConfig(64, 64, 8, 4, groups=2)), ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 8, groups=4)),
-    ((255, 129, 520), tg.TinyConfig(32, 32, 1, 4, kw=2, groups=4)), ((200, 72, 1000), tg.TinyConfig(64, 32, 2, 2, groups=8)),
-    ((33, 65, 136), tg.TinyConfig(16, 64, 1, 2, groups=2)), ((512, 256, 2048), tg.TinyConfig(128, 64, 4, 4, groups=2)),
-    ((256, 128, 8192), tg.TinyConfig(64, 64, 8, 8, groups=2)), ((128, 64, 16384), tg.TinyConfig(32, 64, 16, 8, groups=4)),
 ]
 
 
@@ -234,9 +214,7 @@ def test_configs_pass_battery(shape, cfg, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape,cfg", [((64, 64, 16384), tg.TinyConfig(64, 64, 16, 4)),
                                        ((200, 72, 1000), tg.TinyConfig(64, 32, 8, 2)),
-                                       ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 4, kw=4)),
-                                       ((256, 128, 8192), tg.TinyConfig(64, 64, 8, 8, groups=2)),
-                                       ((200, 72, 1000), tg.TinyConfig(32, 32, 1, 2, groups=8))], ids=str)
+                                       ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 4, kw=4))], ids=str)
 def test_split_is_deterministic(shape, cfg):
     """Repeated calls and graph replays give the same bits (the partials are summed in rank order)."""
     import torch

@@ -44,7 +44,6 @@ TILES = {(16, 32, 1): (1, 2), (16, 64, 1): (1, 4), (32, 32, 1): (2, 2), (32, 64,
          (16, 32, 2): (1, 2), (16, 64, 2): (1, 4), (32, 32, 2): (2, 2), (32, 64, 2): (2, 2), (64, 32, 2): (4, 1),
          (64, 64, 2): (2, 2), (16, 32, 4): (1, 2), (32, 32, 4): (2, 2)}
 SPLITS = (1, 2, 4, 8, 16)
-GROUPS = (1, 2, 4, 8)        # the split's second level: G CTAs (S = 1) or clusters of S a tile, a runtime argument
 STAGES = (2, 4, 8)
 BK = 64
 LDS = BK + 8                 # elements per shared row (the .cu's padding)
@@ -65,7 +64,6 @@ class TinyConfig:
     stages: int = 4
     dtype: str = "fp16"
     kw: int = 1                  # warp groups that split each K step (sliced K)
-    groups: int = 1              # G > 1: G clusters (CTAs when split = 1) a tile, reduced through a global workspace
 
     @property
     def layout(self) -> str:
@@ -77,18 +75,17 @@ class TinyConfig:
 
     def __str__(self) -> str:
         kw = f"_kw{self.kw}" if self.kw != 1 else ""
-        g = f"_g{self.groups}" if self.groups != 1 else ""
-        return f"{self.bm}x{self.bn}{kw}_s{self.split}{g}_st{self.stages}_{self.dtype}"
+        return f"{self.bm}x{self.bn}{kw}_s{self.split}_st{self.stages}_{self.dtype}"
 
     @classmethod
     def parse(cls, text: str) -> "TinyConfig":
-        m = re.fullmatch(r"(\d+)x(\d+)(?:_kw(\d+))?_s(\d+)(?:_g(\d+))?_st(\d+)_(fp16|bf16)", text.strip())
+        m = re.fullmatch(r"(\d+)x(\d+)(?:_kw(\d+))?_s(\d+)_st(\d+)_(fp16|bf16)", text.strip())
         if not m:
-            raise TinyConfigError(f"cannot read tiny config {text!r}; expected e.g. {TinyConfig()}, "
-                                  f"{TinyConfig(16, 32, 8, 4, kw=2)} or {TinyConfig(64, 64, 8, 4, groups=2)} "
-                                  "(BMxBN[_kw<K groups>]_s<split>[_g<groups>]_st<stages>_<dtype>)")
-        bm, bn, kw, s, g, st, dtype = m.groups()
-        return cls(int(bm), int(bn), int(s), int(st), dtype, int(kw or 1), int(g or 1))
+            raise TinyConfigError(f"cannot read tiny config {text!r}; expected e.g. {TinyConfig()} or "
+                                  f"{TinyConfig(16, 32, 8, 4, kw=2)} "
+                                  "(BMxBN[_kw<K groups>]_s<split>_st<stages>_<dtype>)")
+        bm, bn, kw, s, st, dtype = m.groups()
+        return cls(int(bm), int(bn), int(s), int(st), dtype, int(kw or 1))
 
     @property
     def threads(self) -> int:
@@ -111,8 +108,6 @@ def valid_config(cfg: TinyConfig) -> tuple[bool, str]:
                        f"{', '.join(f'{m}x{n}' + (f'_kw{k}' if k > 1 else '') for m, n, k in TILES)}")
     if cfg.split not in SPLITS:
         return False, f"split {cfg.split}: instantiated splits are {SPLITS} (cluster sizes; 16 is non-portable)"
-    if cfg.groups not in GROUPS:
-        return False, f"groups {cfg.groups}: use one of {GROUPS} (clusters, or CTAs when unsplit, a tile)"
     if cfg.stages not in STAGES:
         return False, f"stages {cfg.stages}: instantiated ring depths are {STAGES}"
     if cfg.dtype not in DTYPES:
@@ -145,13 +140,10 @@ def valid(cfg: TinyConfig, problem: GemmProblem, sms: int = 132, cc: int = 90) -
         return False, f"config dtype {cfg.dtype} vs problem {problem.dtype}"
     if problem.K % 8:
         return False, f"K={problem.K}: 16-byte cp.async needs K % 8 == 0"
-    ways = cfg.split * cfg.groups
-    if ways > ktiles(problem):
-        return False, (f"split {cfg.split} x groups {cfg.groups} > {ktiles(problem)} K steps of {BK}: some CTAs would "
-                       "have no work")
-    if ways > 1 and tiles(cfg, problem) * ways > 2 * sms:
-        return False, (f"{tiles(cfg, problem)} tiles x split {cfg.split} x groups {cfg.groups} > 2 x {sms} SMs: split "
-                       "only few-tile shapes")
+    if cfg.split > ktiles(problem):
+        return False, f"split {cfg.split} > {ktiles(problem)} K steps of {BK}: some CTAs would have no work"
+    if cfg.split > 1 and tiles(cfg, problem) * cfg.split > 2 * sms:
+        return False, f"{tiles(cfg, problem)} tiles x split {cfg.split} > 2 x {sms} SMs: split only few-tile shapes"
     return True, ""
 
 
@@ -162,8 +154,8 @@ def check(cfg: TinyConfig, problem: GemmProblem, sms: int = 132, cc: int = 90) -
 
 
 def all_configs(dtypes: Iterable[str] = DTYPES) -> list[TinyConfig]:
-    return [c for d in dtypes for (bm, bn, kw) in TILES for s in SPLITS for g in GROUPS for st in STAGES
-            if valid_config(c := TinyConfig(bm, bn, s, st, d, kw, g))[0]]
+    return [c for d in dtypes for (bm, bn, kw) in TILES for s in SPLITS for st in STAGES
+            if valid_config(c := TinyConfig(bm, bn, s, st, d, kw))[0]]
 
 
 def _pow2_at_least(x: int) -> int:
@@ -172,24 +164,19 @@ def _pow2_at_least(x: int) -> int:
 
 def screen_configs(problem: GemmProblem, sms: int = 132) -> list[TinyConfig]:
     """The configs screened at ``problem``: tiles no taller than M or wider than N need (rounded up to a power of
-    two, at least the smallest tile), each with no split, the three deepest splits valid there whose CTAs fit one
-    wave (tiles x split <= SMs), and per G in 2, 4, 8 groups the deepest cluster split that fits one wave with them
-    and half of it (split x G CTAs a tile: a tile's CTAs then span GPCs, session 39); the ring as deep as a CTA's K
-    steps use (2, 4 past two steps, 8 from eight steps where it fits)."""
+    two, at least the smallest tile), each with no split and the three deepest splits valid there whose CTAs fit one
+    wave (tiles x split <= SMs); the ring as deep as a CTA's K steps use (2, 4 past two steps, 8 from eight steps
+    where it fits)."""
     out = []
     for bm, bn, kw in TILES:
         if bm > max(16, _pow2_at_least(problem.M)) or bn > max(32, _pow2_at_least(problem.N)):
             continue
-        n = tiles(TinyConfig(bm, bn, 1, 2, problem.dtype, kw), problem)
-        one_wave = [s for s in SPLITS[1:] if n * s <= sms]
-        ways = [(s, 1) for s in [1] + one_wave[-3:]]
-        for g in GROUPS[1:]:
-            fit = [s for s in SPLITS if n * s * g <= sms and s * g <= ktiles(problem)]
-            ways += [(s, g) for s in fit[-2:][::-1]]
-        for s, g in ways:
-            steps = -(-ktiles(problem) // (s * g))
+        base = TinyConfig(bm, bn, 1, 2, problem.dtype, kw)
+        one_wave = [s for s in SPLITS[1:] if tiles(base, problem) * s <= sms]
+        for s in [1] + one_wave[-3:]:
+            steps = -(-ktiles(problem) // s)
             for st in (8, 4, 2):
-                c = TinyConfig(bm, bn, s, st, problem.dtype, kw, g)
+                c = TinyConfig(bm, bn, s, st, problem.dtype, kw)
                 if (st == 2 or steps > {8: 7, 4: 2}[st]) and valid(c, problem, sms)[0]:
                     out.append(c)
                     break
@@ -223,9 +210,9 @@ def typed(lib):
     if not getattr(lib, "_gemmrl_typed", False):  # (ctypes' default restype is already c_int: a flag, not a test)
         lib.gemmrl_tiny_gemm.restype = ctypes.c_int
         lib.gemmrl_tiny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p] + \
-            [ctypes.c_int] * 6
+            [ctypes.c_int] * 5
         lib.gemmrl_tiny_plan.restype = ctypes.c_void_p
-        lib.gemmrl_tiny_plan.argtypes = [ctypes.c_int] * 12
+        lib.gemmrl_tiny_plan.argtypes = [ctypes.c_int] * 11
         lib.gemmrl_tiny_plan_run.restype = ctypes.c_int
         lib.gemmrl_tiny_plan_run.argtypes = [ctypes.c_void_p] * 5
         lib.gemmrl_tiny_plan_free.restype = None
@@ -276,10 +263,9 @@ class TinyCandidate:
             raise TinyConfigError(f"{self.cfg}: shared memory sizes disagree (library {smem}, Python "
                                   f"{self.cfg.smem_bytes}): rebuild tiny_splitk.cu")
         M, N, K = problem.M, problem.N, problem.K
-        plan = lib.gemmrl_tiny_plan(M, N, K, K, K, N, *self._args, self.cfg.groups)
-        if not plan:  # (with groups, also a workspace that could not be allocated, e.g. inside a graph capture)
-            raise TinyConfigError(f"{self.name}: gemmrl_tiny_plan refused {problem.mnk}; with groups > 1 prepare it "
-                                  "outside a CUDA graph capture, where its workspace can be allocated")
+        plan = lib.gemmrl_tiny_plan(M, N, K, K, K, N, *self._args)
+        if not plan:
+            raise TinyConfigError(f"{self.name}: gemmrl_tiny_plan refused {problem.mnk}")
         weakref.finalize(self, lib.gemmrl_tiny_plan_free, ctypes.c_void_p(plan))
         self._lib, self._plan, self._dims = lib, plan, (M, N, K)
         self._stream = raw_stream_getter()

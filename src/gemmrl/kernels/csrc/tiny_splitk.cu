@@ -15,17 +15,12 @@
 // (Since session 37 the partials are pushed: each CTA stores the rows CTA r owns into r's shared memory and r sums
 // its own shared memory; since session 38 by st.async, completing on r's mbarrier, with no cluster barrier after the
 // start; see the S > 1 epilogue.)
-// Session 39, the split's second level: G groups (a runtime argument) of S CTAs split a tile's K, G x S CTAs along z.
-// One cluster of S sits in one GPC, whose CTAs share ~730 GB/s from L2 (session 38's pace probe), so the long-K cells
-// (K >= 8192 over a few 64x64 tiles) were capped there; G clusters of a tile land in different GPCs. Each group's
-// cluster sum (or, for S = 1, each CTA's partial) goes to a workspace slot, and the last group to arrive on the tile's
-// counter sums the G slots in slot order (deterministic) and stores. The plan owns the workspace.
 // cluster_splitk.cu (session 12) is the same reduction on one 128x128 tile; its lesson was that mma.sync cannot keep
 // up on big tiles, so this family only has tiles up to 128x128 and is meant for the few-tile shapes.
 //
 // Config (compile-time instantiations, chosen per call): tile t (BM x BN, its warp grid and its KW K groups, TILES
 // below), split S in {1, 2, 4, 8, 16} (16 is a non-portable cluster size), STAGES in {2, 4, 8} (8 where it fits the
-// opt-in shared memory: more bytes in flight for a CTA's long K slice, session 37); at run time G groups a tile.
+// opt-in shared memory: more bytes in flight for a CTA's long K slice, session 37).
 //
 // ABI gemmrl (kernels/cuda_source.py), layout tn: A row-major [M,K] (lda), B as B^T row-major [N,K] (ldb), C
 // row-major [M,N] (ldc). cp.async needs 16-byte aligned A and B and K, lda, ldb multiples of 8; M and N are free
@@ -180,28 +175,10 @@ struct Loader {
   }
 };
 
-// the second level of the split (G > 1 CTAs or clusters a tile, ``groups``): called by every thread of the CTA after
-// it stored its partial to the workspace; true in the CTA that arrives last on ``cnt`` (of ``groups``), which then
-// reads the others' partials. The release of thread 0's add covers the CTA's stores (bar.sync orders them before it;
-// CUTLASS's semaphores rely on the same), its acquire the reads after the second barrier; the last CTA resets the
-// counter for the next launch (stream order makes that visible to it).
-__device__ __forceinline__ bool arrive_last(int* cnt, int groups) {
-  __syncthreads();
-  int last = 0;
-  if (threadIdx.x == 0) {
-    int old;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(cnt) : "memory");
-    last = old == groups - 1;
-    if (last) asm volatile("st.relaxed.gpu.global.s32 [%0], 0;\n" ::"l"(cnt) : "memory");
-  }
-  return __syncthreads_or(last);
-}
-
 template <int T, int S, int STAGES>
 __global__ void __launch_bounds__(Tile<T>::THREADS)
     tiny_splitk_kernel(const elem_t* __restrict__ A, const elem_t* __restrict__ Bt, elem_t* __restrict__ C, int M,
-                       int N, int K, int lda, int ldb, int ldc, int k_per, int groups, float* __restrict__ ws,
-                       int* __restrict__ cnt) {
+                       int N, int K, int lda, int ldb, int ldc, int k_per) {
   constexpr int BM = Tile<T>::BM, BN = Tile<T>::BN, THREADS = Tile<T>::THREADS;
   constexpr int WM = BM / Tile<T>::WARPS_M, WN = BN / Tile<T>::WARPS_N;
   constexpr int MI = WM / 16, NJ = WN / 8;  // m16 and n8 fragments per warp
@@ -310,35 +287,6 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
   }
 
   if constexpr (S == 1) {  // each quad of lanes holds 8 contiguous columns of a row: 4-byte stores, no staging
-    if (groups > 1) {  // G unclustered CTAs split the tile's K: park the partial, the last to arrive sums all G
-      constexpr int E = MI * NJ * 4;  // accumulators per thread, stored element-major (coalesced)
-      const int t = threadIdx.x % GROUP;
-      const size_t tile = size_t(blockIdx.y) * gridDim.x + blockIdx.x;
-      float* part = ws + tile * groups * (BM * BN);
-      if (kw == 0) {
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              __stcg(part + size_t(blockIdx.z) * (BM * BN) + ((i * NJ + j) * 4 + e) * GROUP + t, acc[i][j][e]);
-      }
-      if (!arrive_last(cnt + tile, groups)) return;
-      if (kw == 0) {
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float* src = part + ((i * NJ + j) * 4 + e) * GROUP + t;
-              float v = __ldcg(src);
-              for (int g = 1; g < groups; ++g) v += __ldcg(src + size_t(g) * (BM * BN));  // in order: deterministic
-              acc[i][j][e] = v;
-            }
-      }
-    }
     if (kw > 0) return;  // group 0 holds the tile
     const bool pairs = (ldc % 2) == 0 && (reinterpret_cast<uintptr_t>(C) & 3) == 0;
 #pragma unroll
@@ -399,25 +347,6 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
           : "r"(bar_s)
           : "memory");
     const bool quads = (ldc % 4) == 0 && (reinterpret_cast<uintptr_t>(C) & 7) == 0;
-    auto store = [&](int lr, int c, const float4& s) {  // 4 columns of this CTA's row lr
-      const int gm = m0 + rank * ROWS + lr, gn = n0 + c;
-      if (gm >= M) return;
-      elem_t* out = C + size_t(gm) * ldc + gn;
-      if (quads && gn + 3 < N) {
-        elem2_t lo2 = pack2(s.x, s.y), hi2 = pack2(s.z, s.w);
-        *reinterpret_cast<uint2*>(out) =
-            make_uint2(*reinterpret_cast<uint32_t*>(&lo2), *reinterpret_cast<uint32_t*>(&hi2));
-      } else {
-        const float vals[4] = {s.x, s.y, s.z, s.w};
-        for (int e = 0; e < 4; ++e)
-          if (gn + e < N) out[e] = pack1(vals[e]);
-      }
-    };
-    // G > 1 clusters split the tile's K too: each parks its rows' cluster sum in the workspace (slot g), and the
-    // last of the G to arrive sums the G slots in order (deterministic) and stores
-    const size_t tile = size_t(blockIdx.y) * gridDim.x + blockIdx.x;
-    float* part = groups > 1 ? ws + tile * groups * (BM * BN) + rank * ROWS * BN : nullptr;
-    const int g = blockIdx.z / S;
     for (int idx = threadIdx.x; idx < ROWS * (BN / 4); idx += THREADS) {
       const int lr = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
       float4 s = *reinterpret_cast<const float4*>(recv + lr * LDP + c);
@@ -429,23 +358,18 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
         s.z += v.z;
         s.w += v.w;
       }
-      if (part)
-        __stcg(reinterpret_cast<float4*>(part + size_t(g) * (BM * BN) + lr * BN + c), s);
-      else
-        store(lr, c, s);
-    }
-    if (!part || !arrive_last(cnt + tile * S + rank, groups)) return;
-    for (int idx = threadIdx.x; idx < ROWS * (BN / 4); idx += THREADS) {
-      const int lr = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
-      float4 s = __ldcg(reinterpret_cast<const float4*>(part + lr * BN + c));
-      for (int q = 1; q < groups; ++q) {  // slot order: the same sum whichever cluster arrives last
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(part + size_t(q) * (BM * BN) + lr * BN + c));
-        s.x += v.x;
-        s.y += v.y;
-        s.z += v.z;
-        s.w += v.w;
+      const int gm = m0 + rank * ROWS + lr, gn = n0 + c;
+      if (gm >= M) continue;
+      elem_t* out = C + size_t(gm) * ldc + gn;
+      if (quads && gn + 3 < N) {
+        elem2_t lo2 = pack2(s.x, s.y), hi2 = pack2(s.z, s.w);
+        *reinterpret_cast<uint2*>(out) =
+            make_uint2(*reinterpret_cast<uint32_t*>(&lo2), *reinterpret_cast<uint32_t*>(&hi2));
+      } else {
+        const float vals[4] = {s.x, s.y, s.z, s.w};
+        for (int e = 0; e < 4; ++e)
+          if (gn + e < N) out[e] = pack1(vals[e]);
       }
-      store(lr, c, s);
     }
   }
 }
@@ -545,42 +469,24 @@ auto dispatch(int t, int s, int stages, Args... args) -> decltype(F<0, 1, 2>::ru
 }
 
 // a prepared call (the hot path's spec kind 2, like the CUTLASS family's plans): the instantiation, grid and
-// slice chosen once per shape, so a call is one cudaLaunchKernelEx. With G > 1 groups (the split's second level) the
-// plan owns its workspace (the tiles' G partial slots, plain cudaMalloc) and arrival counters (zeroed here, reset by
-// each launch's last CTA): one plan must not run on two streams at once, as a cuBLAS handle's workspace must not.
-typedef void (*KernelFn)(const elem_t*, const elem_t*, elem_t*, int, int, int, int, int, int, int, int, float*, int*);
+// slice chosen once per shape, so a call is one cudaLaunchKernelEx
+typedef void (*KernelFn)(const elem_t*, const elem_t*, elem_t*, int, int, int, int, int, int, int);
 struct Plan {
   KernelFn fn;
   dim3 grid;
   unsigned threads;
-  int smem, split, M, N, K, lda, ldb, ldc, k_per, groups;
-  float* ws;
-  int* cnt;
-  ~Plan() {
-    if (ws) cudaFree(ws);
-    if (cnt) cudaFree(cnt);
-  }
+  int smem, split, M, N, K, lda, ldb, ldc, k_per;
 };
 
 template <int T, int S, int STAGES>
 struct MakePlan {
-  static Plan* run(int M, int N, int K, int lda, int ldb, int ldc, int groups) {
-    if (configure<T, S, STAGES>() != cudaSuccess || groups < 1) return nullptr;
-    const int P = S * groups;                                // CTAs that split one tile's K
-    const int k_per = ((K + P * BK - 1) / (P * BK)) * BK;  // whole BK steps per CTA; the last slice may be shorter
-    const dim3 grid((N + Tile<T>::BN - 1) / Tile<T>::BN, (M + Tile<T>::BM - 1) / Tile<T>::BM, P);
-    Plan* p = new Plan{tiny_splitk_kernel<T, S, STAGES>, grid, static_cast<unsigned>(Tile<T>::THREADS),
-                       smem_bytes<T, S, STAGES>(), S, M, N, K, lda, ldb, ldc, k_per, groups, nullptr, nullptr};
-    if (groups > 1) {
-      const size_t tiles = size_t(grid.x) * grid.y;
-      if (cudaMalloc(&p->ws, tiles * groups * Tile<T>::BM * Tile<T>::BN * sizeof(float)) != cudaSuccess ||
-          cudaMalloc(&p->cnt, tiles * S * sizeof(int)) != cudaSuccess ||
-          cudaMemset(p->cnt, 0, tiles * S * sizeof(int)) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
-        delete p;
-        return nullptr;
-      }
-    }
-    return p;
+  static Plan* run(int M, int N, int K, int lda, int ldb, int ldc) {
+    if (configure<T, S, STAGES>() != cudaSuccess) return nullptr;
+    const int k_per = ((K + S * BK - 1) / (S * BK)) * BK;  // whole BK steps per CTA; the last slice may be shorter
+    return new Plan{tiny_splitk_kernel<T, S, STAGES>,
+                    dim3((N + Tile<T>::BN - 1) / Tile<T>::BN, (M + Tile<T>::BM - 1) / Tile<T>::BM, S),
+                    static_cast<unsigned>(Tile<T>::THREADS), smem_bytes<T, S, STAGES>(), S, M, N, K, lda, ldb, ldc,
+                    k_per};
   }
   static Plan* bad() { return nullptr; }
 };
@@ -589,8 +495,7 @@ cudaError_t run_plan(const Plan& p, const void* A, const void* B, void* C, cudaS
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg = launch_config(p.grid, p.threads, p.smem, p.split, stream, attr);
   return cudaLaunchKernelEx(&cfg, p.fn, static_cast<const elem_t*>(A), static_cast<const elem_t*>(B),
-                            static_cast<elem_t*>(C), p.M, p.N, p.K, p.lda, p.ldb, p.ldc, p.k_per, p.groups, p.ws,
-                            p.cnt);
+                            static_cast<elem_t*>(C), p.M, p.N, p.K, p.lda, p.ldb, p.ldc, p.k_per);
 }
 
 template <int T>
@@ -615,29 +520,29 @@ bool operands_ok(const void* A, const void* B, int M, int N, int K, int lda, int
 
 }  // namespace
 
-// an explicit config: tile bm x bn with kw K groups (one of the instantiated), cluster split s, ring depth stages,
-// groups G of s CTAs a tile (G > 1: a workspace is allocated and freed around the call); 0 or a cudaError_t
+// an explicit config: tile bm x bn with kw K groups (one of the instantiated), cluster split s, ring depth stages; 0
+// or a cudaError_t
 extern "C" int gemmrl_tiny_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
-                                cudaStream_t stream, int bm, int bn, int s, int stages, int kw, int groups) {
+                                cudaStream_t stream, int bm, int bn, int s, int stages, int kw) {
   const int t = tile_of(bm, bn, kw);
-  if (t < 0 || !operands_ok(A, B, M, N, K, lda, ldb, ldc) || groups < 1 || s * groups > (K + BK - 1) / BK)
+  if (t < 0 || !operands_ok(A, B, M, N, K, lda, ldb, ldc) || s > (K + BK - 1) / BK)
     return static_cast<int>(cudaErrorInvalidValue);
-  Plan* p = dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc, groups);
+  Plan* p = dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc);
   if (!p) return static_cast<int>(cudaErrorInvalidValue);
   const cudaError_t e = run_plan(*p, A, B, C, stream);
-  delete p;  // (cudaFree of a workspace waits for the launch)
+  delete p;
   return static_cast<int>(e);
 }
 
 // a plan for repeated calls at one shape (nullptr: a config or operand shape the kernel does not take); run it with
 // gemmrl_tiny_plan_run(plan, A, B, C, stream) -> 0 or a cudaError_t, free it with gemmrl_tiny_plan_free
 extern "C" void* gemmrl_tiny_plan(int M, int N, int K, int lda, int ldb, int ldc, int bm, int bn, int s, int stages,
-                                  int kw, int groups) {
+                                  int kw) {
   const int t = tile_of(bm, bn, kw);
   if (t < 0 || M <= 0 || N <= 0 || K <= 0 || K % 8 || lda % 8 || ldb % 8 || lda < K || ldb < K || ldc < N ||
-      groups < 1 || s * groups > (K + BK - 1) / BK)
+      s > (K + BK - 1) / BK)
     return nullptr;
-  return dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc, groups);
+  return dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc);
 }
 
 extern "C" int gemmrl_tiny_plan_run(void* plan, const void* A, const void* B, void* C, cudaStream_t stream) {
@@ -671,5 +576,5 @@ extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, 
   int s = 1;
   for (int c = 2; c <= 16; c *= 2)
     if (tiles * c <= 132 && ktiles >= c && (c < 16 || tiles <= 7)) s = c;
-  return gemmrl_tiny_gemm(A, B, C, M, N, K, lda, ldb, ldc, stream, bm, bn, s, 4, 1, 1);
+  return gemmrl_tiny_gemm(A, B, C, M, N, K, lda, ldb, ldc, stream, bm, bn, s, 4, 1);
 }
