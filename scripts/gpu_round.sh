@@ -76,6 +76,12 @@
 #  13b. only with TINY=1 (the small-tile mma.sync family with one-launch cluster split-K, kernels/tiny_gemm.py): the
 #      same two stages on TINY_SHAPES (default benchmarks/shapes/tiny_first24.txt), TINY_STAGES, TINY_SELECT_S,
 #      TINY_REMEASURE_S, TINY_WINNERS, TINY_EXTRA (e.g. --library FILE: gemmrl.mm beside it), TSEL_CSV / TREM_CSV
+#  13c. only with MERGE_LIB=FILE (a grid library) and MERGE_SPLICE=FILE (scripts/issue5_measure.py's markdown of its
+#      measure passes): the cells of MERGE_SELECT (default this round's tiny selection) whose screen beats the splice
+#      by MERGE_MARGIN (1.04; scripts/library_merge_rows.py screened --splice-md) merged into a copy of the library
+#      (gemmrl lib build --generated-only --no-buckets; <gpu>_grid1000_library_<MERGE_TAG>_<day>.json.gz), then the
+#      changed shapes measured with gemmrl.mm served from it, a separate run from the selection: graph and cold
+#      (--timing quick) and offline against cuBLASLt autotuned (limit MERGE_S a bench)
 #  14. only with EFFREM=1 (issue 5's search efficiency with the noise rule): scripts/efficiency_remeasure.py picks,
 #      per method (exhaustive sweep, cost model, EFFREM_POLICIES, random), the arm it would serve on each held-out
 #      screen (EFFREM_TEST, default the held50s2 screens) at EFFREM_BUDGET (default arms:4,gpu:0.15), then times every
@@ -564,6 +570,29 @@ if [ "${TINY:-0}" = 1 ]; then
   own_family tiny "${TINY_SHAPES:-benchmarks/shapes/tiny_first24.txt}" "${TINY_STAGES:-select,remeasure}" \
     "${TINY_SELECT_S:-300}" "${TINY_REMEASURE_S:-300}" "${TINY_WINNERS:-0}" "${TINY_EXTRA:-}" "${TSEL_CSV:-}" \
     "${TREM_CSV:-}"
+fi
+
+if [ -n "${MERGE_LIB:-}" ]; then  # the selection's winners into a copy of a grid library, then their measure pass
+  mtag=${MERGE_TAG:-merge}
+  msel=${MERGE_SELECT:-$GEMMRL_OUT/${gpu}_$(basename "${TINY_SHAPES:-benchmarks/shapes/tiny_first24.txt}" .txt)_tiny-select_graph-cold_${day}.csv}
+  mlib="$GEMMRL_OUT/${gpu}_grid1000_library_${mtag}_${day}.json.gz"
+  mshapes="$GEMMRL_OUT/${mtag}_measure.txt"
+  python3 scripts/library_merge_rows.py screened "$msel" --splice-md "${MERGE_SPLICE:?MERGE_SPLICE=<splice .md>}" \
+    --margin "${MERGE_MARGIN:-1.04}" --out "/tmp/${mtag}_rows.csv" --shapes-out "$mshapes" >"$GEMMRL_OUT/${mtag}_merge.log" 2>&1
+  echo "merge rows: exit $?"; tail -n 3 "$GEMMRL_OUT/${mtag}_merge.log"
+  if [ -s "$mshapes" ]; then
+    cp "$MERGE_LIB" "$mlib" && python3 -m gemmrl.cli lib build --generated-only --no-buckets "/tmp/${mtag}_rows.csv" \
+      --out "$mlib" --trials "/tmp/${mtag}_trials.sqlite" 2>&1 | tail -n 2
+    mrows="$GEMMRL_OUT/${gpu}_grid1000-${mtag}_library_graph-cold-quick_${GEMMRL_GIT_SHA}_${day}.csv"
+    timeout "${MERGE_S:-240}" python3 -m gemmrl.cli bench --shapes "$mshapes" --library "$mlib" --protocol graph,cold \
+      --timing quick --no-progress --out "$mrows" >"$GEMMRL_OUT/${mtag}_measure.log" 2>&1
+    echo "merge measure, graph and cold: exit $? ($(grep -c . "$mrows" 2>/dev/null) lines)"
+    timeout "${MERGE_S:-240}" python3 -m gemmrl.cli bench --shapes "$mshapes" --library "$mlib" --protocol offline \
+      --baselines cublaslt_autotuned_tn,cublaslt_autotuned_nn --warmup-seconds 0.1 --benchmark-seconds 0.5 \
+      --no-progress --out "${mrows%_graph-cold-quick_*}-cublaslt-autotuned_offline_${GEMMRL_GIT_SHA}_${day}.csv" \
+      >>"$GEMMRL_OUT/${mtag}_measure.log" 2>&1
+    echo "merge measure, offline: exit $?"; tail -n 6 "$GEMMRL_OUT/${mtag}_measure.log"
+  fi
 fi
 
 if [ "${EFFREM:-0}" = 1 ]; then

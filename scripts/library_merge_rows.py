@@ -3,7 +3,8 @@ library already serves well is handed to a kernel that was never judged against 
 
     python scripts/library_merge_rows.py remeasured RE.csv[.gz] ... --out ROWS.csv
     python scripts/library_merge_rows.py screened SEL.csv[.gz] --splice MEASURE.csv[.gz] ... [--supersede LATER ...]
-                                           [--margin 1.04] --out ROWS.csv
+                                           [--margin 1.04] --out ROWS.csv [--shapes-out SHAPES.txt]
+    python scripts/library_merge_rows.py screened SEL.csv[.gz] --splice-md SPLICE.md [--margin 1.04] --out ROWS.csv
 
 ``remeasured``: re-measures made beside gemmrl.mm (``gemmrl bench --<family>-from SEL --library LIB``). A cell
 (protocol, dtype, acc, shape) is kept only where its ``gemmrl`` row was served by the library's own entry (not
@@ -13,13 +14,17 @@ build judges the new kernel against the incumbent in the same run. Where several
 ``screened``: a ``gemmrl select`` screen (the family's rows beside four cuBLAS paths, no gemmrl.mm column). A cell is
 kept where the screen's best verified kernel over its fastest reference beats the library's measured speedup in
 that cell (gemmrl / vendor_best of the measure pass, the splice ``--splice`` + ``--supersede`` gives, as
-scripts/issue5_measure.py reads it) by ``--margin``. The measure pass after the merge is what counts.
+scripts/issue5_measure.py reads it) by ``--margin``. ``--splice-md``: the same splice read from the first line of
+scripts/issue5_measure.py's markdown (``Sources: first, second (supersedes n cells), ...``, file names beside the
+markdown): its graph and cold files in order, the first the splice, the rest superseding it. ``--shapes-out``: the
+kept cells' shapes, one M_N_K a line, for the measure pass. The measure pass after the merge is what counts.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -79,6 +84,20 @@ def screened(path, speedups: dict[tuple, float], prefix: str, margin: float) -> 
     return keep, why
 
 
+def splice_sources(md: Path) -> list[str]:
+    """The graph/cold measure files of a scripts/issue5_measure.py splice, in order (first the splice, then the passes
+    that supersede it), from its markdown's first line; offline files are left out (no vendor_best rows)."""
+    first = Path(md).read_text().splitlines()[0] if Path(md).exists() else ""
+    if not first.startswith("Sources: "):
+        raise SystemExit(f"--splice-md {md}: no 'Sources: ...' first line; give scripts/issue5_measure.py's --md output")
+    names = [re.sub(r" \(supersedes \d+ cells\)$", "", x.strip()) for x in first[len("Sources: "):].split(", ")]
+    paths = [Path(md).parent / Path(n).name for n in names if "offline" not in Path(n).name]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing or not paths:
+        raise SystemExit(f"--splice-md {md}: measure files not beside it: {', '.join(missing) or 'none named'}")
+    return [str(p) for p in paths]
+
+
 def write(rows: list[dict], out: Path) -> None:
     cols = list(dict.fromkeys(c for r in rows for c in r))
     with open(out, "w", newline="") as fh:
@@ -94,8 +113,11 @@ def main(argv=None) -> int:
     r.add_argument("files", nargs="+")
     s = sub.add_parser("screened")
     s.add_argument("screen")
-    s.add_argument("--splice", nargs="+", required=True, help="the measure pass's rows (graph, cold)")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--splice", nargs="+", help="the measure pass's rows (graph, cold)")
+    src.add_argument("--splice-md", help="scripts/issue5_measure.py's markdown of a splice: its sources instead")
     s.add_argument("--supersede", nargs="*", default=[], help="later passes over some cells, in order")
+    s.add_argument("--shapes-out", help="also write the kept cells' shapes here (M_N_K a line)")
     s.add_argument("--prefix", default="tiny:", help="the family's screened candidates")
     s.add_argument("--margin", type=float, default=1.04)
     for p in (r, s):
@@ -105,10 +127,20 @@ def main(argv=None) -> int:
         rows = remeasured(args.files)
         print(f"{len({cell(x) for x in rows})} cells whose gemmrl row the library's entry served")
     else:
-        rows, why = screened(args.screen, measured_speedups(args.splice, args.supersede), args.prefix, args.margin)
+        if args.splice_md:
+            if args.supersede:
+                ap.error("--splice-md names the superseding passes itself; drop --supersede")
+            first, *later = splice_sources(args.splice_md)
+            speedups = measured_speedups([first], later)
+        else:
+            speedups = measured_speedups(args.splice, args.supersede)
+        rows, why = screened(args.screen, speedups, args.prefix, args.margin)
         for key, ratio, lib in sorted(why):
             print(f"{' '.join(key)}: screen {ratio:.3f} against the library's {lib:.3f}")
         print(f"{len(why)} cells beat the library by {args.margin}")
+        if args.shapes_out:
+            shapes = sorted({key[3] for key, *_ in why}, key=lambda m: tuple(int(x) for x in m.split("_")))
+            Path(args.shapes_out).write_text("".join(f"{m}\n" for m in shapes))
     if not rows:
         print("nothing to merge", file=sys.stderr)
         return 1

@@ -67,3 +67,33 @@ def test_screened_keeps_cells_that_beat_the_measured_library_by_the_margin(mod, 
     assert mod.main(["screened", screen, "--splice", measure, "--margin", "2", "--out", str(tmp_path / "o.csv")]) == 1
     assert mod.main(["screened", screen, "--splice", measure, "--out", str(tmp_path / "o.csv")]) == 0
     assert {r["mnk"] for r in csv.DictReader(open(tmp_path / "o.csv"))} == {"64_64_1024"}
+
+
+def test_splice_md_reads_the_measure_files_in_order_and_writes_the_shapes(mod, tmp_path):
+    measure = _write(tmp_path, "m_graph-cold.csv", [_row(s, c, t) for s, c, t in (
+        ("64_64_1024", "gemmrl", 0.0034), ("64_64_1024", "vendor_best", 0.0034),
+        ("64_64_2048", "gemmrl", 0.0040), ("64_64_2048", "vendor_best", 0.0046))])
+    later = _write(tmp_path, "l_graph-cold.csv", [_row("64_64_2048", "gemmrl", 0.0046),
+                                                   _row("64_64_2048", "vendor_best", 0.0046)])
+    off = _write(tmp_path, "o_offline.csv", [_row("64_64_2048", "gemmrl", 0.1, protocol="offline")])
+    md = tmp_path / "splice.md"
+    md.write_text(f"Sources: {Path(measure).name}, {Path(off).name}, {Path(later).name} (supersedes 2 cells)\n\n| x |\n")
+    assert mod.splice_sources(md) == [measure, later]  # offline left out, order kept
+    screen = _write(tmp_path, "s.csv", [_row(s, c, t) for s, c, t in (
+        ("64_64_1024", "tiny:a", 0.0030), ("64_64_1024", "cublas_tn", 0.0034),
+        ("64_64_2048", "tiny:a", 0.0043), ("64_64_2048", "cublas_nn", 0.0046))])
+    shapes = tmp_path / "shapes.txt"
+    assert mod.main(["screened", screen, "--splice-md", str(md), "--out", str(tmp_path / "o.csv"),
+                     "--shapes-out", str(shapes)]) == 0
+    assert shapes.read_text() == "64_64_1024\n64_64_2048\n"  # the later pass put the library at 1.00 at 2048
+
+
+@pytest.mark.parametrize("text,why", [("| no sources |\n", "no 'Sources: ...' first line"),
+                                      ("Sources: gone_graph-cold.csv.gz\n", "not beside it: ")])
+def test_splice_md_says_what_is_wrong(mod, tmp_path, text, why):
+    md = tmp_path / "splice.md"
+    md.write_text(text)
+    with pytest.raises(SystemExit, match=why):
+        mod.splice_sources(md)
+    with pytest.raises(SystemExit):  # --supersede beside --splice-md is refused
+        mod.main(["screened", "s.csv", "--splice-md", str(md), "--supersede", "x.csv", "--out", str(tmp_path / "o")])
