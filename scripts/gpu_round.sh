@@ -100,7 +100,8 @@
 #   load method (cp.async, 1-D bulk copies, 2-D TMA), spread, in one 16-CTA cluster, and with every SM pulling.
 # NCU_SPECS="M_N_K:which:config[:knobs] ...": first, ncu's details (SpeedOfLight, compute, memory, warp stalls,
 #   launch, occupancy) of one call each (which: triton | cutlass | tiny | vendor; limit NCU_S per call), in ncu_*.log;
-#   NCU_CACHE="all none" profiles each with ncu's cache control all (L2 flushed first, default) and none.
+#   NCU_CACHE="all none" profiles each with ncu's cache control all (L2 flushed first, default) and none; NCU_EXTRA:
+#   more ncu arguments; NCU_STALLS=1: also each warp stall reason's cycles per issued instruction (printed).
 # PROBE_SPECS="M_N_K:layout ...": first, the offline crowd probe (scripts/offline_host_probe.py, PROBE_CROWD=2).
 # Other knobs: RESUME_CSV (a partial sweep CSV to continue), PYTEST_ARGS (extra pytest arguments, split on spaces),
 # PYTEST_K (one -k expression, spaces kept: PYTEST_K="battery or deterministic"), GPU_TESTS (test paths, default
@@ -160,16 +161,23 @@ if [ "${PACE_PROBE:-0}" = 1 ]; then  # how fast one CTA streams K slices from L2
 fi
 
 if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N_K:which:config ..." (gemmrl.ncu run)
+  if [ "${NCU_STALLS:-0}" = 1 ]; then  # where a warp's cycles between two issued instructions go, by reason
+    stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' barrier long_scoreboard \
+      short_scoreboard wait mio_throttle lg_throttle math_pipe_throttle not_selected selected dispatch_stall membar \
+      no_instruction drain sleeping branch_resolving tex_throttle misc imc_miss)
+    NCU_EXTRA="${NCU_EXTRA:-} --metrics ${stalls%,}"
+  fi
   for spec in $NCU_SPECS; do
     IFS=: read -r mnk which cfg knobs <<<"$spec"
     for cc in ${NCU_CACHE:-all}; do  # ncu's --cache-control: all flushes before the call (cold), none keeps L2 (warm)
       log="$GEMMRL_OUT/ncu_${mnk}_${which}_${cfg}$([ "$cc" = all ] || echo "_cache-$cc").log"
       timeout "${NCU_S:-120}" ncu --clock-control none --cache-control "$cc" --profile-from-start off \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-        --section WarpStateStats --section LaunchStats --section Occupancy python3 -m gemmrl.ncu run --mnk "$mnk" \
+        --section WarpStateStats --section LaunchStats --section Occupancy ${NCU_EXTRA:-} python3 -m gemmrl.ncu run --mnk "$mnk" \
         --which "$which" --config "$cfg${knobs:+:$knobs}" --vendor "$cfg" >"$log" 2>&1
       echo "ncu $mnk $which $cfg cache-control $cc: exit $?"
       grep -E "SM Frequency|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Registers Per|Warp Cycles Per Issued" "$log" | head -13
+      grep -E "issue_stalled_.*ratio" "$log" | awk '$NF + 0 >= 0.05' | sed 's/smsp__average_warps_issue_stalled_//'
     done
   done
 fi
