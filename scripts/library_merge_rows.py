@@ -87,7 +87,9 @@ def screened(path, speedups: dict[tuple, float], prefix: str, margin: float) -> 
 def splice_sources(md: Path) -> list[str]:
     """The graph/cold measure files of a scripts/issue5_measure.py splice, in order (first the splice, then the passes
     that supersede it), from its markdown's first line; offline files are left out (no vendor_best rows)."""
-    first = Path(md).read_text().splitlines()[0] if Path(md).exists() else ""
+    if not Path(md).is_file():
+        raise SystemExit(f"--splice-md {md}: no such file; give scripts/issue5_measure.py's --md output")
+    first = (Path(md).read_text().splitlines() or [""])[0]
     if not first.startswith("Sources: "):
         raise SystemExit(f"--splice-md {md}: no 'Sources: ...' first line; give scripts/issue5_measure.py's --md output")
     names = [re.sub(r" \(supersedes \d+ cells\)$", "", x.strip()) for x in first[len("Sources: "):].split(", ")]

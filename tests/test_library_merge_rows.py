@@ -89,10 +89,12 @@ def test_splice_md_reads_the_measure_files_in_order_and_writes_the_shapes(mod, t
 
 
 @pytest.mark.parametrize("text,why", [("| no sources |\n", "no 'Sources: ...' first line"),
+                                      ("", "no 'Sources: ...' first line"), (None, "no such file"),
                                       ("Sources: gone_graph-cold.csv.gz\n", "not beside it: ")])
 def test_splice_md_says_what_is_wrong(mod, tmp_path, text, why):
     md = tmp_path / "splice.md"
-    md.write_text(text)
+    if text is not None:
+        md.write_text(text)
     with pytest.raises(SystemExit, match=why):
         mod.splice_sources(md)
     with pytest.raises(SystemExit):  # --supersede beside --splice-md is refused
