@@ -243,6 +243,34 @@ def supersede(rows: list[dict], later: list[dict]) -> tuple[list[dict], int]:
     return kept + later, len(cells & {cell(r) for r in rows})
 
 
+def splice_sources(md) -> tuple[list[Path], list[Path]]:
+    """The files of a splice this script wrote (``--md``), from its first line ``Sources: a, b (supersedes n cells),
+    ...``, resolved beside the markdown: (the earlier passes, measure and offline; the superseding ones, in order)."""
+    md = Path(md)
+    if not md.is_file():
+        raise SystemExit(f"{md}: no such file; give the markdown scripts/issue5_measure.py --md wrote")
+    first = (md.read_text().splitlines() or [""])[0]
+    if not first.startswith("Sources: "):
+        raise SystemExit(f"{md}: no 'Sources: ...' first line; give the markdown scripts/issue5_measure.py --md wrote")
+    base, later = [], []
+    for entry in first[len("Sources: "):].split(", "):
+        name, sep, _ = entry.strip().partition(" (supersedes ")
+        (later if sep else base).append(md.parent / Path(name).name)
+    missing = [str(p) for p in base + later if not p.exists()]
+    if missing:
+        raise SystemExit(f"{md}: its sources are not beside it: {', '.join(missing)}")
+    return base, later
+
+
+def splice_rows(md) -> list[dict]:
+    """Every row of a splice (measure and offline), each superseded cell replaced in order, as main() builds it."""
+    base, later = splice_sources(md)
+    rows = read_rows([str(p) for p in base])
+    for path in later:
+        rows, _ = supersede(rows, read_rows([str(path)]))
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("measure", nargs="+", help="gemmrl bench --library rows (graph, cold; shards and chunks)")
@@ -250,6 +278,7 @@ def main(argv=None) -> int:
     ap.add_argument("--library", help="the library measured: its selection-run figures on the same shapes beside")
     ap.add_argument("--against", nargs="*", default=[],
                     help="an earlier measure pass's rows: each shape both measured, now against before")
+    ap.add_argument("--against-splice", help="--against, the earlier pass being a splice this script wrote (its .md)")
     ap.add_argument("--supersede", nargs="*", default=[],
                     help="a later pass's rows: each cell it measured replaces the earlier rows of that cell")
     ap.add_argument("--md", help="also write the table as markdown here")
@@ -265,13 +294,17 @@ def main(argv=None) -> int:
         sources.append(f"{path} (supersedes {n + n_off} cells)")
     below = noise_below(rows)
     recs = measure_table(rows, selection_figures(args.library) if args.library else None, below)
-    if not recs and not off_rows and not args.against:
+    if args.against and args.against_splice:
+        ap.error("give --against ROWS... or --against-splice SPLICE.md, not both")
+    if not recs and not off_rows and not (args.against or args.against_splice):
         print("no shape has both a gemmrl and a vendor_best row: is this a `gemmrl bench --library` run?",
               file=sys.stderr)
         return 2
     text = markdown(recs, offline_statistic(off_rows), coverage(rows + off_rows), sources)
-    if args.against:
-        cells = against(rows, read_rows(args.against))
+    if args.against or args.against_splice:
+        earlier = splice_rows(args.against_splice) if args.against_splice else read_rows(args.against)
+        args.against = args.against or [args.against_splice]
+        cells = against(rows + off_rows, earlier)
         if not cells:
             print(f"--against: no (protocol, dtype, shape) with gemmrl and its reference (vendor_best; offline, "
                   f"server: cublaslt_autotuned) in both runs "

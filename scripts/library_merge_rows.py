@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import re
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.results import read_rows  # noqa: E402
 from issue5_measure import cell, supersede  # noqa: E402
+from issue5_measure import splice_sources as issue5_sources  # noqa: E402
 
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
 
@@ -87,17 +87,11 @@ def screened(path, speedups: dict[tuple, float], prefix: str, margin: float) -> 
 def splice_sources(md: Path) -> list[str]:
     """The graph/cold measure files of a scripts/issue5_measure.py splice, in order (first the splice, then the passes
     that supersede it), from its markdown's first line; offline files are left out (no vendor_best rows)."""
-    if not Path(md).is_file():
-        raise SystemExit(f"--splice-md {md}: no such file; give scripts/issue5_measure.py's --md output")
-    first = (Path(md).read_text().splitlines() or [""])[0]
-    if not first.startswith("Sources: "):
-        raise SystemExit(f"--splice-md {md}: no 'Sources: ...' first line; give scripts/issue5_measure.py's --md output")
-    names = [re.sub(r" \(supersedes \d+ cells\)$", "", x.strip()) for x in first[len("Sources: "):].split(", ")]
-    paths = [Path(md).parent / Path(n).name for n in names if "offline" not in Path(n).name]
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing or not paths:
-        raise SystemExit(f"--splice-md {md}: measure files not beside it: {', '.join(missing) or 'none named'}")
-    return [str(p) for p in paths]
+    base, later = issue5_sources(md)
+    paths = [str(p) for p in base + later if "offline" not in p.name]
+    if not paths:
+        raise SystemExit(f"--splice-md {md}: no graph/cold measure file among its sources")
+    return paths
 
 
 def write(rows: list[dict], out: Path) -> None:

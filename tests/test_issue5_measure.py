@@ -230,3 +230,31 @@ def test_supersede_replaces_whole_cells_in_order(mod, tmp_path, capsys):
     assert "| graph | fp16 | all | 2 | 1.0747 |" in out  # sqrt(1.05 * 1.1): the latest pass wins its cell
     assert "below 0.98" in out and "64_128_512 (graph" not in out  # the earlier pass's loser is gone
     assert "statistic over 1 shapes" in out and ": 2.0000 (bar 1.07)" in out
+
+
+def test_against_a_splice_reads_its_sources_and_supersedes_in_order(mod, tmp_path, capsys):
+    """--against-splice SPLICE.md: the earlier pass is the splice that markdown names (its measure and offline files,
+    then the superseding passes in order), so a pass over a few shapes compares with the grid as it stood; the new
+    pass's offline rows (--offline) are compared too."""
+    first = _write(tmp_path / "m.csv", _shape("64_64_2048", 1.0, 1.0) + _shape("64_64_4096", 1.0, 1.1))
+    off = _write(tmp_path / "off.csv", [_row("64_64_2048", "cublaslt_autotuned", 0.02, "offline"),
+                                        _row("64_64_2048", "gemmrl", 0.02, "offline", "eager=vendor:torch")])
+    later = _write(tmp_path / "later.csv", _shape("64_64_2048", 1.0, 1.05, served="tiny:a"))
+    assert mod.main([str(first), "--offline", str(off), "--supersede", str(later), "--md",
+                     str(tmp_path / "splice.md")]) == 0
+    base, sup = mod.splice_sources(tmp_path / "splice.md")
+    assert base == [first, off] and sup == [later]
+    now = _write(tmp_path / "now.csv", _shape("64_64_2048", 1.0, 1.26, served="tiny:b"))
+    now_off = _write(tmp_path / "now_off.csv", [_row("64_64_2048", "cublaslt_autotuned", 0.02, "offline"),
+                                                _row("64_64_2048", "gemmrl", 0.01, "offline", "eager=tiny:b")])
+    capsys.readouterr()
+    assert mod.main([str(now), "--offline", str(now_off), "--against-splice", str(tmp_path / "splice.md")]) == 0
+    out = capsys.readouterr().out
+    assert "Against the earlier pass splice.md" in out
+    assert "| graph | fp16 | 64_64_2048 | 1.260 | 1.050 | 1.200 |" in out  # against the superseding pass, not 1.0
+    assert "| offline | fp16 | 64_64_2048 | 2.000 | 1.000 | 2.000 |" in out
+    with pytest.raises(SystemExit):
+        mod.main([str(now), "--against", str(first), "--against-splice", str(tmp_path / "splice.md")])
+    (tmp_path / "later.csv").unlink()
+    with pytest.raises(SystemExit, match="not beside it"):
+        mod.splice_sources(tmp_path / "splice.md")

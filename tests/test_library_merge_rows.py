@@ -90,7 +90,7 @@ def test_splice_md_reads_the_measure_files_in_order_and_writes_the_shapes(mod, t
 
 @pytest.mark.parametrize("text,why", [("| no sources |\n", "no 'Sources: ...' first line"),
                                       ("", "no 'Sources: ...' first line"), (None, "no such file"),
-                                      ("Sources: gone_graph-cold.csv.gz\n", "not beside it: ")])
+                                      ("Sources: gone_graph-cold.csv.gz\n", "not beside it: ")])  # issue5_measure's
 def test_splice_md_says_what_is_wrong(mod, tmp_path, text, why):
     md = tmp_path / "splice.md"
     if text is not None:
