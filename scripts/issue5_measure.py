@@ -2,7 +2,7 @@
 tuning and selection), chunked and resumed over several calls.
 
     python scripts/issue5_measure.py MEASURE.csv[.gz] ... [--offline OFFLINE.csv[.gz] ...] [--library LIB] [--md OUT.md]
-                                     [--plot OUT.png] [--against EARLIER.csv[.gz] ...]
+                                     [--plot OUT.png] [--against EARLIER.csv[.gz] ... | --against-splice SPLICE.md]
 
 Per shape class (min(M,N) <= 256, all dims >= 4096, the rest, all) and protocol: the shapes measured, the geomean of
 gemmrl's speed over vendor_best (first-run rows; bars 1.05 graph, 1.10 cold over the 1000), its minimum, the
@@ -15,7 +15,9 @@ cublaslt_autotuned's (the better of tn and nn), bar 1.07. Coverage is counted ag
 (scripts/library_plot.served: its exact entries' vendor_best / served time), so the winner's curse is in sight.
 With --plot: per protocol and dtype, each shape's measured gemmrl / vendor_best against FLOPs, coloured by the family
 served, the shapes that stay below 0.98 after the noise rule ringed. With --against (an earlier pass over some of
-the same shapes, e.g. before a kernel change): per cell both runs' gemmrl / vendor_best and their ratio. With
+the same shapes, e.g. before a kernel change): per cell both runs' gemmrl / vendor_best and their ratio (offline
+cells too, the new pass's --offline rows against cublaslt_autotuned); --against-splice SPLICE.md: the earlier pass is
+the splice a --md of this script names on its first line (its files beside it, superseded in order). With
 --supersede LATER.csv ...: a later pass over some shapes (the library rebuilt where only their entries changed)
 replaces every row of the cells it measured, (protocol, dtype, acc, shape), in the measure and offline rows alike,
 so a figure over the grid is the earlier pass with those cells re-measured, never a mix of two runs in one cell.
