@@ -97,7 +97,8 @@
 #   COLD_ANATOMY_S): probe kernels (empty, one load, load chains, one-CTA tiles, straight-line code of 1.6-394 KiB)
 #   and tiny GEMMs in graph and cold: where a tiny call's cold time goes.
 # PACE_PROBE=1: first, scripts/pace_probe.py (limit PACE_PROBE_S): one CTA's L2 -> shared-memory pace per K step by
-#   load method (cp.async, 1-D bulk copies, 2-D TMA), spread, in one 16-CTA cluster, and with every SM pulling.
+#   load method (cp.async, 1-D bulk copies, 2-D TMA; PACE_METHODS, default "0 1 2"; 3 and 4: 3-D TMA boxes of 4 K
+#   chunks), spread, in one 16-CTA cluster, and with every SM pulling.
 # NCU_SPECS="M_N_K:which:config[:knobs] ...": first, ncu's details (SpeedOfLight, compute, memory, warp stalls,
 #   launch, occupancy) of one call each (which: triton | cutlass | tiny | vendor; limit NCU_S per call), in ncu_*.log;
 #   NCU_CACHE="all none" profiles each with ncu's cache control all (L2 flushed first, default) and none; NCU_EXTRA:

@@ -9,9 +9,16 @@
 //   1  cp.async.bulk (1-D TMA) of each 128-byte row, issued by warp 0's lanes, an mbarrier a stage
 //   2  cp.async.bulk.tensor.2d (TMA) boxes of 64 x ROWS/2 (the A box and the B box), issued by one thread, an
 //      mbarrier a stage, 128-byte swizzle
+//   3, 4  cp.async.bulk.tensor.3d boxes of KC = 4 64-deep K chunks of ROWS/2 rows each (the A box and the B box), a
+//      step being KC chunks (session 39: does the per-box cost, not the bytes, set TMA's ~0.15 us a step floor?).
+//      Method 3 views the buffer as dims {64, rows, 64 chunks} with strides {row, 128 bytes}, so a box lands as KC
+//      consecutive [ROWS/2][64] swizzled tiles (what a wgmma mainloop needs; the strides are not increasing, which
+//      the driver may refuse: pace_make_map's status says). Method 4 views it as {64, 64 chunks, rows}, strides
+//      {128 bytes, row}: a plain tensor, the box landing as [ROWS/2][KC][64]. Chunks wrap around the buffer's 64.
 // A launch is `grid` CTAs, in clusters of `cluster` along x (1: none); CTA g reads rows g*ROWS.. (mod rows_total).
 // Entry: pace_run(method, rows, threads, stages, grid, cluster, steps, buf, rows_total, out, map, stream) -> 0 or a
-// cudaError_t (cudaErrorInvalidValue: a combination not instantiated); pace_make_map builds method 2's tensor map.
+// cudaError_t (cudaErrorInvalidValue: a combination not instantiated); pace_make_map builds method 2-4's tensor map
+// (pace_kc(method): the K chunks a step of that method loads).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_fp16.h>
@@ -41,10 +48,14 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
                : "memory");
 }
 
+constexpr int kc_of(int method) { return method >= 3 ? 4 : 1; }  // K chunks a step
+
 template <int METHOD, int ROWS, int THREADS, int STAGES>
 struct Cfg {
-  static constexpr int ROWB = METHOD == 2 ? 128 : 144;  // bytes per shared row (padded for ldmatrix but for TMA)
-  static constexpr int STAGE = ROWS * ROWB;
+  static constexpr bool TMA = METHOD >= 2;
+  static constexpr int KC = kc_of(METHOD);
+  static constexpr int ROWB = TMA ? 128 : 144;  // bytes per shared row (padded for ldmatrix but for TMA)
+  static constexpr int STAGE = ROWS * ROWB * KC;
   static constexpr int SMEM = 1024 + STAGES * STAGE + 8 * STAGES;
 };
 
@@ -76,7 +87,7 @@ __global__ void __launch_bounds__(THREADS)
       for (int s = 0; s < STAGES; ++s)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(full + s)));
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-      if constexpr (METHOD == 2)
+      if constexpr (C::TMA)
         asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map)) : "memory");
     }
     __syncthreads();
@@ -100,7 +111,7 @@ __global__ void __launch_bounds__(THREADS)
               "l"(buf + size_t(row0 + r) * KCOLS + step * 64), "r"(smem_u32(full + slot))
               : "memory");
       }
-    } else {
+    } else if constexpr (METHOD == 2) {
       if (tid == 0) {
         mbar_expect_tx(full + slot, ROWS * 128);
 #pragma unroll
@@ -110,6 +121,19 @@ __global__ void __launch_bounds__(THREADS)
               "[%4];\n" ::"r"(smem_u32(smem + slot * C::STAGE + h * (ROWS / 2) * 128)),
               "l"(reinterpret_cast<uint64_t>(&map)), "r"(step * 64), "r"(row0 + h * (ROWS / 2)),
               "r"(smem_u32(full + slot))
+              : "memory");
+      }
+    } else {
+      if (tid == 0) {
+        mbar_expect_tx(full + slot, ROWS * 128 * C::KC);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          asm volatile(
+              "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+              "%4}], [%5];\n" ::"r"(smem_u32(smem + slot * C::STAGE + h * (ROWS / 2) * 128 * C::KC)),
+              "l"(reinterpret_cast<uint64_t>(&map)), "r"(0),
+              "r"(METHOD == 3 ? row0 + h * (ROWS / 2) : (step * C::KC) % (KCOLS / 64)),
+              "r"(METHOD == 3 ? (step * C::KC) % (KCOLS / 64) : row0 + h * (ROWS / 2)), "r"(smem_u32(full + slot))
               : "memory");
       }
     }
@@ -169,7 +193,7 @@ int launch(int grid, int cluster, int steps, const void* buf, int rows_total, vo
 #define PACE_CONFIGS(X)                                                                                         \
   X(0, 48, 64, 4) X(0, 48, 64, 8) X(0, 48, 128, 8) X(0, 96, 64, 4) X(0, 128, 128, 4) X(0, 128, 128, 8)          \
       X(0, 128, 256, 8) X(0, 256, 256, 4) X(1, 48, 64, 8) X(1, 128, 128, 8) X(1, 256, 256, 4) X(2, 48, 64, 8)     \
-          X(2, 128, 128, 8) X(2, 256, 256, 4)
+          X(2, 128, 128, 8) X(2, 256, 256, 4) X(3, 48, 64, 4) X(3, 128, 128, 3) X(4, 48, 64, 4) X(4, 128, 128, 3)
 
 extern "C" int pace_configs(int* out4) {
   int n = 0;
@@ -196,19 +220,26 @@ extern "C" int pace_run(int method, int rows, int threads, int stages, int grid,
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
-// method 2's map over the [rows_total, 4096] buffer, boxes of 64 x box_rows, written to `out` (128 bytes, 64-aligned)
-extern "C" int pace_make_map(void* out, const void* buf, int rows_total, int box_rows) {
+extern "C" int pace_kc(int method) { return kc_of(method); }
+
+// method 2-4's tensor map over the [rows_total, 4096] buffer, written to `out` (128 bytes, 64-aligned), boxes of
+// box_rows rows (the views above); 0 or the driver's CUresult (-1: no driver entry point, -2: not a TMA method)
+extern "C" int pace_make_map(void* out, const void* buf, int rows_total, int box_rows, int method) {
+  if (method < 2 || method > 4) return -2;
   void* p = nullptr;
   cudaDriverEntryPointQueryResult q;
   if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
       q != cudaDriverEntryPointSuccess)
     return -1;
   auto fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  cuuint64_t dims[2] = {cuuint64_t(KCOLS), cuuint64_t(rows_total)};
-  cuuint64_t strides[1] = {cuuint64_t(KCOLS) * 2};
-  cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
-  cuuint32_t estr[2] = {1, 1};
-  return static_cast<int>(fn(static_cast<CUtensorMap*>(out), CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(buf),
-                             dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+  const cuuint64_t row = cuuint64_t(KCOLS) * 2, chunks = KCOLS / 64, kc = kc_of(method), r = rows_total;
+  const cuuint32_t rank = method == 2 ? 2 : 3;
+  cuuint64_t dims[3] = {method == 2 ? cuuint64_t(KCOLS) : 64, method == 4 ? chunks : r, method == 4 ? r : chunks};
+  cuuint64_t strides[2] = {method == 4 ? 128 : row, method == 4 ? row : 128};
+  cuuint32_t box[3] = {64, cuuint32_t(method == 4 ? kc : box_rows), cuuint32_t(method == 4 ? box_rows : kc)};
+  cuuint32_t estr[3] = {1, 1, 1};
+  return static_cast<int>(fn(static_cast<CUtensorMap*>(out), CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank,
+                             const_cast<void*>(buf), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
 }

@@ -4,7 +4,8 @@ per-step floor (NOTES session 37 section 5: ~8 KB per 0.2 us step, ~35 GB/s a CT
 Probe kernels (``scripts/pace_probe.cu``, built through ``cuda_source.build``, loaded with ctypes): each CTA reads
 ROWS rows of 128 bytes a step (one 64-deep K step of a BM + BN tile) from a warm 16 MiB buffer through a STAGES-deep
 ring, with a consumer that costs nothing. Methods: 0 cp.async 16 B a thread (the family's Loader), 1 a 1-D bulk copy
-(TMA) a row, 2 two 2-D TMA boxes a step. Launches: 8 or 16 CTAs spread over the device, 16 in one cluster (one GPC),
+(TMA) a row, 2 two 2-D TMA boxes a step, 3 and 4 two 3-D TMA boxes of 4 K chunks each a step (4 x the bytes a box;
+3 in the layout a wgmma mainloop needs, over a view whose strides do not increase, 4 over a plain 3-D view). Launches: 8 or 16 CTAs spread over the device, 16 in one cluster (one GPC),
 128 spread (every SM pulling). Timed in the graph protocol at 64 and 8 steps; the per-step time is the difference
 over 56 steps (the launch, the ring's fill and the drain cancel). Rows are in the results schema (candidate
 ``pace-probe:m<method>_r<rows>_t<threads>_st<stages>_g<grid>_c<cluster>_k<steps>``); the table is printed last.
@@ -26,7 +27,8 @@ ROWS_TOTAL = 3072            # the buffer: [3072, 4096] fp16, 24 MiB (L2-residen
 #                              128 and 256 rows)
 LAUNCHES = ((8, 1), (16, 1), (16, 16), (128, 1))  # (CTAs, cluster size along x)
 STEPS = (8, 64)
-METHODS = {0: "cp.async", 1: "bulk-1d-rows", 2: "tma-2d"}
+METHODS = {0: "cp.async", 1: "bulk-1d-rows", 2: "tma-2d", 3: "tma-3d-kc4", 4: "tma-3d-kc4-rows"}
+TMA = (2, 3, 4)              # methods that load through a tensor map (pace_make_map)
 
 
 def build() -> ctypes.CDLL:
@@ -39,7 +41,8 @@ def build() -> ctypes.CDLL:
     vp, ci = ctypes.c_void_p, ctypes.c_int
     lib.pace_configs.argtypes = [vp]
     lib.pace_run.argtypes = [ci, ci, ci, ci, ci, ci, ci, vp, ci, vp, vp, vp]
-    lib.pace_make_map.argtypes = [vp, vp, ci, ci]
+    lib.pace_make_map.argtypes = [vp, vp, ci, ci, ci]
+    lib.pace_kc.argtypes = [ci]
     return lib
 
 
@@ -73,13 +76,14 @@ def main(argv=None) -> int:
     configs = [c for c in (tuple(raw[4 * i:4 * i + 4]) for i in range(n)) if c[0] in methods]
     maps = {}
     for m, rows, _, _ in configs:
-        if m == 2 and rows not in maps:
+        if m in TMA and (m, rows) not in maps:
             mem = ctypes.create_string_buffer(256)
             addr = (ctypes.addressof(mem) + 63) & ~63
-            rc = lib.pace_make_map(addr, buf.data_ptr(), ROWS_TOTAL, rows // 2)
+            rc = lib.pace_make_map(addr, buf.data_ptr(), ROWS_TOTAL, rows // 2, m)
             if rc:
-                raise SystemExit(f"cuTensorMapEncodeTiled failed ({rc}) for box rows {rows // 2}")
-            maps[rows] = (mem, addr)
+                raise SystemExit(f"cuTensorMapEncodeTiled failed ({rc}) for method {m} ({METHODS[m]}), box rows "
+                                 f"{rows // 2}")
+            maps[(m, rows)] = (mem, addr)
 
     def s():
         return torch.cuda.current_stream().cuda_stream
@@ -89,7 +93,7 @@ def main(argv=None) -> int:
         for grid, cluster in LAUNCHES:
             for k in STEPS:
                 name = f"m{m}_r{rows}_t{threads}_st{stages}_g{grid}_c{cluster}_k{k}"
-                mp = maps[rows][1] if m == 2 else None
+                mp = maps[(m, rows)][1] if m in TMA else None
 
                 def fn(m=m, rows=rows, threads=threads, stages=stages, grid=grid, cluster=cluster, k=k, mp=mp):
                     rc = lib.pace_run(m, rows, threads, stages, grid, cluster, k, buf.data_ptr(), ROWS_TOTAL,
@@ -125,7 +129,7 @@ def main(argv=None) -> int:
             a = times.get((m, rows, threads, stages, grid, cluster, STEPS[0]), float("nan"))
             b = times.get((m, rows, threads, stages, grid, cluster, STEPS[1]), float("nan"))
             us = per_step(a, b)
-            gbs = rows * 128 / (us * 1e3) if us > 0 else float("nan")
+            gbs = rows * 128 * lib.pace_kc(m) / (us * 1e3) if us > 0 else float("nan")  # bytes a step
             print(f"{METHODS[m]:13} {rows:4d} {threads:4d} {stages:3d} {grid:5d} {cluster:4d} {a * 1e3:7.2f} "
                   f"{b * 1e3:7.2f} {us:8.3f} {gbs:9.1f} {gbs * 1e3 / mhz:9.1f}", flush=True)
     return 0

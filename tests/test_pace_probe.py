@@ -36,10 +36,14 @@ def test_probe_kernels_build_and_list_valid_instantiations(tmp_path, monkeypatch
     n = lib.pace_configs(ctypes.addressof(raw))
     configs = [tuple(raw[4 * i:4 * i + 4]) for i in range(n)]
     assert n >= 3 and {c[0] for c in configs} == set(mod.METHODS)
+    assert [lib.pace_kc(m) for m in sorted(mod.METHODS)] == [1, 1, 1, 4, 4]  # K chunks a step, by method
     for method, rows, threads, stages in configs:
         assert rows * 8 % threads == 0 and (rows // 2) <= 256
-        row_bytes = 128 if method == 2 else 144
-        assert 1024 + stages * rows * row_bytes + 8 * stages <= 232448
+        row_bytes = 128 if method in mod.TMA else 144
+        assert 1024 + stages * rows * row_bytes * lib.pace_kc(method) + 8 * stages <= 232448
+        if method in (3, 4):  # each box (half the rows, 4 chunks) starts 1024-aligned for the 128-byte swizzle
+            assert (rows // 2) * 128 * 4 % 1024 == 0
     # a combination not instantiated is refused before any launch (no GPU needed for that path)
     assert lib.pace_run(0, 48, 64, 3, 8, 1, 8, None, 2048, None, None, None) == 1  # cudaErrorInvalidValue
     assert lib.pace_run(0, 48, 64, 4, 8, 1, 65, None, 2048, None, None, None) == 1  # steps past the buffer
+    assert lib.pace_make_map(None, None, 2048, 24, 1) == -2  # no tensor map for a cp.async method
