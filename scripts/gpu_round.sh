@@ -589,20 +589,22 @@ if [ -n "${MERGE_LIB:-}" ]; then  # the selection's winners into a copy of a gri
   python3 scripts/library_merge_rows.py screened "$msel" --splice-md "${MERGE_SPLICE:?MERGE_SPLICE=<splice .md>}" \
     --margin "${MERGE_MARGIN:-1.04}" --out "/tmp/${mtag}_rows.csv" --shapes-out "$mshapes" >"$GEMMRL_OUT/${mtag}_merge.log" 2>&1
   echo "merge rows: exit $?"; tail -n 3 "$GEMMRL_OUT/${mtag}_merge.log"
-  if [ -s "$mshapes" ] && ! { cp "$MERGE_LIB" "$mlib" && python3 -m gemmrl.cli lib build --generated-only --no-buckets \
-      "/tmp/${mtag}_rows.csv" --out "$mlib" --trials "/tmp/${mtag}_trials.sqlite" >>"$GEMMRL_OUT/${mtag}_merge.log" 2>&1; }; then
-    echo "merge: the library build failed, nothing measured"; tail -n 3 "$GEMMRL_OUT/${mtag}_merge.log"
-  elif [ -s "$mshapes" ]; then
-    tail -n 2 "$GEMMRL_OUT/${mtag}_merge.log"
-    mrows="$GEMMRL_OUT/${gpu}_grid1000-${mtag}_library_graph-cold-quick_${GEMMRL_GIT_SHA}_${day}.csv"
-    timeout "${MERGE_S:-240}" python3 -m gemmrl.cli bench --shapes "$mshapes" --library "$mlib" --protocol graph,cold \
-      --timing quick --no-progress --out "$mrows" >"$GEMMRL_OUT/${mtag}_measure.log" 2>&1
-    echo "merge measure, graph and cold: exit $? ($(grep -c . "$mrows" 2>/dev/null) lines)"
-    timeout "${MERGE_S:-240}" python3 -m gemmrl.cli bench --shapes "$mshapes" --library "$mlib" --protocol offline \
-      --baselines cublaslt_autotuned_tn,cublaslt_autotuned_nn --warmup-seconds 0.1 --benchmark-seconds 0.5 \
-      --no-progress --out "${mrows%_graph-cold-quick_*}-cublaslt-autotuned_offline_${GEMMRL_GIT_SHA}_${day}.csv" \
-      >>"$GEMMRL_OUT/${mtag}_measure.log" 2>&1
-    echo "merge measure, offline: exit $?"; tail -n 6 "$GEMMRL_OUT/${mtag}_measure.log"
+  if [ -s "$mshapes" ]; then
+    if cp "$MERGE_LIB" "$mlib" && python3 -m gemmrl.cli lib build --generated-only --no-buckets "/tmp/${mtag}_rows.csv" \
+        --out "$mlib" --trials "/tmp/${mtag}_trials.sqlite" >>"$GEMMRL_OUT/${mtag}_merge.log" 2>&1; then
+      tail -n 2 "$GEMMRL_OUT/${mtag}_merge.log"
+      mrows="$GEMMRL_OUT/${gpu}_grid1000-${mtag}_library_graph-cold-quick_${GEMMRL_GIT_SHA}_${day}.csv"
+      timeout "${MERGE_S:-240}" python3 -m gemmrl.cli bench --shapes "$mshapes" --library "$mlib" --protocol graph,cold \
+        --timing quick --no-progress --out "$mrows" >"$GEMMRL_OUT/${mtag}_measure.log" 2>&1
+      echo "merge measure, graph and cold: exit $? ($(grep -c . "$mrows" 2>/dev/null) lines)"
+      timeout "${MERGE_S:-240}" python3 -m gemmrl.cli bench --shapes "$mshapes" --library "$mlib" --protocol offline \
+        --baselines cublaslt_autotuned_tn,cublaslt_autotuned_nn --warmup-seconds 0.1 --benchmark-seconds 0.5 \
+        --no-progress --out "${mrows%_graph-cold-quick_*}-cublaslt-autotuned_offline_${GEMMRL_GIT_SHA}_${day}.csv" \
+        >>"$GEMMRL_OUT/${mtag}_measure.log" 2>&1
+      echo "merge measure, offline: exit $?"; tail -n 6 "$GEMMRL_OUT/${mtag}_measure.log"
+    else
+      echo "merge: the library build failed, nothing measured"; tail -n 3 "$GEMMRL_OUT/${mtag}_merge.log"
+    fi
   fi
 fi
 

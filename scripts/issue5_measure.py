@@ -303,16 +303,16 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     text = markdown(recs, offline_statistic(off_rows), coverage(rows + off_rows), sources)
-    if args.against or args.against_splice:
+    earlier_names = args.against or ([args.against_splice] if args.against_splice else [])
+    if earlier_names:
         earlier = splice_rows(args.against_splice) if args.against_splice else read_rows(args.against)
-        args.against = args.against or [args.against_splice]
         cells = against(rows + off_rows, earlier)
         if not cells:
             print(f"--against: no (protocol, dtype, shape) with gemmrl and its reference (vendor_best; offline, "
                   f"server: cublaslt_autotuned) in both runs "
-                  f"({', '.join(args.against)})", file=sys.stderr)
+                  f"({', '.join(earlier_names)})", file=sys.stderr)
             return 2
-        text += "\n" + against_markdown(cells, args.against)
+        text += "\n" + against_markdown(cells, earlier_names)
     print(text, end="")
     if args.md:
         Path(args.md).write_text(text)

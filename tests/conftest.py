@@ -59,6 +59,19 @@ def have_cutlass_toolchain() -> bool:
         return False
 
 
+@pytest.fixture
+def sm90_build(tmp_path, monkeypatch):
+    """nvcc builds for sm_90a into a fresh cache under tmp_path (skips where nvcc is missing): the probe scripts'
+    build tests compile host entry points only, so no GPU is needed."""
+    from gemmrl.kernels.cuda_source import find_nvcc
+
+    if not find_nvcc():
+        pytest.skip("needs nvcc")
+    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
 # -- gemmrl.mm's hot paths ----------------------------------------------------------------------------------
 HOT_PATHS = ["torch", "c", "python"]
 _NO_TOOLCHAIN = ("RuntimeError: no Python.h", "RuntimeError: no C compiler", "RuntimeError: no C++ compiler",

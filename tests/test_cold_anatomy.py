@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from gemmrl.kernels.cuda_source import find_nvcc
 from gemmrl.kernels.triton_gemm.configs import parse_config
 from conftest import script_module
 
@@ -58,10 +57,7 @@ def test_the_committed_grid_library_serves_triton_on_each_probe_shape_in_some_pr
         parse_config(text)  # every served config parses
 
 
-@pytest.mark.skipif(not find_nvcc(), reason="needs nvcc")
-def test_probe_kernels_build_and_export_every_entry(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
-    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+def test_probe_kernels_build_and_export_every_entry(sm90_build):
     mod = _probe()
     lib = mod.build()
     names = ["cold_empty", "cold_load1", "cold_chain_init", "cold_chain", "cold_tile"]

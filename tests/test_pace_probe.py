@@ -5,7 +5,6 @@ import ctypes
 
 import pytest
 
-from gemmrl.kernels.cuda_source import find_nvcc
 from conftest import script_module
 
 
@@ -26,10 +25,7 @@ def test_launches_fill_their_clusters():
     assert mod.STEPS[0] < mod.STEPS[1] <= 4096 // 64
 
 
-@pytest.mark.skipif(not find_nvcc(), reason="needs nvcc")
-def test_probe_kernels_build_and_list_valid_instantiations(tmp_path, monkeypatch):
-    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
-    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+def test_probe_kernels_build_and_list_valid_instantiations(sm90_build):
     mod = _probe()
     lib = mod.build()
     raw = (ctypes.c_int * 256)()
