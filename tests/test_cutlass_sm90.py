@@ -84,6 +84,11 @@ def test_valid_knobs():
     assert cs.valid(sk, cs.Knobs(decomposition="splitk", splits=2), p)[0]
     assert not cs.valid(sk, cs.Knobs(decomposition="splitk", splits=100), GemmProblem(128, 128, 256))[0]
     assert not cs.valid(cs.CutlassConfig(), cs.Knobs(swizzle=3), p)[0]
+    assert cs.valid(cs.CutlassConfig(), cs.Knobs(swizzle=16, raster="n"), p)[0]
+    assert cs.valid(cs.CutlassConfig(), cs.Knobs(swizzle=32), p)[0]
+    assert not cs.valid(cs.CutlassConfig(), cs.Knobs(swizzle=64), p)[0]
+    why = cs.valid(sk, cs.Knobs(swizzle=16), p)[1]
+    assert "persistent scheduler only" in why
     assert not cs.valid(cs.CutlassConfig(), cs.Knobs(), GemmProblem(128, 128, 64, acc="fp16"))[0]
 
 
@@ -139,7 +144,7 @@ def test_screen_config_list():
     p = GemmProblem(8192, 8192, 1024)
     few = cs.screen_entries(p, [cs.CutlassConfig()])
     every = cs.screen_entries(p, [cs.CutlassConfig()], all_knob_settings=True)
-    assert set(few) < set(every) and len(every) == 12 and {k.raster for _, k in every} == set(cs.RASTERS)
+    assert set(few) < set(every) and len(every) == 18 and {k.raster for _, k in every} == set(cs.RASTERS)
     with pytest.raises(ValueError, match="cutlass family"):
         ScreenSpec(problems=(p,), out=Path("x.csv"), all_knobs=True)
     for configs, family, match in [(("coop_128x160",), "cutlass", "cannot read"),
@@ -378,3 +383,37 @@ def test_configs_pass_battery(cfg, shape):
     assert v.passed, (str(knobs), v.reason)
     ok, why = graph_safety(cand, bufs)
     assert ok, why
+
+
+# Swizzles past CUTLASS's cap of 8 (the template's widen_swizzle): shapes whose swizzled dimension is and is not a
+# multiple of the swizzle (padded tiles computed on zeros and clipped), both raster orders, a cluster and a swap.
+WIDE_CONFIGS = [cs.CutlassConfig(64, 256, 64, 1, 1, "pingpong"), cs.CutlassConfig(128, 256, 64, 2, 1),
+                cs.CutlassConfig(128, 128, 64, 1, 2, swap=True)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", WIDE_CONFIGS, ids=str)
+@pytest.mark.parametrize("shape", [(33, 72, 136), (1000, 1496, 256), (2048, 4096, 512)])
+def test_wide_swizzle_matches_swizzle_1(cfg, shape):
+    """Each tile's K loop is the same whatever the tile order, so a wide swizzle must write exactly what swizzle 1
+    writes, and pass the battery."""
+    import torch
+
+    from gemmrl.candidate import make_buffers
+    from gemmrl.verify import verify
+
+    p = GemmProblem(*shape, layout=cfg.layout)
+    bufs = make_buffers(p, "cuda")
+    base = cs.CutlassCandidate(cfg, cs.Knobs())
+    base.prepare(p, bufs, "graph", None)
+    base(bufs.a, bufs.b, bufs.bt, bufs.c)
+    want = bufs.c.clone()
+    for knobs in (cs.Knobs(16, "n"), cs.Knobs(16, "m"), cs.Knobs(32, "n"), cs.Knobs(32, "m")):
+        cand = cs.CutlassCandidate(cfg, knobs)
+        cand.prepare(p, bufs, "graph", None)
+        bufs.c.fill_(float("nan"))
+        cand(bufs.a, bufs.b, bufs.bt, bufs.c)
+        torch.cuda.synchronize()
+        assert torch.equal(bufs.c, want), str(knobs)
+        v = verify(cand, p, "cuda")
+        assert v.passed, (str(knobs), v.reason)

@@ -44,6 +44,8 @@ RASTERS = ("heuristic", "m", "n")
 EPILOGUES = ("tma", "nosmem")
 EPI_NS = (0, 64, 128)        # the TMA epilogue tile's width in the kernel's N (0: CUTLASS's auto, 32 for 16-bit D)
 DECOMPOSITIONS = ("heuristic", "dp", "splitk", "streamk")
+SWIZZLES = (1, 2, 4, 8)        # CUTLASS's own scheduler swizzles
+WIDE_SWIZZLES = (16, 32)       # past CUTLASS's cap of 8, persistent scheduler only (the template's widen_swizzle)
 SMEM_BYTES = 232448          # H100/H200 opt-in shared memory per block
 EPILOGUE_SMEM = 16384        # what the TMA epilogue keeps in shared memory (auto epilogue tile, 2 stages), rounded up
 MAX_STAGES = 16          # the pipeline's depth is capped here (tiles under 64x64 fit 17-25 stages; an odd count
@@ -240,8 +242,11 @@ def valid(cfg: CutlassConfig, knobs: Knobs, problem: GemmProblem, cc: int = 90) 
     if problem.K % 8 or problem.N % 8:
         return False, (f"TMA needs 16-byte aligned rows: K={problem.K} and N={problem.N} must be multiples of 8 "
                        "(pad, or use the vendor or Triton path)")
-    if knobs.swizzle not in (1, 2, 4, 8) or knobs.raster not in RASTERS:
-        return False, f"swizzle in 1/2/4/8 and raster in {RASTERS}"
+    if knobs.swizzle not in SWIZZLES + WIDE_SWIZZLES or knobs.raster not in RASTERS:
+        return False, f"swizzle in {'/'.join(map(str, SWIZZLES + WIDE_SWIZZLES))} and raster in {RASTERS}"
+    if knobs.swizzle in WIDE_SWIZZLES and cfg.scheduler == "streamk":
+        return False, (f"swizzle {knobs.swizzle} is set past CUTLASS's cap of 8 for the persistent scheduler only; "
+                       "stream-K takes 1/2/4/8")
     if knobs.decomposition not in DECOMPOSITIONS or knobs.splits < 1:
         return False, f"decomposition in {DECOMPOSITIONS}, splits >= 1"
     if cfg.scheduler != "streamk" and (knobs.decomposition != "heuristic" or knobs.splits != 1):
@@ -273,10 +278,10 @@ def all_configs(layouts: Iterable[str] = ("tn", "nn"), dtypes: Iterable[str] = (
 
 
 def all_knobs(cfg: CutlassConfig, max_splits: int = 8) -> list[Knobs]:
-    base = [Knobs(s, r) for s in (1, 2, 4, 8) for r in RASTERS]
+    base = [Knobs(s, r) for s in SWIZZLES for r in RASTERS]
     if cfg.scheduler != "streamk":
-        return base
-    return base + [Knobs(s, r, d, k) for s in (1, 2, 4, 8) for r in RASTERS for d in DECOMPOSITIONS[1:]
+        return base + [Knobs(s, r) for s in WIDE_SWIZZLES for r in RASTERS]
+    return base + [Knobs(s, r, d, k) for s in SWIZZLES for r in RASTERS for d in DECOMPOSITIONS[1:]
                    for k in (range(2, max_splits + 1) if d == "splitk" else (1,))]
 
 

@@ -14,9 +14,10 @@
 // Optional: GEMMRL_STAGES (the pipeline's depth; default: as many stages as shared memory holds), GEMMRL_EPI_NOSMEM
 // (1: the epilogue stores from registers, CUTLASS's NoSmemWarpSpecialized; default 0, the TMA store epilogue),
 // GEMMRL_EPI_N (the TMA epilogue's subtile width, 64 or 128; default CUTLASS's auto, 32 for a 16-bit D).
-// Runtime knobs (gemmrl_cutlass_gemm's last arguments): max swizzle (1, 2, 4, 8), raster order (0 heuristic,
-// 1 along M, 2 along N), and for stream-K the decomposition (0 heuristic, 1 data-parallel, 2 split-K,
-// 3 stream-K) and the split count. Stream-K's reduction is the deterministic one (CUTLASS's default).
+// Runtime knobs (gemmrl_cutlass_gemm's last arguments): max swizzle (1, 2, 4, 8; 16 and 32 with the persistent
+// scheduler, set past CUTLASS's cap of 8 by widen_swizzle below), raster order (0 heuristic, 1 along M, 2 along
+// N), and for stream-K the decomposition (0 heuristic, 1 data-parallel, 2 split-K, 3 stream-K) and the split
+// count. Stream-K's reduction is the deterministic one (CUTLASS's default).
 //
 // Entry points, extern "C" so ctypes loads them without torch:
 //   int    gemmrl_cutlass_gemm(A, B, D, M, N, K, lda, ldb, ldd, workspace, workspace_bytes, stream,
@@ -168,7 +169,9 @@ int sm_count(int device) {
 
 bool make_args(typename Gemm::Arguments& args, const void* A, const void* B, void* D, int M, int N, int K,
                int lda, int ldb, int ldd, int swizzle, int raster, int decomposition, int splits) {
-  if (swizzle != 1 && swizzle != 2 && swizzle != 4 && swizzle != 8) return false;
+  if (swizzle != 1 && swizzle != 2 && swizzle != 4 && swizzle != 8 && !(!GEMMRL_STREAMK && (swizzle == 16 ||
+                                                                                          swizzle == 32)))
+    return false;
   if (raster < 0 || raster > 2 || decomposition < 0 || decomposition > 3 || splits < 1) return false;
 #if GEMMRL_SWAP
   // the kernel's problem is (N, M, K): A' = our B as (N,K), B' = our A as (M,K), D' = our D as (N,M)
@@ -209,7 +212,7 @@ bool make_args(typename Gemm::Arguments& args, const void* A, const void* B, voi
       {static_cast<const Element*>(opA), sa, static_cast<const Element*>(opB), sb},
       {{1.0f, 0.0f}, nullptr, sd, static_cast<Element*>(D), sd},
       hw};
-  args.scheduler.max_swizzle_size = swizzle;
+  args.scheduler.max_swizzle_size = swizzle < 8 ? swizzle : 8;  // wider: widen_swizzle after initialize
   args.scheduler.raster_order = raster == 1 ? RasterOrder::AlongM : raster == 2 ? RasterOrder::AlongN
                                                                                  : RasterOrder::Heuristic;
 #if GEMMRL_STREAMK
@@ -239,6 +242,40 @@ struct LastCall {
 
 Gemm g_gemm;
 LastCall g_last;
+
+#if !GEMMRL_STREAMK
+// CUTLASS's persistent scheduler caps its swizzle at 8 (get_log_swizzle_size returns at most 3), yet at
+// 16384_16384_4096 ping-pong 64x256 still gained 18% from swizzle 4 to 8 (NOTES session 36): a wave of 132 tiles
+// then spans 8 M-tiles x 16.5 N-tiles, ~39 MB of operands. Wider swizzles are set here, after initialize, by
+// recomputing the fields the swizzle enters (PersistentTileSchedulerSm90Params::initialize, with the device side's
+// get_work_idx_m_and_n unchanged: it takes any log size). The swizzled (minor) dimension is padded to a multiple
+// of swizzle x cluster, as CUTLASS pads both: a padded tile is computed on zeros and its store clipped, so the knob
+// costs work where the minor tile count is not such a multiple (the screen sees it). The major dimension is left
+// unpadded (the device side divides by its count, whatever it is). The launch grid is the scheduler's own (SMs,
+// or fewer where the problem has fewer tiles), computed with the capped swizzle; the persistent loop covers any
+// tiles past it.
+void widen_swizzle(int pm, int pn, int swizzle) {
+  auto& sp = const_cast<typename Gemm::Params&>(g_gemm.params()).scheduler;
+  using Order = cutlass::gemm::kernel::detail::RasterOrder;
+  int log = 0;
+  while ((1 << log) < swizzle) ++log;
+  const uint64_t cm = GEMMRL_CM, cn = GEMMRL_CN;
+  uint64_t bm = (static_cast<uint64_t>(pm) + GEMMRL_BM - 1) / GEMMRL_BM;
+  uint64_t bn = (static_cast<uint64_t>(pn) + GEMMRL_BN - 1) / GEMMRL_BN;
+  bm = (bm + cm - 1) / cm * cm;
+  bn = (bn + cn - 1) / cn * cn;
+  const bool along_n = sp.raster_order_ == Order::AlongN;  // along N: N is the major dimension, M the swizzled one
+  const uint64_t unit = (uint64_t{1} << log) * (along_n ? cm : cn);
+  if (along_n) bm = (bm + unit - 1) / unit * unit;
+  else bn = (bn + unit - 1) / unit * unit;
+  sp.problem_tiles_m_ = static_cast<uint32_t>(bm / cm);
+  sp.problem_tiles_n_ = static_cast<uint32_t>(bn / cn);
+  sp.blocks_per_problem_ = bm * bn;  // one batch
+  sp.log_swizzle_size_ = log;
+  sp.divmod_batch_ = cutlass::FastDivmodU64(bm * bn);
+  sp.divmod_cluster_blk_major_ = cutlass::FastDivmodU64(along_n ? bn / cn : bm / cm);
+}
+#endif
 
 }  // namespace
 
@@ -280,6 +317,13 @@ int gemmrl_cutlass_gemm(const void* A, const void* B, void* D, int M, int N, int
     if (Gemm::get_workspace_size(args) > workspace_bytes) return 2;
     g_last = LastCall{};
     if (g_gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 3;
+#if !GEMMRL_STREAMK
+#if GEMMRL_SWAP
+    if (swizzle > 8) widen_swizzle(N, M, swizzle);  // the kernel's problem is (N, M, K)
+#else
+    if (swizzle > 8) widen_swizzle(M, N, swizzle);
+#endif
+#endif
     g_last = call;
   }
   return g_gemm.run(stream) == cutlass::Status::kSuccess ? 0 : 4;
