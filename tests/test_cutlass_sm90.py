@@ -89,6 +89,11 @@ def test_valid_knobs():
     assert not cs.valid(cs.CutlassConfig(), cs.Knobs(swizzle=64), p)[0]
     why = cs.valid(sk, cs.Knobs(swizzle=16), p)[1]
     assert "persistent scheduler only" in why
+    # every valid knob setting of a config is in its all_knobs, and the wide swizzles only where valid
+    for cfg in (cs.CutlassConfig(), sk):
+        wide = {k.swizzle for k in cs.all_knobs(cfg)} & set(cs.WIDE_SWIZZLES)
+        assert wide == (set() if cfg.scheduler == "streamk" else set(cs.WIDE_SWIZZLES))
+        assert all(cs.valid(cfg, k, p)[0] for k in cs.all_knobs(cfg))
     assert not cs.valid(cs.CutlassConfig(), cs.Knobs(), GemmProblem(128, 128, 64, acc="fp16"))[0]
 
 
