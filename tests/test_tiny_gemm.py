@@ -18,7 +18,9 @@ needs_nvcc = pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc (the CUDA
 
 
 @pytest.mark.parametrize("cfg", [tg.TinyConfig(), tg.TinyConfig(16, 32, 16, 2, "bf16"), tg.TinyConfig(128, 128, 8, 4),
-                                 tg.TinyConfig(16, 32, 8, 4, kw=2), tg.TinyConfig(32, 32, 1, 8, "bf16", 4)], ids=str)
+                                 tg.TinyConfig(16, 32, 8, 4, kw=2), tg.TinyConfig(32, 32, 1, 8, "bf16", 4),
+                                 tg.TinyConfig(128, 128, 1, 2, staged=True), tg.TinyConfig(64, 64, 1, 4, kw=2, staged=True)],
+                         ids=str)
 def test_name_round_trip(cfg):
     assert tg.TinyConfig.parse(str(cfg)) == cfg
 
@@ -28,6 +30,8 @@ def test_names_of_one_k_group_are_the_session_37_names():
     assert str(tg.TinyConfig(32, 32, 16, 8)) == "32x32_s16_st8_fp16"
     assert tg.TinyConfig.parse("32x32_s16_st8_fp16").kw == 1
     assert str(tg.TinyConfig(32, 32, 16, 8, kw=2)) == "32x32_kw2_s16_st8_fp16"
+    assert str(tg.TinyConfig(64, 64, 1, 2, staged=True)) == "64x64_s1_st2_es_fp16"
+    assert not tg.TinyConfig.parse("64x64_s1_st2_fp16").staged
 
 
 @pytest.mark.parametrize("text", ["64x64_s1_fp16", "64x64_s1_st4_fp32", "64x64_s1_st4", "", "64x64_kw_s1_st4_fp16"])
@@ -41,7 +45,7 @@ def test_bad_names_say_what_to_write(text):
     (tg.TinyConfig(64, 64, 32), "split 32"), (tg.TinyConfig(64, 64, 1, 3), "stages 3"),
     (tg.TinyConfig(128, 128, 1, 8), "shared memory"), (tg.TinyConfig(128, 128, 1, 4, kw=2), "2 K groups"),
     (tg.TinyConfig(16, 64, 1, 4, kw=4), "4 K groups"),
-    (tg.TinyConfig(64, 64, 1, 4, "fp8"), "dtype")])
+    (tg.TinyConfig(64, 64, 1, 4, "fp8"), "dtype"), (tg.TinyConfig(64, 64, 2, 4, staged=True), "split 1's epilogue")])
 def test_valid_config_rejects_with_reason(cfg, why):
     ok, msg = tg.valid_config(cfg)
     assert not ok and why in msg
@@ -53,7 +57,10 @@ def test_space_counts_every_instantiation():
     assert all(c.smem_bytes <= tg.SMEM_LIMIT for c in cfgs)
     # every instantiation but the 8-deep rings of 128 x 128 (295 KB), and of 64 x 128 and 128 x 64 with a split (221 KB
     # of ring and 33 KB of pushed partials), in both dtypes
-    assert len(cfgs) == (len(tg.TILES) * len(tg.STAGES) * len(tg.SPLITS) - 5 - 2 * 4) * len(tg.DTYPES)
+    # (and a staged twin of every unsplit one)
+    unsplit = len(tg.TILES) * len(tg.STAGES) - 1  # (no 8-deep ring of 128 x 128)
+    assert len(cfgs) == (len(tg.TILES) * len(tg.STAGES) * len(tg.SPLITS) - 5 - 2 * 4 + unsplit) * len(tg.DTYPES)
+    assert all(c.split == 1 for c in cfgs if c.staged) and sum(c.staged for c in cfgs) == unsplit * len(tg.DTYPES)
     assert not tg.valid_config(tg.TinyConfig(128, 128, 1, 8))[0]
     assert not tg.valid_config(tg.TinyConfig(64, 128, 2, 8))[0]
     assert tg.valid_config(tg.TinyConfig(64, 128, 1, 8))[0]
@@ -108,6 +115,13 @@ def test_screen_configs_split_the_few_tile_long_k_shapes():
     assert splits == {1, 4, 8, 16}  # one tile: the three deepest splits that fit one wave, and none
 
 
+def test_screen_configs_stage_c_where_tiles_fill_half_a_wave():
+    many = tg.screen_configs(GemmProblem(2048, 2048, 64))
+    assert {c.split for c in many} == {1} and any(c.staged for c in many)
+    assert {dataclasses.replace(c, staged=False) for c in many if c.staged} <= set(many)  # twins of screened configs
+    assert not any(c.staged for c in tg.screen_configs(GemmProblem(64, 64, 1024)))  # one tile: its split's ground
+
+
 def test_screen_configs_empty_for_odd_k():
     assert tg.screen_configs(GemmProblem(33, 65, 129)) == []
 
@@ -143,7 +157,8 @@ def test_builds_without_spills_and_sizes_agree(dtype, tmp_path, monkeypatch):
     monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
     tg._BUILT.clear()
     b = tg.build_dtype(dtype, "90a")
-    assert b.ptxas.kernels == len(tg.TILES) * len(tg.SPLITS) * len(tg.STAGES)
+    # every tile x split x ring, and the staged-C twin of every unsplit one
+    assert b.ptxas.kernels == len(tg.TILES) * (len(tg.SPLITS) + 1) * len(tg.STAGES)
     assert b.ptxas.spill_store_bytes == 0 and b.ptxas.max_registers <= 255
     lib = tg.typed(cs.load_library(b.so))  # host code only below: no GPU needed
     for c in tg.all_configs([dtype]):
@@ -159,13 +174,14 @@ def test_plans_refuse_what_the_kernel_does_not_take():
 
     torch.cuda.init()
     lib = tg.typed(cs.load_library(tg.build_dtype("fp16").so))
-    plan = lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 64, 64, 8, 4, 1)
+    plan = lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 64, 64, 8, 4, 1, 0)
     assert plan
     lib.gemmrl_tiny_plan_free(plan)
-    assert not lib.gemmrl_tiny_plan(64, 64, 1028, 1028, 1028, 64, 64, 64, 8, 4, 1)     # K % 8
-    assert not lib.gemmrl_tiny_plan(64, 64, 128, 128, 128, 64, 64, 64, 4, 4, 1)        # split > K steps
-    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 48, 64, 1, 4, 1)     # no such tile
-    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 128, 128, 1, 4, 2)   # no such K grouping
+    assert not lib.gemmrl_tiny_plan(64, 64, 1028, 1028, 1028, 64, 64, 64, 8, 4, 1, 0)     # K % 8
+    assert not lib.gemmrl_tiny_plan(64, 64, 128, 128, 128, 64, 64, 64, 4, 4, 1, 0)        # split > K steps
+    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 48, 64, 1, 4, 1, 0)     # no such tile
+    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 128, 128, 1, 4, 2, 0)   # no such K grouping
+    assert not lib.gemmrl_tiny_plan(64, 64, 1024, 1024, 1024, 64, 64, 64, 8, 4, 1, 1)     # staged with a split
     assert lib.gemmrl_tiny_max_active_clusters(64, 64, 16, 4, 1) >= 1
     assert lib.gemmrl_tiny_max_active_clusters(32, 32, 16, 8, 4) >= 1
 
@@ -187,6 +203,10 @@ GPU_CASES = [
     ((255, 129, 520), tg.TinyConfig(32, 32, 4, 4, kw=4)), ((64, 64, 16384), tg.TinyConfig(32, 32, 16, 8, kw=2)),
     ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8, kw=2)), ((200, 72, 1000), tg.TinyConfig(64, 32, 16, 2, kw=2)),
     ((64, 64, 4096), tg.TinyConfig(16, 32, 8, 4, kw=2)), ((3, 4096, 40), tg.TinyConfig(32, 64, 1, 2, kw=2)),
+    # C staged through shared memory: tails in M and N (N % 8 != 0: the element-wise tail), sliced K, a one-step K
+    ((300, 1000, 64), tg.TinyConfig(128, 128, 1, 2, staged=True)), ((33, 65, 136), tg.TinyConfig(32, 32, 1, 4, staged=True)),
+    ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8, kw=2, staged=True)), ((1, 8, 8), tg.TinyConfig(16, 32, 1, 2, staged=True)),
+    ((2048, 2048, 64), tg.TinyConfig(64, 64, 1, 2, staged=True)), ((255, 129, 520), tg.TinyConfig(16, 64, 1, 4, kw=2, staged=True)),
 ]
 
 

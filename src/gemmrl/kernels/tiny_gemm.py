@@ -28,7 +28,7 @@ from __future__ import annotations
 import ctypes
 import re
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -64,6 +64,7 @@ class TinyConfig:
     stages: int = 4
     dtype: str = "fp16"
     kw: int = 1                  # warp groups that split each K step (sliced K)
+    staged: bool = False         # split 1: C through shared memory in 16-byte chunks (name suffix _es), not from registers
 
     @property
     def layout(self) -> str:
@@ -75,17 +76,18 @@ class TinyConfig:
 
     def __str__(self) -> str:
         kw = f"_kw{self.kw}" if self.kw != 1 else ""
-        return f"{self.bm}x{self.bn}{kw}_s{self.split}_st{self.stages}_{self.dtype}"
+        es = "_es" if self.staged else ""
+        return f"{self.bm}x{self.bn}{kw}_s{self.split}_st{self.stages}{es}_{self.dtype}"
 
     @classmethod
     def parse(cls, text: str) -> "TinyConfig":
-        m = re.fullmatch(r"(\d+)x(\d+)(?:_kw(\d+))?_s(\d+)_st(\d+)_(fp16|bf16)", text.strip())
+        m = re.fullmatch(r"(\d+)x(\d+)(?:_kw(\d+))?_s(\d+)_st(\d+)(_es)?_(fp16|bf16)", text.strip())
         if not m:
-            raise TinyConfigError(f"cannot read tiny config {text!r}; expected e.g. {TinyConfig()} or "
-                                  f"{TinyConfig(16, 32, 8, 4, kw=2)} "
-                                  "(BMxBN[_kw<K groups>]_s<split>_st<stages>_<dtype>)")
-        bm, bn, kw, s, st, dtype = m.groups()
-        return cls(int(bm), int(bn), int(s), int(st), dtype, int(kw or 1))
+            raise TinyConfigError(f"cannot read tiny config {text!r}; expected e.g. {TinyConfig()}, "
+                                  f"{TinyConfig(16, 32, 8, 4, kw=2)} or {TinyConfig(128, 128, 1, 2, staged=True)} "
+                                  "(BMxBN[_kw<K groups>]_s<split>_st<stages>[_es]_<dtype>)")
+        bm, bn, kw, s, st, es, dtype = m.groups()
+        return cls(int(bm), int(bn), int(s), int(st), dtype, int(kw or 1), bool(es))
 
     @property
     def threads(self) -> int:
@@ -114,6 +116,9 @@ def valid_config(cfg: TinyConfig) -> tuple[bool, str]:
         return False, f"dtype {cfg.dtype}: use fp16 or bf16"
     if cfg.smem_bytes > SMEM_LIMIT:
         return False, f"needs {cfg.smem_bytes} bytes of shared memory (> {SMEM_LIMIT})"
+    if cfg.staged and cfg.split != 1:
+        return False, (f"staged stores (_es) are split 1's epilogue; split {cfg.split} already writes C from the "
+                       "summed partials in shared memory")
     return True, ""
 
 
@@ -154,8 +159,8 @@ def check(cfg: TinyConfig, problem: GemmProblem, sms: int = 132, cc: int = 90) -
 
 
 def all_configs(dtypes: Iterable[str] = DTYPES) -> list[TinyConfig]:
-    return [c for d in dtypes for (bm, bn, kw) in TILES for s in SPLITS for st in STAGES
-            if valid_config(c := TinyConfig(bm, bn, s, st, d, kw))[0]]
+    return [c for d in dtypes for (bm, bn, kw) in TILES for s in SPLITS for st in STAGES for es in (False, True)
+            if valid_config(c := TinyConfig(bm, bn, s, st, d, kw, es))[0]]
 
 
 def _pow2_at_least(x: int) -> int:
@@ -166,7 +171,9 @@ def screen_configs(problem: GemmProblem, sms: int = 132) -> list[TinyConfig]:
     """The configs screened at ``problem``: tiles no taller than M or wider than N need (rounded up to a power of
     two, at least the smallest tile), each with no split and the three deepest splits valid there whose CTAs fit one
     wave (tiles x split <= SMs); the ring as deep as a CTA's K steps use (2, 4 past two steps, 8 from eight steps
-    where it fits)."""
+    where it fits). Where an unsplit config has at least half a wave of tiles, also its staged twin (``_es``: C
+    through shared memory in 16-byte chunks; where C is megabytes the register stores' half sectors cost most of the
+    time, session 40)."""
     out = []
     for bm, bn, kw in TILES:
         if bm > max(16, _pow2_at_least(problem.M)) or bn > max(32, _pow2_at_least(problem.N)):
@@ -179,6 +186,8 @@ def screen_configs(problem: GemmProblem, sms: int = 132) -> list[TinyConfig]:
                 c = TinyConfig(bm, bn, s, st, problem.dtype, kw)
                 if (st == 2 or steps > {8: 7, 4: 2}[st]) and valid(c, problem, sms)[0]:
                     out.append(c)
+                    if s == 1 and 2 * tiles(c, problem) >= sms:
+                        out.append(replace(c, staged=True))
                     break
     return out
 
@@ -210,9 +219,9 @@ def typed(lib):
     if not getattr(lib, "_gemmrl_typed", False):  # (ctypes' default restype is already c_int: a flag, not a test)
         lib.gemmrl_tiny_gemm.restype = ctypes.c_int
         lib.gemmrl_tiny_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_void_p] + \
-            [ctypes.c_int] * 5
+            [ctypes.c_int] * 6
         lib.gemmrl_tiny_plan.restype = ctypes.c_void_p
-        lib.gemmrl_tiny_plan.argtypes = [ctypes.c_int] * 11
+        lib.gemmrl_tiny_plan.argtypes = [ctypes.c_int] * 12
         lib.gemmrl_tiny_plan_run.restype = ctypes.c_int
         lib.gemmrl_tiny_plan_run.argtypes = [ctypes.c_void_p] * 5
         lib.gemmrl_tiny_plan_free.restype = None
@@ -263,7 +272,7 @@ class TinyCandidate:
             raise TinyConfigError(f"{self.cfg}: shared memory sizes disagree (library {smem}, Python "
                                   f"{self.cfg.smem_bytes}): rebuild tiny_splitk.cu")
         M, N, K = problem.M, problem.N, problem.K
-        plan = lib.gemmrl_tiny_plan(M, N, K, K, K, N, *self._args)
+        plan = lib.gemmrl_tiny_plan(M, N, K, K, K, N, *self._args, int(self.cfg.staged))
         if not plan:
             raise TinyConfigError(f"{self.name}: gemmrl_tiny_plan refused {problem.mnk}")
         weakref.finalize(self, lib.gemmrl_tiny_plan_free, ctypes.c_void_p(plan))

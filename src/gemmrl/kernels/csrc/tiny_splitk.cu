@@ -11,7 +11,11 @@
 // 64-deep K steps), ldmatrix + mma.sync m16n8k16 from padded rows, and for S > 1 the S CTAs of one tile form a
 // thread-block cluster along z: each parks its fp32 partial in its own shared memory, and after a cluster barrier
 // CTA r sums its share of the tile's float4 chunks over all S partials through distributed shared memory, in rank
-// order (deterministic), and writes them. No workspace, no atomics, one launch. S = 1 stores from registers.
+// order (deterministic), and writes them. No workspace, no atomics, one launch. S = 1 stores from registers, or
+// (STAGED, instantiations of their own, so the register-store kernels stay as they were) through shared memory in
+// whole 16-byte chunks: the register stores write each 32-byte sector of C in two 16-byte halves (ncu at
+// 2048_2048_64: 2x the sectors at L1, ~3x at L2, NOTES session 40), nothing on a few tiles and most of the time where
+// C is megabytes.
 // (Since session 37 the partials are pushed: each CTA stores the rows CTA r owns into r's shared memory and r sums
 // its own shared memory; since session 38 by st.async, completing on r's mbarrier, with no cluster barrier after the
 // start; see the S > 1 epilogue.)
@@ -175,8 +179,11 @@ struct Loader {
   }
 };
 
-template <int T, int S, int STAGES>
-__global__ void __launch_bounds__(Tile<T>::THREADS)
+// STAGED (split 1 only): C through shared memory in 16-byte chunks. Its instantiations ask ptxas for one CTA a SM
+// (minBlocks 1): without it ptxas gave 64x64_st4 72 registers and spilled; the others keep minBlocks unset (0), and
+// their PTX is the session-39 kernels' own (checked: identical bodies, the same registers)
+template <int T, int S, int STAGES, bool STAGED = false>
+__global__ void __launch_bounds__(Tile<T>::THREADS, STAGED ? 1 : 0)
     tiny_splitk_kernel(const elem_t* __restrict__ A, const elem_t* __restrict__ Bt, elem_t* __restrict__ C, int M,
                        int N, int K, int lda, int ldb, int ldc, int k_per) {
   constexpr int BM = Tile<T>::BM, BN = Tile<T>::BN, THREADS = Tile<T>::THREADS;
@@ -286,7 +293,39 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
     }
   }
 
-  if constexpr (S == 1) {  // each quad of lanes holds 8 contiguous columns of a row: 4-byte stores, no staging
+  if constexpr (S == 1) {
+    if constexpr (STAGED) {  // the tile through the idle ring, then whole 16-byte chunks of C rows (every thread copies)
+      constexpr int LDT = BN + 8;  // elements per staged row: 16-byte aligned rows, conflict-free 4-byte writes
+      static_assert(BM * LDT * 2 <= pipe_bytes<T>(STAGES), "the ring holds the staged tile");
+      elem_t* tile = reinterpret_cast<elem_t*>(smem_raw);
+      cp_async_wait<0>();
+      __syncthreads();  // every warp is done reading the ring (and, with KW > 1, group 0 has the sums)
+      if (kw == 0) {
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              *reinterpret_cast<elem2_t*>(tile + (wm + i * 16 + lane / 4 + h * 8) * LDT + wn + j * 8 + (lane % 4) * 2) =
+                  pack2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+      }
+      __syncthreads();
+      const bool vec = (ldc % 8) == 0 && (reinterpret_cast<uintptr_t>(C) & 15) == 0;
+      for (int idx = threadIdx.x; idx < BM * (BN / 8); idx += THREADS) {
+        const int r = idx / (BN / 8), c = (idx % (BN / 8)) * 8, gm = m0 + r, gn = n0 + c;
+        if (gm >= M || gn >= N) continue;
+        const elem_t* src = tile + r * LDT + c;
+        elem_t* out = C + size_t(gm) * ldc + gn;
+        if (vec && gn + 8 <= N) {
+          *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(src);
+        } else {
+          for (int e = 0; e < 8 && gn + e < N; ++e) out[e] = src[e];
+        }
+      }
+      return;
+    }
+    // each quad of lanes holds 8 contiguous columns of a row: 4-byte stores, no staging
     if (kw > 0) return;  // group 0 holds the tile
     const bool pairs = (ldc % 2) == 0 && (reinterpret_cast<uintptr_t>(C) & 3) == 0;
 #pragma unroll
@@ -374,14 +413,17 @@ __global__ void __launch_bounds__(Tile<T>::THREADS)
   }
 }
 
+typedef void (*KernelFn)(const elem_t*, const elem_t*, elem_t*, int, int, int, int, int, int, int);
+
 // the kernel's attributes, set once per instantiation: its shared memory, and clusters of 16 (non-portable)
-template <int T, int S, int STAGES>
+template <int T, int S, int STAGES, bool STAGED = false>
 cudaError_t configure() {
   static const cudaError_t status = [] {
-    cudaError_t e = cudaFuncSetAttribute(tiny_splitk_kernel<T, S, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         smem_bytes<T, S, STAGES>());
+    cudaError_t e = cudaFuncSetAttribute(tiny_splitk_kernel<T, S, STAGES, STAGED>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<T, S, STAGES>());
     if (e == cudaSuccess && S > 8)
-      e = cudaFuncSetAttribute(tiny_splitk_kernel<T, S, STAGES>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      e = cudaFuncSetAttribute(tiny_splitk_kernel<T, S, STAGES, STAGED>,
+                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     return e;
   }();
   return status;
@@ -470,7 +512,6 @@ auto dispatch(int t, int s, int stages, Args... args) -> decltype(F<0, 1, 2>::ru
 
 // a prepared call (the hot path's spec kind 2, like the CUTLASS family's plans): the instantiation, grid and
 // slice chosen once per shape, so a call is one cudaLaunchKernelEx
-typedef void (*KernelFn)(const elem_t*, const elem_t*, elem_t*, int, int, int, int, int, int, int);
 struct Plan {
   KernelFn fn;
   dim3 grid;
@@ -480,10 +521,17 @@ struct Plan {
 
 template <int T, int S, int STAGES>
 struct MakePlan {
-  static Plan* run(int M, int N, int K, int lda, int ldb, int ldc) {
+  static Plan* run(int M, int N, int K, int lda, int ldb, int ldc, int staged) {
+    KernelFn fn = tiny_splitk_kernel<T, S, STAGES>;
+    if constexpr (S == 1) {  // C through shared memory: its own instantiation (split 1 only; refused before here)
+      if (staged) {
+        if (configure<T, S, STAGES, true>() != cudaSuccess) return nullptr;
+        fn = tiny_splitk_kernel<T, S, STAGES, true>;
+      }
+    }
     if (configure<T, S, STAGES>() != cudaSuccess) return nullptr;
     const int k_per = ((K + S * BK - 1) / (S * BK)) * BK;  // whole BK steps per CTA; the last slice may be shorter
-    return new Plan{tiny_splitk_kernel<T, S, STAGES>,
+    return new Plan{fn,
                     dim3((N + Tile<T>::BN - 1) / Tile<T>::BN, (M + Tile<T>::BM - 1) / Tile<T>::BM, S),
                     static_cast<unsigned>(Tile<T>::THREADS), smem_bytes<T, S, STAGES>(), S, M, N, K, lda, ldb, ldc,
                     k_per};
@@ -520,14 +568,14 @@ bool operands_ok(const void* A, const void* B, int M, int N, int K, int lda, int
 
 }  // namespace
 
-// an explicit config: tile bm x bn with kw K groups (one of the instantiated), cluster split s, ring depth stages; 0
-// or a cudaError_t
+// an explicit config: tile bm x bn with kw K groups (one of the instantiated), cluster split s, ring depth stages,
+// staged (1: split 1 stores C through shared memory in 16-byte chunks); 0 or a cudaError_t
 extern "C" int gemmrl_tiny_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
-                                cudaStream_t stream, int bm, int bn, int s, int stages, int kw) {
+                                cudaStream_t stream, int bm, int bn, int s, int stages, int kw, int staged) {
   const int t = tile_of(bm, bn, kw);
-  if (t < 0 || !operands_ok(A, B, M, N, K, lda, ldb, ldc) || s > (K + BK - 1) / BK)
+  if (t < 0 || !operands_ok(A, B, M, N, K, lda, ldb, ldc) || s > (K + BK - 1) / BK || (staged && s != 1))
     return static_cast<int>(cudaErrorInvalidValue);
-  Plan* p = dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc);
+  Plan* p = dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc, staged);
   if (!p) return static_cast<int>(cudaErrorInvalidValue);
   const cudaError_t e = run_plan(*p, A, B, C, stream);
   delete p;
@@ -537,12 +585,12 @@ extern "C" int gemmrl_tiny_gemm(const void* A, const void* B, void* C, int M, in
 // a plan for repeated calls at one shape (nullptr: a config or operand shape the kernel does not take); run it with
 // gemmrl_tiny_plan_run(plan, A, B, C, stream) -> 0 or a cudaError_t, free it with gemmrl_tiny_plan_free
 extern "C" void* gemmrl_tiny_plan(int M, int N, int K, int lda, int ldb, int ldc, int bm, int bn, int s, int stages,
-                                  int kw) {
+                                  int kw, int staged) {
   const int t = tile_of(bm, bn, kw);
   if (t < 0 || M <= 0 || N <= 0 || K <= 0 || K % 8 || lda % 8 || ldb % 8 || lda < K || ldb < K || ldc < N ||
-      s > (K + BK - 1) / BK)
+      s > (K + BK - 1) / BK || (staged && s != 1))
     return nullptr;
-  return dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc);
+  return dispatch<MakePlan>(t, s, stages, M, N, K, lda, ldb, ldc, staged);
 }
 
 extern "C" int gemmrl_tiny_plan_run(void* plan, const void* A, const void* B, void* C, cudaStream_t stream) {
@@ -576,5 +624,5 @@ extern "C" int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, 
   int s = 1;
   for (int c = 2; c <= 16; c *= 2)
     if (tiles * c <= 132 && ktiles >= c && (c < 16 || tiles <= 7)) s = c;
-  return gemmrl_tiny_gemm(A, B, C, M, N, K, lda, ldb, ldc, stream, bm, bn, s, 4, 1);
+  return gemmrl_tiny_gemm(A, B, C, M, N, K, lda, ldb, ldc, stream, bm, bn, s, 4, 1, 0);
 }
