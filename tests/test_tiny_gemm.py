@@ -204,9 +204,12 @@ GPU_CASES = [
     ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8, kw=2)), ((200, 72, 1000), tg.TinyConfig(64, 32, 16, 2, kw=2)),
     ((64, 64, 4096), tg.TinyConfig(16, 32, 8, 4, kw=2)), ((3, 4096, 40), tg.TinyConfig(32, 64, 1, 2, kw=2)),
     # C staged through shared memory: tails in M and N (N % 8 != 0: the element-wise tail), sliced K, a one-step K
-    ((300, 1000, 64), tg.TinyConfig(128, 128, 1, 2, staged=True)), ((33, 65, 136), tg.TinyConfig(32, 32, 1, 4, staged=True)),
-    ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8, kw=2, staged=True)), ((1, 8, 8), tg.TinyConfig(16, 32, 1, 2, staged=True)),
-    ((2048, 2048, 64), tg.TinyConfig(64, 64, 1, 2, staged=True)), ((255, 129, 520), tg.TinyConfig(16, 64, 1, 4, kw=2, staged=True)),
+    ((300, 1000, 64), tg.TinyConfig(128, 128, 1, 2, staged=True)),
+    ((33, 65, 136), tg.TinyConfig(32, 32, 1, 4, staged=True)),
+    ((129, 257, 4104), tg.TinyConfig(64, 64, 1, 8, kw=2, staged=True)),
+    ((1, 8, 8), tg.TinyConfig(16, 32, 1, 2, staged=True)),
+    ((2048, 2048, 64), tg.TinyConfig(64, 64, 1, 2, staged=True)),
+    ((255, 129, 520), tg.TinyConfig(16, 64, 1, 4, kw=2, staged=True)),
 ]
 
 

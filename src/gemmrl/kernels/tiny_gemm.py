@@ -64,7 +64,7 @@ class TinyConfig:
     stages: int = 4
     dtype: str = "fp16"
     kw: int = 1                  # warp groups that split each K step (sliced K)
-    staged: bool = False         # split 1: C through shared memory in 16-byte chunks (name suffix _es), not from registers
+    staged: bool = False         # split 1: C through shared memory in 16-byte chunks (suffix _es), not from registers
 
     @property
     def layout(self) -> str:

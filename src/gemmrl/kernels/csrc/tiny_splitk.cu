@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(Tile<T>::THREADS, STAGED ? 1 : 0)
   }
 
   if constexpr (S == 1) {
-    if constexpr (STAGED) {  // the tile through the idle ring, then whole 16-byte chunks of C rows (every thread copies)
+    if constexpr (STAGED) {  // the tile through the idle ring, then whole 16-byte chunks of C rows (all threads)
       constexpr int LDT = BN + 8;  // elements per staged row: 16-byte aligned rows, conflict-free 4-byte writes
       static_assert(BM * LDT * 2 <= pipe_bytes<T>(STAGES), "the ring holds the staged tile");
       elem_t* tile = reinterpret_cast<elem_t*>(smem_raw);
