@@ -169,9 +169,8 @@ int sm_count(int device) {
 
 bool make_args(typename Gemm::Arguments& args, const void* A, const void* B, void* D, int M, int N, int K,
                int lda, int ldb, int ldd, int swizzle, int raster, int decomposition, int splits) {
-  if (swizzle != 1 && swizzle != 2 && swizzle != 4 && swizzle != 8 && !(!GEMMRL_STREAMK && (swizzle == 16 ||
-                                                                                          swizzle == 32)))
-    return false;
+  const bool wide = !GEMMRL_STREAMK && (swizzle == 16 || swizzle == 32);  // widen_swizzle's, persistent only
+  if (swizzle != 1 && swizzle != 2 && swizzle != 4 && swizzle != 8 && !wide) return false;
   if (raster < 0 || raster > 2 || decomposition < 0 || decomposition > 3 || splits < 1) return false;
 #if GEMMRL_SWAP
   // the kernel's problem is (N, M, K): A' = our B as (N,K), B' = our A as (M,K), D' = our D as (N,M)
@@ -318,11 +317,7 @@ int gemmrl_cutlass_gemm(const void* A, const void* B, void* D, int M, int N, int
     g_last = LastCall{};
     if (g_gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return 3;
 #if !GEMMRL_STREAMK
-#if GEMMRL_SWAP
-    if (swizzle > 8) widen_swizzle(N, M, swizzle);  // the kernel's problem is (N, M, K)
-#else
-    if (swizzle > 8) widen_swizzle(M, N, swizzle);
-#endif
+    if (swizzle > 8) widen_swizzle(GEMMRL_SWAP ? N : M, GEMMRL_SWAP ? M : N, swizzle);  // swapped: the problem is N, M
 #endif
     g_last = call;
   }

@@ -522,14 +522,9 @@ struct Plan {
 template <int T, int S, int STAGES>
 struct MakePlan {
   static Plan* run(int M, int N, int K, int lda, int ldb, int ldc, int staged) {
-    KernelFn fn = tiny_splitk_kernel<T, S, STAGES>;
-    if constexpr (S == 1) {  // C through shared memory: its own instantiation (split 1 only; refused before here)
-      if (staged) {
-        if (configure<T, S, STAGES, true>() != cudaSuccess) return nullptr;
-        fn = tiny_splitk_kernel<T, S, STAGES, true>;
-      }
-    }
-    if (configure<T, S, STAGES>() != cudaSuccess) return nullptr;
+    const bool st = S == 1 && staged;  // C through shared memory: its own instantiation (a split was refused before)
+    if ((st ? configure<T, 1, STAGES, true>() : configure<T, S, STAGES>()) != cudaSuccess) return nullptr;
+    const KernelFn fn = st ? tiny_splitk_kernel<T, 1, STAGES, true> : tiny_splitk_kernel<T, S, STAGES>;
     const int k_per = ((K + S * BK - 1) / (S * BK)) * BK;  // whole BK steps per CTA; the last slice may be shorter
     return new Plan{fn,
                     dim3((N + Tile<T>::BN - 1) / Tile<T>::BN, (M + Tile<T>::BM - 1) / Tile<T>::BM, S),
