@@ -5,6 +5,8 @@
 #                                                          (skip: SKIP_SWEEP=1;  limit SWEEP_S)
 #   3. repeatability: 12 grid shapes (--sample 12 --seed 7) measured twice in graph
 #                                                          (skip: SKIP_REPEAT=1; limit REPEAT_S)
+#      Steps 2 and 3 are off by default in a round that asks for any targeted stage below (TRITON_SHAPES, ISSUE4,
+#      TINY, NCU_SPECS, GPU_TESTS, ...; scripts/round_focus.sh): SWEEP=1 / REPEAT=1 ask for them there.
 #   4. the README's first command, verbatim, from a copy of the tree (skip: SKIP_README=1)
 #   5. only with TRITON_SHAPES=FILE: gemmrl select (the cost model's TRITON_TOP configs + TRITON_EXPLORE more per
 #      shape, screened in graph and cold), then the selection re-measured by gemmrl bench --triton-from
@@ -200,6 +202,11 @@ fi
 
 gpu=$(python3 -c "import torch; n=torch.cuda.get_device_name().lower(); print(next((k for k in ('h200','h100','a100') if k in n), 'gpu'))")
 tables=()
+# shellcheck source=scripts/round_focus.sh
+. scripts/round_focus.sh
+if [ -n "$round_focus" ]; then
+  echo "targeted stages: $round_focus (sweep: $([ "${SKIP_SWEEP:-0}" = 1 ] && echo off || echo on), repeat: $([ "${SKIP_REPEAT:-0}" = 1 ] && echo off || echo on))"
+fi
 if [ "${SKIP_SWEEP:-0}" != 1 ]; then
   csv="$GEMMRL_OUT/${gpu}_grid60s0_graph-cold-offline_${day}.csv"
   if [ -n "${RESUME_CSV:-}" ] && [ -f "$RESUME_CSV" ]; then cp "$RESUME_CSV" "$csv"; fi
