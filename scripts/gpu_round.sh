@@ -205,7 +205,7 @@ tables=()
 # shellcheck source=scripts/round_focus.sh
 . scripts/round_focus.sh
 if [ -n "$round_focus" ]; then
-  echo "targeted stages: $round_focus (sweep: $([ "${SKIP_SWEEP:-0}" = 1 ] && echo off || echo on), repeat: $([ "${SKIP_REPEAT:-0}" = 1 ] && echo off || echo on))"
+  echo "targeted stages: $round_focus (SKIP_SWEEP=${SKIP_SWEEP:-0} SKIP_REPEAT=${SKIP_REPEAT:-0})"
 fi
 if [ "${SKIP_SWEEP:-0}" != 1 ]; then
   csv="$GEMMRL_OUT/${gpu}_grid60s0_graph-cold-offline_${day}.csv"
