@@ -305,6 +305,9 @@ FLAG_CASES = [
     (["lib", "build", "{binary}", "--trials", "{tmp}/t2.sqlite"], ["{binary}: not a gemmrl results file"]),
     (["lib", "export", "{tmp}", "--library", "{lib}"], ["{tmp} is a directory"]),
     (["lib", "export", "{tmp}/x.json", "--library", "{lib_truncated}"], ["not a usable gemmrl library"]),
+    (["lib", "export", "{tmp}/x.json", "--library", "{lib}", "--gpu", "NVIDIA H300"],
+     ["no entries for GPU 'NVIDIA H300'", "gemmrl lib list"]),
+    (["lib", "export", "{tmp}/x.json", "--library", "{lib}", "--as-gpu", GPU_H100], ["already", GPU_H100]),
     # worker and serve-reward (refused before anything starts or connects)
     (["worker", "--scheduler", "10.0.0.5:8786"], ["give the scheduler's address, e.g. tcp://"]),
     (["worker", "--scheduler", "tcp://127.0.0.1:1", "--reconnect-s", "-1"], ["--reconnect-s must be >= 0"]),
@@ -354,6 +357,7 @@ KEEP_CASES = [
     (["lib", "build", "{foreign_csv}", "--out", "{lib}", "--trials", "{trials}"], "not a gemmrl results file"),
     (["lib", "build", "{results}", "--out", "{lib_checksum}", "--trials", "{tmp}/t2.sqlite"], "checksum"),
     (["lib", "export", "{lib}", "--library", "{lib_truncated}"], "not a usable gemmrl library"),
+    (["lib", "export", "{lib}", "--library", "{lib}", "--gpu", "NVIDIA H300"], "no entries for GPU"),
     (["lib", "import", "{lib_checksum}"], "checksum"),
 ]
 

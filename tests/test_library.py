@@ -543,8 +543,8 @@ def test_cli_build_list_show_export_import(env, capsys):
     exp = str(tmp / "E.json")
     assert main(["lib", "export", exp, "--library", lib_p]) == 0
     assert set(Library.load(exp).entries) == set(lib.entries)
-    assert main(["lib", "export", str(tmp / "E2.json"), "--library", lib_p, "--gpu", GPU2]) == 0
-    assert Library.load(tmp / "E2.json").entries == []
+    assert main(["lib", "export", str(tmp / "E2.json"), "--library", lib_p, "--gpu", GPU2]) == 2  # no H200 entries
+    assert "no entries for GPU 'NVIDIA H200'" in capsys.readouterr().err and not (tmp / "E2.json").exists()
 
     up = L.user_library_path()
     assert str(up).startswith(str(tmp / "cache")) and not up.exists()
@@ -555,6 +555,36 @@ def test_cli_build_list_show_export_import(env, capsys):
     assert f"triton:{CFG}" in capsys.readouterr().out
     assert set(L.load_default().entries) == set(lib.entries) | set(L.packaged().entries)
     assert set(L.load_default(user=False).entries) == set(L.packaged().entries)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_cli_export_as_gpu(env, capsys, gz):
+    """An H100 library relabelled for an H200: the same kernels and measured times, served by the H200's lookup."""
+    tmp, _ = env
+    src = Library([_entry(), _entry(M=128, family="cutlass", impl=CUT, algo=CUT), _bucket(1, 16, protocol="graph")])
+    lib_p = str(src.save(tmp / "L.json"))
+    out = tmp / ("H200.json.gz" if gz else "H200.json")
+    assert main(["lib", "export", str(out), "--library", lib_p, "--as-gpu", GPU2]) == 0
+    assert f"3 entries -> {out} (as {GPU2})" in capsys.readouterr().out
+    got = Library.load(out)
+    assert {e.gpu for e in got.entries} == {GPU2}
+    assert all(e.source.startswith(f"as-gpu from {GPU}") for e in got.entries)
+    strip = lambda e: (e.mnk, e.m_lo, e.m_hi, e.protocol, e.family, e.impl, e.time_ms, e.vendor_best_ms)  # noqa: E731
+    assert sorted(map(strip, got.entries)) == sorted(map(strip, src.entries))
+    for M, proto in ((64, "offline"), (128, "offline"), (9, "graph")):
+        assert _look(got, M, gpu=GPU2, protocol=proto) is not None and _look(got, M, protocol=proto) is None
+        assert _look(src, M, protocol=proto) is not None and _look(src, M, gpu=GPU2, protocol=proto) is None
+
+
+def test_cli_export_as_gpu_needs_one_source_gpu(env, capsys):
+    tmp, _ = env
+    both = Library([_entry(), _entry(gpu=GPU2, M=32)])
+    lib_p, x = str(both.save(tmp / "L.json")), tmp / "x.json"
+    assert main(["lib", "export", str(x), "--library", lib_p, "--as-gpu", "NVIDIA H20"]) == 2
+    err = capsys.readouterr().err
+    assert "this library has 2" in err and "--gpu" in err and not x.exists()
+    assert main(["lib", "export", str(x), "--library", lib_p, "--gpu", GPU, "--as-gpu", "NVIDIA H20"]) == 0
+    assert [(e.gpu, e.M) for e in Library.load(x).entries] == [("NVIDIA H20", 64)]
 
 
 def test_cli_build_list_show_cutlass(env, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from .library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default,
@@ -150,12 +151,29 @@ def cmd_build(args) -> int:
     return 0
 
 
+def retarget(lib: Library, gpu: str) -> Library:
+    """``lib``'s entries relabelled for GPU model ``gpu`` (one of the same compute capability: the same kernels run
+    there), so the dispatcher serves them on it until that GPU is tuned. Times stay those measured on the source GPU;
+    each entry's ``source`` says so. One source GPU only: two would give one cell two different answers."""
+    src = sorted({e.gpu for e in lib.entries})
+    if len(src) != 1:
+        raise LibCliError(f"--as-gpu relabels the entries of one GPU; this library has {len(src)} "
+                          f"({', '.join(src) or 'none'}): pick one with --gpu")
+    if src[0] == gpu:
+        raise LibCliError(f"the entries are already {gpu}'s")
+    return Library(replace(e, gpu=gpu, source=f"as-gpu from {e.gpu}: {e.source}") for e in lib.entries)
+
+
 def cmd_export(args) -> int:
     lib = _load(args.library)
     if args.gpu:
         lib = Library(lib.for_gpu(args.gpu))
+        if not lib.entries:
+            raise LibCliError(f"no entries for GPU {args.gpu!r} (`gemmrl lib list` names the GPUs the library has)")
+    if args.as_gpu:
+        lib = retarget(lib, args.as_gpu)
     _save(Library(lib.entries), Path(args.out))
-    print(f"{len(lib.entries)} entries -> {args.out}")
+    print(f"{len(lib.entries)} entries -> {args.out}" + (f" (as {args.as_gpu})" if args.as_gpu else ""))
     return 0
 
 
@@ -244,7 +262,11 @@ def add_parsers(sub, entry) -> None:
     p.set_defaults(lib_func=cmd_build)
     p = ls.add_parser("export", help="write the library (or one GPU's part) to a JSON file")
     p.add_argument("out")
-    p.add_argument("--gpu")
+    p.add_argument("--gpu", help="only this GPU model's entries (the name `gemmrl lib list` shows)")
+    p.add_argument("--as-gpu", metavar="NAME",
+                   help="relabel the entries for GPU model NAME (as torch.cuda.get_device_name gives it) of the same "
+                        "compute capability, e.g. 'NVIDIA H200' from an H100 library: served there until it is "
+                        "tuned, with the times measured on the source GPU")
     p.add_argument("--library")
     p.set_defaults(lib_func=cmd_export)
     p = ls.add_parser("import", help="merge a library JSON into the user library (checked first)")
