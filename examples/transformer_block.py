@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     if args.tokens % args.seq:
         ap.error("--tokens must be a multiple of --seq")
     import gemmrl
-    from gemmrl import dispatch
+    from gemmrl.serve import dispatch
     from gemmrl.results import collect_meta, now
 
     dispatch.use_library(args.library)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from gemmrl.adversarial import markdown_table, read_csv, summary  # noqa: E402
+from gemmrl.adversarial.catalogue import markdown_table, read_csv, summary  # noqa: E402
 
 START, END = "<!-- adversarial:start -->", "<!-- adversarial:end -->"
 

@@ -26,7 +26,7 @@ def main() -> int:
     import torch
 
     from gemmrl.candidate import make_buffers
-    from gemmrl.headroom import CHECK_RTOL, PROBE_REASON
+    from gemmrl.measure.headroom import CHECK_RTOL, PROBE_REASON
     from gemmrl.kernels import cuda_source as cs
     from gemmrl.kernels.touch import CONFIGS, TouchCandidate
     from gemmrl.problem import parse_mnk

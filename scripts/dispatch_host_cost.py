@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from gemmrl import dispatch
+from gemmrl.serve import dispatch
 from gemmrl.library import Entry, Library
 from gemmrl.results import collect_meta, now
 

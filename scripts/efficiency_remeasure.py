@@ -78,7 +78,7 @@ def read_rows(path: Path) -> list[dict]:
 def measure(args, tables, arms) -> int:
     import torch
 
-    from gemmrl.evaluate import GroupRequest, evaluate_group
+    from gemmrl.measure.evaluate import GroupRequest, evaluate_group
     from gemmrl.results import git_sha
     from gemmrl.timing import TimingConfig
 

@@ -1,6 +1,6 @@
 """Issue 7's false-rejection sweep on a GPU: every vendor path and configs of our families (Triton, CUTLASS) through
 the correctness battery over many seeds on 30 shapes (benchmarks/shapes/false_rejection30.txt). Every candidate
-is correct, so every failure is a false rejection; the target is 0. See gemmrl.verify_sweep for what one seed
+is correct, so every failure is a false rejection; the target is 0. See gemmrl.adversarial.false_rejections for what one seed
 checks (full battery for the first seed, then per seed an accuracy and an exact-integer call through the
 guarded harness, references shared by all candidates).
 
@@ -38,7 +38,7 @@ T_START = time.perf_counter()
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gemmrl import verify_sweep as S  # noqa: E402
+from gemmrl.adversarial import false_rejections as S
 from gemmrl.kernels import cutlass_sm90 as CS  # noqa: E402
 from gemmrl.kernels.triton_gemm import (H100, PersistentConfig, SmallMConfig, SplitKConfig, TiledConfig,  # noqa: E402
                                         TritonGemm, valid)

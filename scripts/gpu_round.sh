@@ -163,7 +163,7 @@ if [ "${PACE_PROBE:-0}" = 1 ]; then  # how fast one CTA streams K slices from L2
   done
 fi
 
-if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N_K:which:config ..." (gemmrl.ncu run)
+if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N_K:which:config ..." (gemmrl.measure.ncu run)
   if [ "${NCU_STALLS:-0}" = 1 ]; then  # where a warp's cycles between two issued instructions go, by reason
     stalls=$(printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' barrier long_scoreboard \
       short_scoreboard wait mio_throttle lg_throttle math_pipe_throttle not_selected selected dispatch_stall membar \
@@ -176,7 +176,7 @@ if [ -n "${NCU_SPECS:-}" ]; then  # Nsight Compute details of single calls: "M_N
       log="$GEMMRL_OUT/ncu_${mnk}_${which}_${cfg}$([ "$cc" = all ] || echo "_cache-$cc").log"
       timeout "${NCU_S:-120}" ncu --clock-control none --cache-control "$cc" --profile-from-start off \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-        --section WarpStateStats --section LaunchStats --section Occupancy ${NCU_EXTRA:-} python3 -m gemmrl.ncu run --mnk "$mnk" \
+        --section WarpStateStats --section LaunchStats --section Occupancy ${NCU_EXTRA:-} python3 -m gemmrl.measure.ncu run --mnk "$mnk" \
         --which "$which" --config "$cfg${knobs:+:$knobs}" --vendor "$cfg" >"$log" 2>&1
       echo "ncu $mnk $which $cfg cache-control $cc: exit $?"
       grep -E "SM Frequency|Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Issue Slots Busy|Registers Per|Warp Cycles Per Issued" "$log" | head -13
@@ -445,7 +445,7 @@ if [ "${ISSUE5:-0}" = 1 ]; then
       # GPU i (the only one it sees), each to its own CSV (resumed when T5REM_DIR carries the earlier shards in)
       # shellcheck disable=SC2086
       # (a shard file holds M_N_K only: the dtype and accumulator ISSUE5_SHAPES_ARGS named go to every shard's bench)
-      python3 -c "import sys; from gemmrl.cli import build_parser, _problems
+      python3 -c "import sys; from gemmrl.cli.main import build_parser, _problems
 a = build_parser().parse_args(['bench'] + sys.argv[2:]); ps, _ = _problems(a); n = int(sys.argv[1])
 for i in range(n):
     open(f'$GEMMRL_OUT/shard{i}.txt', 'w').write(''.join(p.mnk + chr(10) for p in ps[i::n]))

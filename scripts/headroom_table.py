@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from gemmrl.headroom import CLASSES, bounds, by_class, geomean  # noqa: E402
+from gemmrl.measure.headroom import CLASSES, bounds, by_class, geomean  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
 from gemmrl.summary import best_of, usable  # noqa: E402
 
@@ -94,7 +94,7 @@ def extremes(bs: list, n: int = 10) -> list[str]:
 def plot(bs: list, ours: dict, path: str) -> None:
     """Per protocol: each shape's headroom against its FLOPs (log-log), coloured by class, and where ``ours`` has the
     shape, our selection's speedup over vendor_best in its own re-measure (runs are not mixed)."""
-    from gemmrl.report_plots import _plain, _plt, _save
+    from gemmrl.report.plots import _plain, _plt, _save
 
     plt = _plt()
     protos = sorted({b.protocol for b in bs})

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from issue3_table import per_shape  # noqa: E402
 
-from gemmrl.report_plots import _plain, _plt, _save  # noqa: E402
+from gemmrl.report.plots import _plain, _plt, _save  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
 
 

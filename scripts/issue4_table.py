@@ -114,7 +114,7 @@ def main(argv=None) -> int:
 def plot(per_shape: list[dict], path: Path, source: str) -> Path | None:
     """CUTLASS, Triton and the family picked on the selection runs, per shape, over vendor_best."""
     from gemmrl.problem import parse_mnk
-    from gemmrl.report_plots import _flops_panels
+    from gemmrl.report.plots import _flops_panels
 
     data = []
     for proto in ("graph", "cold"):

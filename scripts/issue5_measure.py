@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gemmrl.bench import noise_rule_below  # noqa: E402
+from gemmrl.measure.bench import noise_rule_below  # noqa: E402
 from gemmrl.library import served_desc  # noqa: E402
 from gemmrl.problem import grid  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402

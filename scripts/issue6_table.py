@@ -12,7 +12,7 @@ import math
 import statistics
 from pathlib import Path
 
-from gemmrl.bench import noise_rule_below
+from gemmrl.measure.bench import noise_rule_below
 from gemmrl.results import read_rows
 from gemmrl.summary import ratios, table
 

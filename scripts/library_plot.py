@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from gemmrl.library import Library, LibraryError  # noqa: E402
 from gemmrl.problem import GemmProblem  # noqa: E402
-from gemmrl.report_plots import _plain, _plt, _save  # noqa: E402
+from gemmrl.report.plots import _plain, _plt, _save  # noqa: E402
 from gemmrl.search.loop import shape_key  # noqa: E402
 
 COLOURS = {"vendor": "#9e9e9e", "triton": "#1f77b4", "cutlass": "#ff7f0e", "tiny": "#2ca02c"}

@@ -27,9 +27,9 @@ import time
 
 import torch
 
-from gemmrl import dispatch
+from gemmrl.serve import dispatch
 from gemmrl.candidate import make_buffers
-from gemmrl.dispatch_candidate import GemmrlCandidate
+from gemmrl.serve.bench_candidate import GemmrlCandidate
 from gemmrl.kernels.vendor import CtypesCandidate, TorchCandidate
 from gemmrl.problem import parse_mnk
 from gemmrl.results import collect_meta, now

@@ -14,7 +14,7 @@ import re
 import statistics
 from pathlib import Path
 
-from gemmrl.bench import noise_rule_below
+from gemmrl.measure.bench import noise_rule_below
 from gemmrl.results import read_rows
 from gemmrl.summary import BASELINES, markdown_summary, repeat_spread, summarize
 

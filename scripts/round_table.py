@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 
-from gemmrl.bench import noise_rule_below
+from gemmrl.measure.bench import noise_rule_below
 from gemmrl.results import read_rows
 from gemmrl.summary import BASELINES, Stats, best_of, format_summary, repeat_spread, speed, summarize, usable
 
@@ -40,7 +40,7 @@ def triton_best_lines(rows: list[dict]) -> list[str]:
 def triton_selected_lines(rows: list[dict]) -> list[str]:
     """Per protocol: the config selected in that protocol by an earlier run (``--triton-from``), re-measured
     here, over vendor_best: the unbiased number."""
-    from gemmrl.kernels.triton_gemm.top import selected_for
+    from gemmrl.search.top import selected_for
 
     vendor = {(r["protocol"], r["mnk"]): r for r in rows if usable(r) and r["candidate"] == "vendor_best"}
     sel = {(r["protocol"], r["mnk"]): r for r in rows

@@ -82,7 +82,8 @@ _NO_TOOLCHAIN = ("RuntimeError: no Python.h", "RuntimeError: no C compiler", "Ru
 def hot_path(request):
     """Serve through each hot path of gemmrl.mm in turn: built against torch's headers, CPython-only C, Python.
     Skips a compiled one only where its toolchain is missing (a toolchain that fails to build it is a bug)."""
-    from gemmrl import dispatch, fastpath
+    from gemmrl.serve import dispatch
+    from gemmrl.serve import fastpath
 
     kind = request.param
     try:

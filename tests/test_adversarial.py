@@ -1,4 +1,4 @@
-"""The adversarial suite (issue 7): every planted cheat and fault in ``gemmrl.adversarial.ATTACKS`` evaluated the way a
+"""The adversarial suite (issue 7): every planted cheat and fault in ``gemmrl.adversarial.catalogue.ATTACKS`` evaluated the way a
 proposal is (``evaluate_job`` in a sandboxed worker) must come back with its own verdict and reason, and the pool
 must go on. CPU tier: the Triton-source attacks under the interpreter plus CPU stand-ins for the device faults; on a
 GPU (``-m gpu`` or any run where CUDA is visible) the same Triton sources compiled, plus the CUDA-only attacks (side
@@ -17,7 +17,7 @@ import threading
 import pytest
 import torch
 
-from gemmrl import adversarial as adv
+from gemmrl.adversarial import catalogue as adv
 from gemmrl.problem import GemmProblem
 
 HAS_CUDA = torch.cuda.is_available()

@@ -1,7 +1,7 @@
 """Bad input at every public entry point (issue 7): a clear error that says what to do, and nothing lost.
 
 CPU tier, no GPU needed: every failure here happens before any GPU work, so the same cases hold on a GPU machine.
-- every CLI subcommand, in-process through ``gemmrl.cli.main``: malformed flags exit 2 with one line on stderr
+- every CLI subcommand, in-process through ``gemmrl.cli.main.main``: malformed flags exit 2 with one line on stderr
   (argparse's own errors: usage plus one error line), never a traceback;
 - "nothing lost": a refused command leaves every file it was pointed at (results CSV, trials store, policy, user
   library) byte-identical, creates nothing beside them, and a resumed results CSV keeps every finished row;
@@ -25,9 +25,9 @@ import pytest
 import torch
 
 import gemmrl
-from gemmrl import dispatch
+from gemmrl.serve import dispatch
 from gemmrl import library as L
-from gemmrl.cli import main
+from gemmrl.cli.main import main
 from gemmrl.library import Entry, Library, LibraryError, TrialsStore
 from gemmrl.problem import ProblemError
 from gemmrl.results import COLUMNS, ResultsError, ResultsWriter, read_rows
@@ -603,7 +603,7 @@ def test_warmup_bad_arguments(hot, kw, err, match):
 
 def test_results_columns_are_what_the_out_check_compares(tmp_path):
     """bench/select --out refuse a CSV whose header is not COLUMNS; a file this version wrote must pass that check."""
-    from gemmrl.cli import CliError, _check_out
+    from gemmrl.cli.main import CliError, _check_out
 
     p = tmp_path / "r.csv"
     ResultsWriter(p).write_batch([_result_row()])

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import HAS_CUDA
-from gemmrl.cli import main
+from gemmrl.cli.main import main
 
 
 def _run(argv, capsys):

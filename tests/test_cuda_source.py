@@ -11,7 +11,7 @@ import pytest
 
 from conftest import assert_serves
 from gemmrl.kernels import cuda_source as cs
-from gemmrl.kernels.planted_cuda import PLANTED, planted_source
+from gemmrl.adversarial.planted_cuda import PLANTED, planted_source
 from gemmrl.problem import GemmProblem
 
 HAS_NVCC = bool(cs.find_nvcc())

@@ -15,7 +15,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from gemmrl.evaluate import CandidateSpec  # noqa: E402
+from gemmrl.measure.evaluate import CandidateSpec  # noqa: E402
 from gemmrl.library import TrialsStore  # noqa: E402
 from gemmrl.problem import GemmProblem  # noqa: E402
 from gemmrl.search.dask_executor import DaskExecutor, model_resource  # noqa: E402

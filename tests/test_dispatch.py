@@ -18,7 +18,7 @@ import torch
 
 import gemmrl
 from conftest import have_cutlass_toolchain
-from gemmrl import dispatch
+from gemmrl.serve import dispatch
 from gemmrl.kernels import cuda_source as cs
 from gemmrl.library import Entry, Library
 from gemmrl.problem import GemmProblem
@@ -52,7 +52,7 @@ def lib(hot_path):
 def test_fastpath_builds_and_serves(kind, monkeypatch):
     """Where a compiler and the headers exist (CI, the GPU machine), each compiled hot path is built, and the
     default (GEMMRL_FASTPATH unset: auto) is the one built against torch's headers."""
-    from gemmrl import fastpath
+    from gemmrl.serve import fastpath
 
     mod = fastpath.load_kind(kind)
     if mod is None and fastpath.why(kind).startswith(("RuntimeError: no Python.h", "RuntimeError: no C compiler",
@@ -80,7 +80,7 @@ def test_fastpath_builds_and_serves(kind, monkeypatch):
 
 
 def test_fastpath_choice_is_checked(monkeypatch):
-    from gemmrl import fastpath
+    from gemmrl.serve import fastpath
 
     monkeypatch.setenv("GEMMRL_FASTPATH", "cuda")
     with pytest.raises(ValueError, match="GEMMRL_FASTPATH='cuda': use one of auto, torch, c, 0"):
@@ -322,7 +322,7 @@ def test_import_gemmrl_does_not_import_torch_dispatch():
     import subprocess
     import sys
 
-    code = "import sys, gemmrl; print('gemmrl.dispatch' in sys.modules, 'torch' in sys.modules)"
+    code = "import sys, gemmrl; print('gemmrl.serve.dispatch' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
 
@@ -479,7 +479,7 @@ def test_vendor_tune_serves_a_correct_cublaslt_choice_gpu(lib, monkeypatch, tune
 def test_capture_serves_the_graph_entry_gpu(lib, hot_path, monkeypatch):
     """Eagerly the offline entry serves (torch.matmul here, counted), inside capture the graph entry (Triton): the
     capture question is answered right on every hot path (the torch-built one asks the driver)."""
-    from gemmrl import fastpath
+    from gemmrl.serve import fastpath
 
     if hot_path == "torch":
         assert fastpath.load_kind("torch").driver_capture_query()
@@ -665,8 +665,8 @@ def test_lookup_host_cost_gpu(lib, hot_path, record_property):
 
 @pytest.mark.interpreter
 def test_bench_times_gemmrl_through_the_library(lib, tmp_path):
-    from gemmrl.bench import BenchSpec, run_bench
-    from gemmrl.dispatch_candidate import gemmrl_candidates
+    from gemmrl.measure.bench import BenchSpec, run_bench
+    from gemmrl.serve.bench_candidate import gemmrl_candidates
     from gemmrl.problem import GemmProblem
     from gemmrl.results import read_rows
     from gemmrl.timing import TimingConfig

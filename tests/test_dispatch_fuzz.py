@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import gemmrl  # noqa: E402
-from gemmrl import dispatch  # noqa: E402
+from gemmrl.serve import dispatch
 from gemmrl.library import Entry, Library  # noqa: E402
 
 CFG = "tiled(BM=16,BN=16,BK=16,warps=1,stages=1,group_m=1)"

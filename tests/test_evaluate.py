@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from gemmrl.evaluate import CandidateSpec, EvalRequest, evaluate, outcome
+from gemmrl.measure.evaluate import CandidateSpec, EvalRequest, evaluate, outcome
 from gemmrl.kernels.cuda_source import CudaSource, ShapeRange
-from gemmrl.kernels.planted_cuda import planted_source
+from gemmrl.adversarial.planted_cuda import planted_source
 from gemmrl.problem import GemmProblem
 from gemmrl.timing import TimingConfig
 
@@ -82,6 +82,6 @@ def test_evaluation_comes_back_through_the_sandbox(tmp_path):
     req = EvalRequest(GemmProblem(33, 65, 40, layout="nn"), CandidateSpec("planted_triton", "correct", layout="nn"),
                       protocols=("offline",), baselines=(), timing=CPU_TIMING, graph_check=False, device="cpu")
     with SandboxPool(n_workers=1, scratch_root=tmp_path, env={"TRITON_INTERPRET": "1"}) as pool:
-        r = pool.run([Job("ok", "gemmrl.evaluate:evaluate_job", req, timeout_s=120)])[0]
+        r = pool.run([Job("ok", "gemmrl.measure.evaluate:evaluate_job", req, timeout_s=120)])[0]
     assert r.status == "ok", r.error
     assert outcome(r) == "ok" and r.value["rows"][0]["torch"]

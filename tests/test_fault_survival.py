@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmrl.evaluate import CandidateSpec
+from gemmrl.measure.evaluate import CandidateSpec
 from gemmrl.library import TrialsStore
 from gemmrl.problem import GemmProblem
 from gemmrl.search import faults
@@ -66,7 +66,7 @@ def test_the_proposer_hands_out_what_has_no_outcome_yet():
 
 def test_planted_cuda_faults_are_distinct_candidates():
     """The planted CUDA sources share one code and differ in -D flags: each must still be its own candidate."""
-    from gemmrl.kernels.planted_cuda import PLANTED, planted_source
+    from gemmrl.adversarial.planted_cuda import PLANTED, planted_source
 
     keys = {spec_key(CandidateSpec("cuda", planted_source(k))) for k in PLANTED}
     assert len(keys) == len(PLANTED)

@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from gemmrl.cli import main
-from gemmrl.headroom import (CLASSES, PROBE_REASON, Bound, bounds, by_class, geomean, mma_peak_flops, parse_info)
+from gemmrl.cli.main import main
+from gemmrl.measure.headroom import (CLASSES, PROBE_REASON, Bound, bounds, by_class, geomean, mma_peak_flops, parse_info)
 from gemmrl.kernels.touch import CONFIGS, TouchCandidate, TouchConfig, TouchError, check, grid_parts, invalid, parse
 from gemmrl.problem import GemmProblem
 
@@ -190,7 +190,7 @@ def test_table_of_rows_without_a_probe_is_refused(tmp_path, capsys):
 def test_measured_headroom_on_the_gpu(mnk):
     import torch
 
-    from gemmrl.headroom import measure_shape
+    from gemmrl.measure.headroom import measure_shape
     from gemmrl.problem import parse_mnk
     from gemmrl.results import collect_meta
     from gemmrl.timing import TimingConfig

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import gemmrl
-from gemmrl import dispatch
+from gemmrl.serve import dispatch
 from gemmrl.candidate import make_buffers
-from gemmrl.dispatch_candidate import GemmrlCandidate
-from gemmrl.layout_choice import COLD_CALLS, TIE, LayoutChoice, choose, library_order, timed_in
+from gemmrl.serve.bench_candidate import GemmrlCandidate
+from gemmrl.serve.layout_choice import COLD_CALLS, TIE, LayoutChoice, choose, library_order, timed_in
 from gemmrl.library import Entry, Library
 from gemmrl.problem import GemmProblem
 
@@ -158,7 +158,7 @@ def test_host_protocols_choose_in_device_time(protocol, cuda, cpu):
 
 @pytest.mark.interpreter
 def test_a_choice_timed_in_cold_takes_cold_calls(lib, monkeypatch):
-    import gemmrl.layout_choice as lc
+    import gemmrl.serve.layout_choice as lc
 
     lib(entry("tn", 0.01), entry("nn", 0.02))
     monkeypatch.setattr(lc, "timed_in", lambda protocol, device_type="cuda": "cold")  # as on a GPU

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gemmrl import library as L
-from gemmrl.cli import main
+from gemmrl.cli.main import main
 from gemmrl.library import PROTOCOL_ORDER, Entry, Library, LibraryError, TrialsStore, build_entries
 from gemmrl.results import COLUMNS, ResultsWriter
 from gemmrl.summary import BASELINES

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gemmrl.evaluate import CandidateSpec
+from gemmrl.measure.evaluate import CandidateSpec
 from gemmrl.kernels.cuda_source import CudaSource, ShapeRange
 from gemmrl.kernels.triton_source import TritonSource, load_candidate
 from gemmrl.problem import GemmProblem
@@ -499,7 +499,7 @@ def test_serve_reward_refuses_a_remote_address_unless_allowed():
 
 
 def test_cli_serve_reward(capsys):
-    from gemmrl.cli import build_parser, main
+    from gemmrl.cli.main import build_parser, main
 
     args = build_parser().parse_args(["serve-reward"])
     assert (args.host, args.allow_remote, args.max_request_kb, args.device, args.sandbox) == \

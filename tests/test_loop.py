@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmrl.evaluate import CandidateSpec
+from gemmrl.measure.evaluate import CandidateSpec
 from gemmrl.library import TrialsStore
 from gemmrl.models import MODELS, model_shapes
 from gemmrl.problem import GemmProblem
@@ -351,8 +351,9 @@ def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path):
 def test_tune_uses_every_visible_gpu_unless_one_is_named(monkeypatch, argv, gpus):
     """`gemmrl tune` gives the sandbox pool every visible GPU (one worker, one group in flight, each) by default;
     --gpu-device-id pins it to one (bench's default of GPU 0 once made a 2-GPU tune use one)."""
-    from gemmrl import sandbox, tune_cli
-    from gemmrl.cli import build_parser
+    from gemmrl import sandbox
+    from gemmrl.cli import tune as tune_cli
+    from gemmrl.cli.main import build_parser
 
     seen = {}
 
@@ -381,7 +382,7 @@ def test_tune_uses_every_visible_gpu_unless_one_is_named(monkeypatch, argv, gpus
     ({"candidate": "triton:x", "verified": False, "reason": "prepare failed: PermissionError: x"}, False),
 ])
 def test_environment_failures_are_the_machines_not_the_shapes(row, flagged):
-    from gemmrl.evaluate import environment_failures
+    from gemmrl.measure.evaluate import environment_failures
 
     assert bool(environment_failures([row])) is flagged
 
@@ -493,7 +494,7 @@ def test_tune_prebuilds_the_first_round_cutlass_configs_once_and_in_one_batch(mo
     and left to the groups, never raised."""
     from types import SimpleNamespace
 
-    from gemmrl import tune_cli
+    from gemmrl.cli import tune as tune_cli
     from gemmrl.kernels import cutlass_sm90 as cs
     from gemmrl.kernels.cuda_source import Build
 

@@ -1,8 +1,8 @@
-"""gemmrl.ncu: which shapes are profiled, how ncu's raw CSV is read, and the reason rules (CPU tier)."""
+"""gemmrl.measure.ncu: which shapes are profiled, how ncu's raw CSV is read, and the reason rules (CPU tier)."""
 
 import pytest
 
-from gemmrl import ncu as N
+from gemmrl.measure import ncu as N
 
 
 def _row(mnk, cand, proto, ms, verified="true", members="", algo="tiled(BM=64)"):
@@ -137,7 +137,7 @@ def test_profile_runs_one_ncu_with_clocks_left_alone(monkeypatch, protocol, cach
     assert cmd[cmd.index("--profile-from-start") + 1] == "off"
     assert cmd[cmd.index("--metrics") + 1].split(",") == list(N.METRICS)
     assert (cmd[cmd.index("--cache-control") + 1] if "--cache-control" in cmd else None) == cache
-    child = cmd[cmd.index("gemmrl.ncu") + 1:]
+    child = cmd[cmd.index("gemmrl.measure.ncu") + 1:]
     assert child[0] == "run" and child[child.index("--which") + 1] == "triton"
     assert child[child.index("--protocol") + 1] == protocol and child[child.index("--mnk") + 1] == "256_512_1024"
 

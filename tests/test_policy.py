@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gemmrl.evaluate import CandidateSpec
+from gemmrl.measure.evaluate import CandidateSpec
 from gemmrl.kernels import cutlass_sm90 as cs
 from gemmrl.problem import GemmProblem
 from gemmrl.search.efficiency import (Row, arms_within, evaluate_methods, keyed_orders, pick, picks, remeasured_shares,
@@ -187,7 +187,7 @@ def test_features_tell_the_register_epilogue_from_its_twin():
 
 
 def test_shipped_policy_loads():
-    from gemmrl.tune_cli import packaged_policy
+    from gemmrl.cli.tune import packaged_policy
 
     pol = RLPolicy.load(packaged_policy())
     assert pol.state.updates > 0 and len(pol.state.trained_on) >= 50
@@ -363,7 +363,7 @@ def test_live_tuning_learns_at_its_own_rate_and_noise_floor(tmp_path):
     import argparse
 
     from gemmrl.search.policy import LIVE_ADV_EPS, LIVE_LR
-    from gemmrl.tune_cli import make_proposers
+    from gemmrl.cli.tune import make_proposers
 
     ns = argparse.Namespace(proposer="rl", policy=str(tmp_path / "new.json"), policy_lr=None)
     _, pol = make_proposers(ns, ("tn",))

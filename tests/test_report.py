@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from gemmrl import report as R
-from gemmrl.cli import main
+from gemmrl.report import make as R
+from gemmrl.cli.main import main
 from gemmrl.results import COLUMNS
 
 A, B = "64_64_64", "128_128_128"

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from gemmrl.bench import BenchError, BenchSpec, _aggregate_rows, noise_rule_below, run_bench
+from gemmrl.measure.bench import BenchError, BenchSpec, _aggregate_rows, noise_rule_below, run_bench
 from gemmrl.candidate import FnCandidate
 from gemmrl.problem import GemmProblem, parse_mnk
 from gemmrl.results import COLUMNS, REQUIRED, ResultsError, ResultsWriter, read_rows
@@ -82,7 +82,7 @@ def test_rows_say_where_the_time_outside_the_timed_calls_went(tmp_path):
     pass spends about half its wall there, and the rows are where that is read back."""
     import time
 
-    from gemmrl.headroom import parse_info
+    from gemmrl.measure.headroom import parse_info
 
     def verifier(cand, problem):
         if cand.name == "slow":

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gemmrl.evaluate import CandidateSpec, EvalRequest, outcome
-from gemmrl.kernels.planted_cuda import EXPECTED, planted_source
+from gemmrl.measure.evaluate import CandidateSpec, EvalRequest, outcome
+from gemmrl.adversarial.planted_cuda import EXPECTED, planted_source
 from gemmrl.problem import GemmProblem
 
 SEQUENCE = ["correct", "illegal_address", "correct", "hang", "correct", "legacy_stream", "huge_malloc",
@@ -31,7 +31,7 @@ def test_pool_survives_planted_faults(tmp_path):
     build_library()  # the parent builds everything a worker loads: workers cannot write the build cache
     build_many([planted_source(k) for k in set(SEQUENCE)])
     problem = GemmProblem(128, 256, 64)
-    jobs = [Job(f"{i:02d}-{k}", "gemmrl.evaluate:evaluate_job",
+    jobs = [Job(f"{i:02d}-{k}", "gemmrl.measure.evaluate:evaluate_job",
                 EvalRequest(problem, CandidateSpec("cuda", planted_source(k)), baselines=("cublaslt_heuristic_tn",)),
                 timeout_s=30.0 if k == "hang" else 180.0)
             for i, k in enumerate(SEQUENCE)]
@@ -73,8 +73,8 @@ def test_pool_survives_planted_faults(tmp_path):
 def test_bench_cuda_source_through_the_sandbox(tmp_path):
     """`gemmrl bench --cuda-source`: a correct source is verified and timed beside the vendor paths in a worker;
     one with an illegal address is recorded as a cuda_fault row on every shape, and the run finishes."""
-    from gemmrl.cli import main
-    from gemmrl.kernels.planted_cuda import SOURCE
+    from gemmrl.cli.main import main
+    from gemmrl.adversarial.planted_cuda import SOURCE
     from gemmrl.results import read_rows
 
     good, bad = tmp_path / "good.cu", tmp_path / "bad.cu"

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from gemmrl.cli import main
+from gemmrl.cli.main import main
 from gemmrl.kernels.triton_gemm import H100, SmallMConfig, TiledConfig, valid
 from gemmrl.kernels.triton_gemm.precompile import groups
-from gemmrl.kernels.triton_gemm.top import load_selection
+from gemmrl.search.top import load_selection
 from gemmrl.problem import parse_mnk
 from gemmrl.results import ResultsWriter, read_rows
 from gemmrl.search.screen import ScreenSpec, configs_for, exploration_pool, selection_table, triton_configs

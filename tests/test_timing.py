@@ -147,7 +147,7 @@ def test_quick_statistics_keep_the_protocol_and_cost_less():
 
 @pytest.mark.gpu
 def test_quick_timing_is_recorded_in_graph_rows(tmp_path):
-    from gemmrl.bench import BenchSpec, run_bench
+    from gemmrl.measure.bench import BenchSpec, run_bench
     from gemmrl.results import read_rows
 
     spec = BenchSpec(problems=(parse_mnk("256_512_1024"),), protocols=("graph",), out=tmp_path / "q.csv",

@@ -4,12 +4,12 @@ best-of-prefix summary round_table.py prints for them."""
 
 import pytest
 
-import gemmrl.bench as bench
-from gemmrl.bench import BenchSpec, run_bench
+import gemmrl.measure.bench as bench
+from gemmrl.measure.bench import BenchSpec, run_bench
 from gemmrl.candidate import FnCandidate
-from gemmrl.cli import build_parser, main
+from gemmrl.cli.main import build_parser, main
 from gemmrl.kernels.triton_gemm import H100, TiledConfig, TritonGemm, valid
-from gemmrl.kernels.triton_gemm.top import current_arch, top_candidates
+from gemmrl.search.top import current_arch, top_candidates
 from gemmrl.problem import parse_mnk
 from gemmrl.results import read_rows
 from gemmrl.summary import best_of
@@ -179,7 +179,7 @@ def _selection_csv(tmp_path):
 
 
 def test_selection_is_loaded_per_shape_and_protocol_and_rebuilt(tmp_path):
-    from gemmrl.kernels.triton_gemm.top import load_selection, selected_candidates, selected_for
+    from gemmrl.search.top import load_selection, selected_candidates, selected_for
 
     path, fast, slow = _selection_csv(tmp_path)
     sel = load_selection([path])

@@ -1,4 +1,4 @@
-"""The false-rejection sweep (gemmrl.verify_sweep) and its GPU script's choices (scripts/false_rejections.py).
+"""The false-rejection sweep (gemmrl.adversarial.false_rejections) and its GPU script's choices (scripts/false_rejections.py).
 
 Interpreter tier (CPU tensors, TRITON_INTERPRET=1 from conftest): a correct planted Triton kernel and small
 configs of the Triton family pass every call over 10 seeds on odd shapes (zero false rejections, every call
@@ -14,8 +14,8 @@ import math
 
 import pytest
 
-from gemmrl import verify_sweep as S
-from gemmrl.kernels.planted import planted_candidates
+from gemmrl.adversarial import false_rejections as S
+from gemmrl.adversarial.planted import planted_candidates
 from gemmrl.kernels.triton_gemm import H100, SmallMConfig, SplitKConfig, TiledConfig, TritonGemm, valid
 from gemmrl.kernels.triton_gemm.configs import next_pow2
 from gemmrl.problem import GemmProblem

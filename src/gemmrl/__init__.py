@@ -11,9 +11,9 @@ Importing gemmrl does no CUDA work and compiles nothing (torch is imported on fi
 
 __version__ = "0.1.0"
 
-_LAZY = {"mm": "dispatch", "linear": "dispatch", "warmup": "dispatch", "served_by": "dispatch",
-         "use_library": "dispatch", "DispatchError": "dispatch", "pick_layout": "layout_choice",
-         "patch": "patching", "unpatch": "patching", "PatchReport": "patching"}
+_LAZY = {"mm": "serve.dispatch", "linear": "serve.dispatch", "warmup": "serve.dispatch", "served_by": "serve.dispatch",
+         "use_library": "serve.dispatch", "DispatchError": "serve.dispatch", "pick_layout": "serve.layout_choice",
+         "patch": "serve.patching", "unpatch": "serve.patching", "PatchReport": "serve.patching"}
 
 
 def __getattr__(name):

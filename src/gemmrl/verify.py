@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .candidate import Candidate, make_buffers, torch_dtype
-from .kernels.planted import PlantedCandidate, planted_candidates  # noqa: F401 - re-exported for callers
+from .adversarial.planted import PlantedCandidate, planted_candidates  # noqa: F401 - re-exported for callers
 from .problem import GemmProblem
 
 # Unit roundoff of the output dtypes (half an ulp at 1.0), half the smallest subnormal, and the largest

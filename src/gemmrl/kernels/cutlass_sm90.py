@@ -502,14 +502,14 @@ def parse_name(algo: str) -> tuple[CutlassConfig, Knobs]:
 def load_selection(paths) -> dict[str, dict[str, str]]:
     """Per shape and protocol, the ``<config>:<knobs>`` of the fastest verified ``cutlass:*`` row of a selection
     run: ``{mnk: {protocol: algo}}``."""
-    from .selection import load_selection as load
+    from ..search.selection import load_selection as load
 
     return load(paths, PREFIX)
 
 
 def selected_candidates(problem: GemmProblem, selection: dict) -> list[CutlassCandidate]:
     """One candidate per distinct selected (config, knobs) of the shape, named ``cutlass-sel:<protocols>``."""
-    from .selection import protocols_by_algo
+    from ..search.selection import protocols_by_algo
 
     out = []
     for algo, protos in protocols_by_algo(selection, problem.mnk).items():

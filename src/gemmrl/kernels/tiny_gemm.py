@@ -303,7 +303,7 @@ Candidate = TinyCandidate  # the family's candidate class, under the name search
 def load_selection(paths) -> dict[str, dict[str, str]]:
     """Per shape and protocol, the config of the fastest verified ``tiny:*`` row of a selection run:
     ``{mnk: {protocol: config}}``."""
-    from .selection import load_selection as load
+    from ..search.selection import load_selection as load
 
     return load(paths, PREFIX)
 
@@ -311,7 +311,7 @@ def load_selection(paths) -> dict[str, dict[str, str]]:
 def selected_candidates(problem: GemmProblem, selection: dict) -> list[TinyCandidate]:
     """One candidate per distinct selected config of the shape, named ``tiny-sel:<protocols>``; none where the
     shape's dtype is not the config's."""
-    from .selection import protocols_by_algo
+    from ..search.selection import protocols_by_algo
 
     out = []
     for algo, protos in protocols_by_algo(selection, problem.mnk).items():

@@ -312,7 +312,7 @@ Candidate = WgmmaCandidate  # the family's candidate class, under the name searc
 def load_selection(paths) -> dict[str, dict[str, str]]:
     """Per shape and protocol, the config of the fastest verified ``wgmma:*`` row of a selection run:
     ``{mnk: {protocol: config}}``."""
-    from .selection import load_selection as load
+    from ..search.selection import load_selection as load
 
     return load(paths, PREFIX)
 
@@ -320,7 +320,7 @@ def load_selection(paths) -> dict[str, dict[str, str]]:
 def selected_candidates(problem: GemmProblem, selection: dict) -> list[WgmmaCandidate]:
     """One candidate per distinct selected config of the shape, named ``wgmma-sel:<protocols>``; none where the
     shape's layout or dtype is not the family's."""
-    from .selection import protocols_by_algo
+    from ..search.selection import protocols_by_algo
 
     out = []
     for algo, protos in protocols_by_algo(selection, problem.mnk).items():

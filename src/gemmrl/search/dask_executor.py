@@ -29,7 +29,7 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Sequence
 
-from ..evaluate import CandidateSpec
+from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
 from .executor import GroupResult, RequestTemplate
 
@@ -121,7 +121,7 @@ def warm_worker(shared_triton: bool = True, timeout_s: float = 300.0) -> dict:
     template = (RequestTemplate(protocols=("offline",), baselines=(), graph_check=False, device="cpu", timing=quick)
                 if cpu else RequestTemplate(baselines=("cublas_tn", "cublaslt_heuristic_tn"), timing=quick))
     t0 = time.monotonic()
-    res = _pool(shared_triton).submit(Job("warm", "gemmrl.evaluate:evaluate_group_job",
+    res = _pool(shared_triton).submit(Job("warm", "gemmrl.measure.evaluate:evaluate_group_job",
                                           template.request(problem, [spec]), timeout_s)).result()
     ev = (res.value or {}).get("evaluations", [{}])[0] if res.status == "ok" else {}
     return {"status": res.status if res.status != "ok" else (ev.get("failure") or "ok"),

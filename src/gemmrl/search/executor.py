@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from ..evaluate import CandidateSpec, GroupRequest
+from ..measure.evaluate import CandidateSpec, GroupRequest
 from ..problem import GemmProblem
 
 
@@ -77,7 +77,7 @@ class InlineExecutor:
         self.template = template
 
     def submit(self, problem: GemmProblem, specs: Sequence[CandidateSpec]) -> "Future[GroupResult]":
-        from ..evaluate import evaluate_group
+        from ..measure.evaluate import evaluate_group
 
         fut: Future = Future()
         try:
@@ -108,7 +108,7 @@ class SandboxExecutor:
     def _job(self, problem: GemmProblem, specs: Sequence[CandidateSpec]):
         from ..sandbox import Job
 
-        return Job(f"group-{next(self._ids)}-{problem.mnk}", "gemmrl.evaluate:evaluate_group_job",
+        return Job(f"group-{next(self._ids)}-{problem.mnk}", "gemmrl.measure.evaluate:evaluate_group_job",
                    self.template.request(problem, specs), self.timeout_s)
 
     def submit(self, problem: GemmProblem, specs: Sequence[CandidateSpec]) -> "Future[GroupResult]":

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-from ..evaluate import CandidateSpec
+from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
 from .proposer import Context, Outcome, Proposal, spec_key
 
@@ -82,7 +82,7 @@ def expected(kind: str, device: str) -> str:
         return "ok"
     if device == "cpu":
         return CPU_EXPECTED[kind]
-    from ..kernels.planted_cuda import EXPECTED
+    from ..adversarial.planted_cuda import EXPECTED
 
     return EXPECTED[kind]
 
@@ -97,7 +97,7 @@ def fault_spec(kind: str, device: str, v: int = 0) -> CandidateSpec:
             raise ValueError(f"unknown CPU fault {kind!r}; one of {', '.join(_CPU_CODE)}")
         return CandidateSpec("triton_source", TritonSource(_HEAD.format(kind=kind, v=v) + _CPU_CODE[kind], "gemm",
                                                            "nn", name=name), layout="nn")
-    from ..kernels.planted_cuda import planted_source
+    from ..adversarial.planted_cuda import planted_source
 
     src = planted_source(kind, layout="tn")
     return CandidateSpec("cuda", replace(src, code=src.code + "\n" + _HEAD.replace("#", "//", 1).format(kind=kind, v=v),

@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..evaluate import CandidateSpec
+from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
 from .proposer import Context, Outcome, Proposal
 

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..evaluate import CandidateSpec, environment_failures
+from ..measure.evaluate import CandidateSpec, environment_failures
 from ..problem import GemmProblem
 from .proposer import Context, Hardware, Outcome, Proposal, Proposer
 

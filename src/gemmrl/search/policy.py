@@ -42,7 +42,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..evaluate import CandidateSpec
+from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
 from .proposer import Context, Outcome, Proposal, spec_key
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from ..evaluate import CandidateSpec
+from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
 
 

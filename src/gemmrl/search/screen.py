@@ -406,7 +406,7 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     """Screen every shape of ``spec`` into ``spec.out`` (resuming at the first shape without rows)."""
     import torch
 
-    from ..bench import _base_row, _progress, require_cuda
+    from ..measure.bench import _base_row, _progress, require_cuda
     from ..kernels.triton_gemm.precompile import precompile
     from ..results import ResultsWriter, collect_meta, read_rows, sm_clock_mhz
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .candidate import make_buffers
-from .problem import GemmProblem
-from .results import Meta, ResultsWriter, collect_meta, git_sha, now, read_rows, sm_clock_mhz
-from .summary import AGGREGATES, BASELINES, format_summary, markdown_summary, summarize
-from .timing import PROTOCOLS, TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure, without_grad
+from ..candidate import make_buffers
+from ..problem import GemmProblem
+from ..results import Meta, ResultsWriter, collect_meta, git_sha, now, read_rows, sm_clock_mhz
+from ..summary import AGGREGATES, BASELINES, format_summary, markdown_summary, summarize
+from ..timing import PROTOCOLS, TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure, without_grad
 
 # (slower-suspect, reference) aggregates: re-measured 3 more times when the first is slower (noise rule).
 # ``gemmrl`` (what the dispatcher serves) is re-measured when more than RECHECK_MARGIN slower than vendor_best: the
@@ -120,7 +120,7 @@ class _Verifier:
         self.cache: dict[tuple, tuple[bool, str]] = {}
 
     def __call__(self, cand, problem: GemmProblem) -> tuple[bool, str]:
-        from .verify import verify
+        from ..verify import verify
 
         key = (cand.name, problem, str(cand.info().get("algo", "")))
         if key not in self.cache:
@@ -137,7 +137,7 @@ def _candidates(problem: GemmProblem, spec: BenchSpec, imported: dict) -> tuple[
     cands: list = []
     broken: list[dict] = []
     if spec.vendor:
-        from .kernels.vendor import vendor_candidates
+        from ..kernels.vendor import vendor_candidates
 
         cands += [v for v in vendor_candidates(problem) if spec.baselines is None or v.name in spec.baselines]
     for factory in spec.extra:
@@ -346,7 +346,7 @@ def run_bench(spec: BenchSpec, progress: bool = True, *, on_cpu: bool = False,
     writer = ResultsWriter(spec.out)
     imported: dict = {}
     if spec.kernel_dir is not None:
-        from .kernels.cuda_l2_import import load_kernel_dir
+        from ..kernels.cuda_l2_import import load_kernel_dir
 
         imported = load_kernel_dir(spec.kernel_dir, list(spec.problems), acc=spec.kernel_acc, progress=progress)
     verifier = verifier or _Verifier(dev)

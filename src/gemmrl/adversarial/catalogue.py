@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .problem import GemmProblem
+from ..problem import GemmProblem
 
 PROBLEM = GemmProblem(33, 65, 129, layout="nn")  # odd in every dimension: tails everywhere
 BLOCK = (32, 32, 32)
@@ -217,14 +217,14 @@ def source_code(attack: Attack, **params: Any) -> str:
 
 def spec(attack: Attack, **params: Any):
     """The ``CandidateSpec`` a proposer would hand in for ``attack`` (it declares every fp16 shape)."""
-    from .evaluate import CandidateSpec
+    from ..measure.evaluate import CandidateSpec
 
     if attack.cuda:
-        from .kernels.planted_cuda import planted_source
+        from .planted_cuda import planted_source
 
         return CandidateSpec("cuda", planted_source(attack.cuda, layout=PROBLEM.layout), f"adv:{attack.name}",
                              PROBLEM.layout)
-    from .kernels.triton_source import ShapeRange, TritonSource
+    from ..kernels.triton_source import ShapeRange, TritonSource
 
     src = TritonSource(source_code(attack, **params), entry="gemm", layout=PROBLEM.layout, shapes=ShapeRange(),
                        name=f"adv:{attack.name}")
@@ -232,8 +232,8 @@ def spec(attack: Attack, **params: Any):
 
 
 def _request(attack: Attack, device: str, **params: Any):
-    from .evaluate import EvalRequest
-    from .timing import TimingConfig
+    from ..measure.evaluate import EvalRequest
+    from ..timing import TimingConfig
 
     if device == "cpu":
         return EvalRequest(PROBLEM, spec(attack, **params), protocols=("offline",), baselines=(), graph_check=False,
@@ -244,8 +244,8 @@ def _request(attack: Attack, device: str, **params: Any):
 def cuda_l2_job(args: tuple, ctx: Any = None) -> dict:
     """Sandbox job: CUDA-L2's own 0/1 check (``verify.cuda_l2_check``) of the candidate in ``args``."""
     cand_spec, device, iterations = args
-    from .candidate import make_buffers
-    from .verify import cuda_l2_check
+    from ..candidate import make_buffers
+    from ..verify import cuda_l2_check
 
     cand, build = cand_spec.make(PROBLEM)
     if cand is None:
@@ -269,14 +269,14 @@ def run_catalogue(device: str, pool, params: dict[str, Any], chosen: Sequence[At
     ``params`` fills the attacks' placeholders (``target``: a file path outside the workers' scratch dirs;
     ``port``: a loopback port the caller listens on). Attacks whose candidate runs after a fault (the C++
     thread's late kernel) go last, so their leftovers meet no other candidate's buffers."""
-    from .evaluate import outcome
-    from .sandbox import Job
+    from ..measure.evaluate import outcome
+    from ..sandbox import Job
 
     todo = sorted(chosen or attacks(device), key=lambda a: a.cuda == "cpp_thread")
     rows = []
     for i, att in enumerate(todo):
         req = _request(att, device, **params)
-        res = pool.submit(Job(f"adv-{i}", "gemmrl.evaluate:evaluate_job", req, timeout_s=att.timeout_s)).result()
+        res = pool.submit(Job(f"adv-{i}", "gemmrl.measure.evaluate:evaluate_job", req, timeout_s=att.timeout_s)).result()
         failure = outcome(res)
         value = res.value if isinstance(res.value, dict) else {}
         reason = value.get("reason") or res.error or ""
@@ -287,7 +287,7 @@ def run_catalogue(device: str, pool, params: dict[str, Any], chosen: Sequence[At
                "isolation": res.isolation, "cuda_l2": ""}
         row["as_expected"] = row["verdict"] == att.expect and row["check"] in att.check.split("|")
         if att.numeric:
-            l2 = pool.submit(Job(f"adv-l2-{i}", "gemmrl.adversarial:cuda_l2_job",
+            l2 = pool.submit(Job(f"adv-l2-{i}", "gemmrl.adversarial.catalogue:cuda_l2_job",
                                  (req.candidate, device, cuda_l2_iterations), timeout_s=att.timeout_s)).result()
             got_l2 = l2.value if l2.status == "ok" and isinstance(l2.value, dict) else {}
             row["cuda_l2"] = ("passes" if got_l2.get("passed") else "fails") if got_l2.get("passed") is not None \

@@ -47,7 +47,7 @@ def _save(fig, path: Path) -> Path:
 
 
 def _ratios(tab, p, num, den):
-    from .report import ratios
+    from .make import ratios
 
     return ratios(tab, p, num, den)
 

@@ -5,7 +5,7 @@ beside the vendor baselines (same process, same inputs) -- the unit of work a sa
 structured compile error), the verdict, the result rows (the results schema, candidate and baselines), the
 speedup over ``vendor_best`` per protocol and the reward ``log(t_vendor_best / t_candidate)`` averaged over
 the protocols (the geometric mean of the ratios). ``evaluate_job(request, ctx)`` is the same as a
-``sandbox.Job`` function: ``Job(fn="gemmrl.evaluate:evaluate_job", args=request)``.
+``sandbox.Job`` function: ``Job(fn="gemmrl.measure.evaluate:evaluate_job", args=request)``.
 
 Failure classes, in ``failure`` (empty when the candidate earned its reward):
   ``build``     it did not compile, spilled over the limit, or did not load (``build.error`` says where)
@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from .problem import GemmProblem
-from .timing import TimingConfig, without_grad
+from ..problem import GemmProblem
+from ..timing import TimingConfig, without_grad
 
 FAMILIES = ("cuda", "cutlass", "triton", "triton_source", "planted_triton")
 
@@ -58,12 +58,12 @@ class CandidateSpec:
                           f"{problem.mnk} {problem.dtype}/{problem.acc} is outside the declared "
                           f"{self.payload.dtype}/{self.payload.acc} shapes {self.payload.shapes}"}}
         if self.family == "cuda":
-            from .kernels.cuda_source import load_candidate
+            from ..kernels.cuda_source import load_candidate
 
             return load_candidate(self.payload)
         if self.family == "cutlass":
-            from .kernels import cutlass_sm90 as cs
-            from .kernels.cuda_source import arch_for
+            from ..kernels import cutlass_sm90 as cs
+            from ..kernels.cuda_source import arch_for
 
             cfg, knobs = cs.parse_name(self.payload)
             built = cs.build_config(cfg, arch_for())
@@ -71,16 +71,16 @@ class CandidateSpec:
                 return None, built.record()
             return cs.CutlassCandidate(cfg, knobs, built, name=self.name or None), built.record()
         if self.family == "triton_source":
-            from .kernels.triton_source import load_candidate as load_triton_source
+            from ..kernels.triton_source import load_candidate as load_triton_source
 
             return load_triton_source(self.payload)
         if self.family == "triton":
-            from .kernels.triton_gemm import TritonGemm
-            from .kernels.triton_gemm.configs import parse_config
+            from ..kernels.triton_gemm import TritonGemm
+            from ..kernels.triton_gemm.configs import parse_config
 
             return TritonGemm(parse_config(self.payload), layout=self.layout, acc=problem.acc,
                               name=self.name or f"triton:{self.payload}"), {"ok": True}
-        from .kernels.planted import planted_candidates
+        from ..adversarial.planted import planted_candidates
 
         by = {c.mode: c for c in planted_candidates()}
         if self.payload not in by:
@@ -145,7 +145,7 @@ def _classify(text: str) -> str:
 
 def _declared_range(spec: CandidateSpec, req: "GroupRequest", verifier) -> str:
     """'' when a source candidate also passes the battery at the probe shapes of its declaration, else why not."""
-    from .candidate import make_buffers
+    from ..candidate import make_buffers
 
     p = req.problem
     for m, n, k in spec.payload.shapes.probes(p.M, p.N, p.K):
@@ -218,7 +218,7 @@ def _prepared(spec: CandidateSpec, req: GroupRequest, bufs, verifier) -> tuple[A
     if not ok:
         return None, {**ev, "failure": "oom" if _classify(why) == "oom" else "rejected", "reason": why}
     if req.graph_check and req.device == "cuda":
-        from .kernels.cuda_source import graph_safety
+        from ..kernels.cuda_source import graph_safety
 
         safe, gwhy = graph_safety(cand, bufs)
         ev["graph_safe"] = safe
@@ -238,9 +238,9 @@ def evaluate_group(req: GroupRequest) -> dict[str, Any]:
     import torch
 
     from .bench import _Verifier, _base_row, measure_problem
-    from .candidate import make_buffers
-    from .results import Meta, collect_meta, git_sha, sm_clock_mhz
-    from .timing import floor_ms, l2_bytes
+    from ..candidate import make_buffers
+    from ..results import Meta, collect_meta, git_sha, sm_clock_mhz
+    from ..timing import floor_ms, l2_bytes
 
     t0 = time.perf_counter()
     problem = req.problem
@@ -260,7 +260,7 @@ def evaluate_group(req: GroupRequest) -> dict[str, Any]:
     if live:
         cands = [c for c, _ in live]
         if req.baselines != ():
-            from .kernels.vendor import vendor_candidates
+            from ..kernels.vendor import vendor_candidates
 
             cands += [v for v in vendor_candidates(problem) if req.baselines is None or v.name in req.baselines]
         meta = (collect_meta(torch.cuda.current_device()).row() if cuda
@@ -298,7 +298,7 @@ def environment_failures(rows: Sequence[dict]) -> dict[str, str]:
     (their library failed to build or load, a directory they needed was not writable ...): {name: reason}. A
     ``VendorError`` at prepare (a path that does not take this problem, e.g. torch with acc fp16) is not one. A
     reward measured without such a baseline is not against vendor_best, so the tuning loop stops on any."""
-    from .summary import BASELINES
+    from ..summary import BASELINES
 
     out: dict[str, str] = {}
     for r in rows:

@@ -18,8 +18,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .problem import GemmProblem
-from .timing import TimingConfig
+from ..problem import GemmProblem
+from ..timing import TimingConfig
 
 PROPOSERS = ("rl", "llm", "both", "costmodel", "random")
 EXECUTORS = ("sandbox", "inline", "model")
@@ -34,7 +34,7 @@ def packaged_policy() -> Path:
 
 
 def user_policy() -> Path:
-    from .paths import cache_dir
+    from ..paths import cache_dir
 
     return cache_dir() / "policy.json"
 
@@ -86,8 +86,8 @@ def add_parser(sub, shape_args) -> None:
 
 
 def problems_for(args) -> list[GemmProblem]:
-    from .cli import CliError, _problems, apply_part
-    from .models import model_shapes
+    from .main import CliError, _problems, apply_part
+    from ..models import model_shapes
 
     dtypes = [d.strip() for d in (args.dtypes or args.dtype).split(",") if d.strip()]
     bad = [d for d in dtypes if d not in ("fp16", "bf16")]
@@ -113,7 +113,7 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
     """(proposers, the RL policy or None)."""
     from functools import partial
 
-    from .search.policy import LIVE_ADV_EPS, LIVE_LR, CostModelProposer, RandomProposer, RLPolicy, candidate_set
+    from ..search.policy import LIVE_ADV_EPS, LIVE_LR, CostModelProposer, RandomProposer, RLPolicy, candidate_set
 
     cands = partial(candidate_set, layouts=layouts)
     live = {"lr": LIVE_LR if args.policy_lr is None else args.policy_lr, "adv_eps": LIVE_ADV_EPS}
@@ -133,8 +133,8 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
             policy = RLPolicy(candidates=cands, **live)
         out.append(policy)
     if args.proposer in ("llm", "both"):
-        from .search.llm import LLMConfig, LLMProposer
-        from .paths import cache_dir
+        from ..search.llm import LLMConfig, LLMProposer
+        from ..paths import cache_dir
 
         try:
             cfg = LLMConfig.from_env()
@@ -149,10 +149,10 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
 
 
 def make_executor(args, protocols: tuple[str, ...]):
-    from .search.executor import InlineExecutor, ModelExecutor, PrebuildExecutor, RequestTemplate, SandboxExecutor
+    from ..search.executor import InlineExecutor, ModelExecutor, PrebuildExecutor, RequestTemplate, SandboxExecutor
 
     if args.scheduler:
-        from .search.dask_executor import DaskExecutor
+        from ..search.dask_executor import DaskExecutor
 
         baselines = tuple(b.strip() for b in args.baselines.split(",")) if args.baselines else None
         template = RequestTemplate(protocols=protocols, baselines=baselines, seed=args.seed)
@@ -160,7 +160,7 @@ def make_executor(args, protocols: tuple[str, ...]):
             ex = DaskExecutor(args.scheduler, args.worker_executor, template, args.timeout_s, args.gpu_model,
                               shared_triton=shared_triton_cache(args))
         except (OSError, TimeoutError, RuntimeError, ValueError) as e:
-            from .cli import CliError
+            from .main import CliError
 
             raise CliError(f"--scheduler {args.scheduler}: {e}") from None
         if ex.gpu_model == "cpu":   # CPU workers: the Triton interpreter, no vendor baselines, a host protocol
@@ -188,7 +188,7 @@ def shared_triton_cache(args) -> bool:
 
 
 def triton_cache() -> Path:
-    from .paths import cache_dir
+    from ..paths import cache_dir
 
     d = cache_dir("triton-shared")
     d.mkdir(parents=True, exist_ok=True)
@@ -203,9 +203,9 @@ def precompile_first_round(args, problems, policy) -> None:
     behind nvcc, most of the 41 minutes that tune took."""
     import os
 
-    from .kernels.triton_gemm.configs import H100, parse_config
-    from .kernels.triton_gemm.precompile import precompile
-    from .search.proposer import Context
+    from ..kernels.triton_gemm.configs import H100, parse_config
+    from ..kernels.triton_gemm.precompile import precompile
+    from ..search.proposer import Context
 
     if policy is None:
         return
@@ -224,13 +224,13 @@ def prebuild_cutlass(specs, progress: bool = False) -> int:
     """Build the CUTLASS configs among ``specs`` (deduplicated; cached ones are found, not rebuilt) with parallel
     nvcc; returns how many built. A failure is reported and left to the group that proposes the config (its
     worker records the build error as that candidate's verdict), never raised here."""
-    from .kernels import cutlass_sm90 as cs
+    from ..kernels import cutlass_sm90 as cs
 
     names = list(dict.fromkeys(str(s.payload) for s in specs if s.family == "cutlass"))
     if not names:
         return 0
     try:
-        from .kernels.cuda_source import arch_for
+        from ..kernels.cuda_source import arch_for
 
         cfgs = list(dict.fromkeys(cs.parse_name(n)[0] for n in names))
         built = cs.build_family(cfgs, arch_for(), progress=progress)
@@ -246,8 +246,8 @@ def prebuild_cutlass(specs, progress: bool = False) -> int:
 def check_flags(args) -> None:
     """The numeric flags, --baselines and the output paths, checked before the trials store is opened or anything
     runs (a path that cannot be written would otherwise fail only after the whole run)."""
-    from .cli import CliError
-    from .summary import BASELINES
+    from .main import CliError
+    from ..summary import BASELINES
 
     for flag, v, want in (("--group", args.group, 1), ("--rounds", args.rounds, 1)):
         if v < want:
@@ -277,8 +277,8 @@ def open_store(path: str | None):
     """The trials store at ``path`` (default: the user cache's), or a CliError saying why it cannot be used."""
     import sqlite3
 
-    from .cli import CliError
-    from .library import TrialsStore
+    from .main import CliError
+    from ..library import TrialsStore
 
     try:
         return TrialsStore(path)
@@ -288,10 +288,10 @@ def open_store(path: str | None):
 
 
 def cmd_tune(args) -> int:
-    from .cli import CliError, _protocols
-    from .library import Library
-    from .search.loop import Tuner, TuneSpec, run_rows, summary_rows, winners, write_summary
-    from .search.proposer import Hardware
+    from .main import CliError, _protocols
+    from ..library import Library
+    from ..search.loop import Tuner, TuneSpec, run_rows, summary_rows, winners, write_summary
+    from ..search.proposer import Hardware
 
     t_start = time.monotonic()   # --budget-wall-minutes counts from here: the warm-up and precompile are inside it
     problems = problems_for(args)
@@ -364,7 +364,7 @@ def cmd_tune(args) -> int:
     if args.summary_out:
         write_summary(summary_rows(store, gpu, args.run), Path(args.summary_out))
     if args.rows_out:
-        from .results import ResultsWriter
+        from ..results import ResultsWriter
 
         rows = run_rows(store, gpu, args.run)
         ResultsWriter(Path(args.rows_out)).write_batch(rows)
@@ -384,12 +384,12 @@ def cmd_tune(args) -> int:
 
 
 def _hardware(device: int | None):
-    from .search.proposer import Hardware
+    from ..search.proposer import Hardware
 
     try:
         return Hardware.from_device(device or 0)
     except Exception as e:  # noqa: BLE001 - no GPU: say what to do
-        from .cli import CliError
+        from .main import CliError
 
         raise CliError(f"no CUDA GPU to tune on ({type(e).__name__}: {e}); --executor model runs the loop "
                        "against the cost model without one") from None

@@ -8,18 +8,18 @@ import csv
 from pathlib import Path
 from typing import Iterable
 
-from .problem import GemmProblem
+from ..problem import GemmProblem
 
 
 def _factory(vendor: bool, planted: bool, imported: dict | None, kernel_dir: str | None):
     def make(problem: GemmProblem) -> list:
         out: list = []
         if vendor:
-            from .kernels.vendor import vendor_candidates
+            from ..kernels.vendor import vendor_candidates
 
             out += vendor_candidates(problem)
         if planted:
-            from .verify import planted_candidates
+            from ..verify import planted_candidates
 
             out += planted_candidates("nn") + planted_candidates("tn")
         if imported is not None:
@@ -64,16 +64,16 @@ def run_verify(problems: list[GemmProblem], *, out: Path, planted: bool = False,
     """Run and write ``out``; returns a short text table."""
     import torch
 
-    from . import verify as V
-    from .bench import require_cuda
-    from .results import collect_meta, now
+    from .. import verify as V
+    from ..measure.bench import require_cuda
+    from ..results import collect_meta, now
 
     require_cuda(device)
     torch.cuda.set_device(device)
     meta = {**collect_meta(device).row(), "timestamp": now()}
     imported = None
     if kernel_dir:
-        from .kernels.cuda_l2_import import load_kernel_dir
+        from ..kernels.cuda_l2_import import load_kernel_dir
 
         imported = load_kernel_dir(kernel_dir, problems, acc=kernel_acc)
     make = _factory(vendor, planted, imported, kernel_dir)

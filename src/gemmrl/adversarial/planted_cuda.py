@@ -18,7 +18,7 @@ survives every fault and finishes the rest of its work).
 
 from __future__ import annotations
 
-from .cuda_source import CudaSource, ShapeRange
+from ..kernels.cuda_source import CudaSource, ShapeRange
 
 SOURCE = r"""
 #include <cuda_fp16.h>

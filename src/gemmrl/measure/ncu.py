@@ -2,11 +2,11 @@
 
 On the GPU machine (ncu on PATH; the clocks are left alone: ``--clock-control none``):
 
-    PYTHONPATH=src python3 -m gemmrl.ncu losses REMEASURE.csv --protocol cold --n 10 --out $OUT/ncu_losses_cold.csv
+    PYTHONPATH=src python3 -m gemmrl.measure.ncu losses REMEASURE.csv --protocol cold --n 10 --out $OUT/ncu_losses_cold.csv
 
 ``losses`` takes the rows of a re-measure run (``gemmrl bench --triton-from``), picks the ``n`` shapes where the
 config selected in ``protocol`` loses most to vendor_best, and profiles, per shape, one call of our kernel and
-one of the vendor path that was fastest there (each in its own ncu process running ``python -m gemmrl.ncu run``,
+one of the vendor path that was fastest there (each in its own ncu process running ``python -m gemmrl.measure.ncu run``,
 which starts the profiler around exactly that call). ``cold`` keeps ncu's default cache control (caches
 flushed before each replayed kernel: our cold protocol); ``graph`` passes ``--cache-control none``. It writes a
 CSV and a markdown table (OUT.md). A shape whose profiling fails gets a row with the error; the others go on.
@@ -69,8 +69,8 @@ class Loss:
 
 def worst_shapes(rows: Iterable[Mapping[str, str]], protocol: str, n: int = 10) -> list[Loss]:
     """The ``n`` shapes where the config selected in ``protocol`` is slowest against vendor_best."""
-    from .kernels.triton_gemm.top import selected_for
-    from .summary import usable
+    from ..search.top import selected_for
+    from ..summary import usable
 
     rows = list(rows)
     vendor = {r["mnk"]: r for r in rows if r["protocol"] == protocol and usable(r) and r["candidate"] == "vendor_best"}
@@ -92,28 +92,28 @@ def run_child(mnk: str, which: str, config: str, layout: str, vendor: str, proto
     """Build the candidate, warm it up, then run it once between profiler start and stop."""
     import torch
 
-    from .candidate import make_buffers
-    from .problem import parse_mnk
-    from .timing import make_timer
+    from ..candidate import make_buffers
+    from ..problem import parse_mnk
+    from ..timing import make_timer
 
     problem = parse_mnk(mnk)
     bufs = make_buffers(problem, "cuda")
     if which == "triton":
-        from .kernels.triton_gemm import TritonGemm, parse_config
+        from ..kernels.triton_gemm import TritonGemm, parse_config
 
         cand = TritonGemm(parse_config(config), layout=layout, acc=problem.acc)
     elif which == "cutlass":  # config "<config>:<knobs>" (kernels/cutlass_sm90.py names)
-        from .kernels import cutlass_sm90 as cs
+        from ..kernels import cutlass_sm90 as cs
 
         cfg, knobs = cs.parse_name(config)
         problem = problem.with_(layout=cfg.layout)
         cand = cs.CutlassCandidate(cfg, knobs)
     elif which == "tiny":  # config "<BMxBN_s<split>_st<stages>_<dtype>>" (kernels/tiny_gemm.py names)
-        from .kernels.tiny_gemm import TinyCandidate, TinyConfig
+        from ..kernels.tiny_gemm import TinyCandidate, TinyConfig
 
         cand = TinyCandidate(TinyConfig.parse(config))
     else:
-        from .kernels.vendor import vendor_candidates
+        from ..kernels.vendor import vendor_candidates
 
         by = {c.name: c for c in vendor_candidates(problem)}
         if vendor not in by:
@@ -217,7 +217,7 @@ def _ncu_cmd(ncu: str, protocol: str, metrics: Iterable[str], child: list[str]) 
            "--metrics", ",".join(metrics)]
     if protocol == "graph":
         cmd += ["--cache-control", "none"]
-    return cmd + [sys.executable, "-m", "gemmrl.ncu", "run", *child]
+    return cmd + [sys.executable, "-m", "gemmrl.measure.ncu", "run", *child]
 
 
 def profile(loss: Loss, which: str, ncu: str, timeout: float = 240.0) -> dict[str, float]:
@@ -246,7 +246,7 @@ def _write(recs: list[dict], out: Path) -> None:
 
 
 def losses(paths: list[str], protocol: str, n: int, out: Path) -> Path:
-    from .results import read_rows
+    from ..results import read_rows
 
     ncu = shutil.which("ncu")
     if ncu is None:
@@ -274,7 +274,7 @@ def losses(paths: list[str], protocol: str, n: int, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gemmrl.ncu", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m gemmrl.measure.ncu", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="(the profiled child) one call of one candidate between profiler start/stop")
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     lo.add_argument("--n", type=int, default=10)
     lo.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    from .results import ResultsError
+    from ..results import ResultsError
 
     try:
         if args.cmd == "run":
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         losses(args.results, args.protocol, args.n, Path(args.out))
         return 0
     except (NcuError, ResultsError) as e:
-        print(f"gemmrl.ncu: error: {e}", file=sys.stderr)
+        print(f"gemmrl.measure.ncu: error: {e}", file=sys.stderr)
         return 2
 
 

@@ -43,8 +43,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from .library import PROTOCOL_ORDER, Entry, Library, load_default
-from .problem import GemmProblem
+from ..library import PROTOCOL_ORDER, Entry, Library, load_default
+from ..problem import GemmProblem
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _Tensor = torch.Tensor
@@ -199,7 +199,7 @@ def _hot_py(a, b, out):
 
 def _raw_stream() -> Callable[[int], int]:
     """device index -> torch's current raw stream handle (0 = the legacy default stream)."""
-    from .kernels.vendor import raw_stream_getter
+    from ..kernels.vendor import raw_stream_getter
 
     return raw_stream_getter()
 
@@ -448,7 +448,7 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
 def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, str, tuple]:
     """A launcher for entry ``e`` at ``problem``, checked, with its spec for the compiled hot paths (() = call the
     launcher); torch.matmul (with a warning) when it cannot serve."""
-    from .candidate import make_buffers
+    from ..candidate import make_buffers
 
     desc = f"{e.family}:{e.impl} ({e.protocol} entry {e.mnk}{'' if e.m_lo == e.m_hi else f', M {e.m_lo}..{e.m_hi}'})"
     try:
@@ -459,7 +459,7 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
         if e.same_software(sw) and measured:
             _reference_check(fn, bufs, problem)
         elif device.type == "cuda":  # another software stack, or an M the bucket was not measured at
-            from .verify import verify
+            from ..verify import verify
 
             v = verify(cand, problem, "cuda")
             if not v.passed:
@@ -486,7 +486,7 @@ def _reference_check(fn, bufs, problem: GemmProblem) -> None:
 
 
 def _make_triton(e: Entry, problem: GemmProblem, bufs):
-    from .kernels.triton_gemm import TritonGemm, parse_config
+    from ..kernels.triton_gemm import TritonGemm, parse_config
 
     cand = TritonGemm(parse_config(e.impl), layout=problem.layout, acc=problem.acc, name=f"gemmrl:{e.impl}")
     cand.prepare(problem, bufs, e.protocol, None)  # validity predicate, compile, direct launcher, self-check
@@ -516,7 +516,7 @@ def _make_cutlass(e: Entry, problem: GemmProblem, bufs):
     """A CUTLASS entry's launcher: the config's validity predicate at this problem, a build (nvcc, cached) and
     CUTLASS's own can_implement in ``prepare``; the problem size was fixed there. A call whose pointers are not
     16-byte aligned (TMA's requirement) goes to torch.matmul."""
-    from .kernels.cutlass_sm90 import CutlassCandidate, _cc, check, parse_name
+    from ..kernels.cutlass_sm90 import CutlassCandidate, _cc, check, parse_name
 
     cfg, knobs = parse_name(e.impl)
     device = bufs.a.device
@@ -547,7 +547,7 @@ def _make_tiny(e: Entry, problem: GemmProblem, bufs):
     """A tiny-family entry's launcher: the config's validity predicate at this problem, a build (nvcc, cached, one
     per dtype) and the shape's plan in ``prepare``. A call whose pointers are not 16-byte aligned (cp.async's
     requirement) goes to torch.matmul."""
-    from .kernels.tiny_gemm import TinyCandidate, TinyConfig
+    from ..kernels.tiny_gemm import TinyCandidate, TinyConfig
 
     device = bufs.a.device
     cand = TinyCandidate(TinyConfig.parse(e.impl), name=f"gemmrl:tiny:{e.impl}")
@@ -584,7 +584,7 @@ class _VendorAdapter:
 
 
 def _make_vendor(e: Entry, problem: GemmProblem, bufs):
-    from .kernels.vendor import CtypesCandidate, TorchCandidate, VendorError, alignment
+    from ..kernels.vendor import CtypesCandidate, TorchCandidate, VendorError, alignment
 
     if e.impl == "torch":
         tc = TorchCandidate()
@@ -672,7 +672,7 @@ def _parse_shape(s) -> tuple[int, int, int]:
     if isinstance(s, GemmProblem):
         return s.M, s.N, s.K
     if isinstance(s, str):
-        from .problem import parse_mnk
+        from ..problem import parse_mnk
 
         p = parse_mnk(s)
         return p.M, p.N, p.K

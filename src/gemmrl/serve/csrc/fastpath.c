@@ -1,5 +1,5 @@
 /* gemmrl's hot call path in C (CPython API only, no torch headers): the lookup, checks and launch of
- * gemmrl.mm for a call signature already seen. Built on first use by gemmrl/fastpath.py; dispatch.py falls
+ * gemmrl.mm for a call signature already seen. Built on first use by gemmrl/serve/fastpath.py; dispatch.py falls
  * back to its pure-Python hot path where it cannot be built.
  *
  * mm(a, b, out) -> out. Everything not on the hot path (a signature not seen yet, a non-contiguous a, a

@@ -1,6 +1,6 @@
 /* gemmrl's hot call path built against torch's own headers: fastpath.c's lookup, checks and launch, with the
  * operands' metadata read from their at::Tensor (a few ns each) instead of through ~18 Python attribute calls.
- * Built on first use by gemmrl/fastpath.py for the installed torch (its version is in the build key: the
+ * Built on first use by gemmrl/serve/fastpath.py for the installed torch (its version is in the build key: the
  * TensorImpl layout this reads is torch's, per version); where it cannot be built, fastpath.c serves.
  *
  * mm(a, b, out) -> out. Everything not on the hot path (a signature not put() yet, a wrong dtype/device/out,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .problem import GemmProblem
+from ..problem import GemmProblem
 
 NAME = "gemmrl"
 
@@ -28,7 +28,7 @@ class GemmrlCandidate:
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
         from . import dispatch
         from .layout_choice import choose, timed_in
-        from .timing import make_timer
+        from ..timing import make_timer
 
         if problem.acc != "fp32":
             raise dispatch.DispatchError("gemmrl.mm accumulates in fp32; the problem asks for acc fp16")

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .results import ResultsError, open_text, read_rows
-from .summary import AGGREGATES, BASELINES, REFERENCE_COLUMNS, Stats, speed, table
+from ..results import ResultsError, open_text, read_rows
+from ..summary import AGGREGATES, BASELINES, REFERENCE_COLUMNS, Stats, speed, table
 
 PROTO_ORDER = ("graph", "cold", "offline", "server")
 CUDA_L2_COLS = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotuned")
@@ -239,7 +239,7 @@ def make_report(results: Sequence[str | Path], out: str | Path, candidate: str |
                 plots: bool = True) -> Report:
     """Write report.md, report.html and PNGs under ``out`` from result rows; nothing is written if
     any input is malformed."""
-    from . import report_plots as rp
+    from . import plots as rp
 
     files = load(list(results) + [f for f in (compare_files or []) if Path(f) not in map(Path, results)])
     if not files:
@@ -387,7 +387,7 @@ def make_report(results: Sequence[str | Path], out: str | Path, candidate: str |
 
 
 def _html(parts: list[tuple[str, str]]) -> str:
-    from .report_plots import md_to_html
+    from .plots import md_to_html
 
     body = []
     for kind, payload in parts:

@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from .paths import cache_dir
+from ..paths import cache_dir
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCE = CSRC / "fastpath.c"

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .evaluate import CandidateSpec, EvalRequest, outcome
-from .kernels.cuda_source import CudaSource
-from .problem import GemmProblem
-from .timing import TimingConfig
+from ..kernels.cuda_source import CudaSource
+from ..problem import GemmProblem
+from ..timing import TimingConfig
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class SandboxBenchSpec:
 
 
 def _failure_rows(problem: GemmProblem, src: CudaSource, protocols: Sequence[str], why: str, meta: dict) -> list[dict]:
-    from .results import now
+    from ..results import now
 
     return [{"mnk": problem.mnk, "M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
              "acc": problem.acc, "layout": src.layout, "candidate": src.name, "protocol": p, "verified": False,
@@ -43,10 +43,10 @@ def _failure_rows(problem: GemmProblem, src: CudaSource, protocols: Sequence[str
 
 def run_sandboxed(spec: SandboxBenchSpec, progress: bool = True) -> Path:
     from .bench import _progress, require_cuda
-    from .kernels.cuda_source import build_many
-    from .kernels.vendor import build_library
-    from .results import ResultsWriter, collect_meta
-    from .sandbox import Job, SandboxPool
+    from ..kernels.cuda_source import build_many
+    from ..kernels.vendor import build_library
+    from ..results import ResultsWriter, collect_meta
+    from ..sandbox import Job, SandboxPool
 
     require_cuda((spec.gpus or (0,))[0])
     meta = collect_meta((spec.gpus or (0,))[0]).row()
@@ -63,11 +63,11 @@ def run_sandboxed(spec: SandboxBenchSpec, progress: bool = True) -> Path:
         for s in spec.sources:
             jid = f"{p.mnk}|{s.name}"
             owner[jid] = (p, s)
-            jobs.append(Job(jid, "gemmrl.evaluate:evaluate_job",
+            jobs.append(Job(jid, "gemmrl.measure.evaluate:evaluate_job",
                             EvalRequest(p, CandidateSpec("cuda", s), protocols=spec.protocols, timing=spec.timing),
                             timeout_s=spec.timeout_s))
     bar = _progress(len(jobs), "sandbox") if progress else None
-    from .paths import cache_dir
+    from ..paths import cache_dir
 
     # a cuda_l2-ABI source is a torch extension built in the worker: its build dirs must be writable there
     writable = (cache_dir("build", "import"), cache_dir("build", "cuda_l2_src")) \

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .problem import GemmProblem
+from ..problem import GemmProblem
 
 # dense fp16/bf16 tensor-core FLOPs per SM per clock (2 x FMAs): A100 1024 FMA, H100 2048 FMA (989.4 TFLOPS =
 # 132 SMs x 4096 x 1830 MHz). Other architectures: no compute bound (the headroom then rests on the probe alone).
@@ -205,11 +205,11 @@ def measure_shape(problem: GemmProblem, protocols: Sequence[str], vendor: Sequen
     """Rows per protocol: the vendor paths named in ``vendor`` and the probe configs ``touch``, timed together."""
     import torch
 
-    from .candidate import make_buffers
-    from .kernels.touch import TouchCandidate
-    from .kernels.vendor import vendor_candidates
-    from .results import now, sm_clock_mhz
-    from .timing import below_floor, floor_ms, l2_bytes, make_timer, max_sm_mhz, measure
+    from ..candidate import make_buffers
+    from ..kernels.touch import TouchCandidate
+    from ..kernels.vendor import vendor_candidates
+    from ..results import now, sm_clock_mhz
+    from ..timing import below_floor, floor_ms, l2_bytes, make_timer, max_sm_mhz, measure
 
     bufs = make_buffers(problem, "cuda", seed=cfg.seed)
     known = {c.name: c for c in vendor_candidates(problem)}

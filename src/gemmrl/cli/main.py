@@ -11,10 +11,10 @@ from dataclasses import replace
 from datetime import date
 from pathlib import Path
 
-from .library import LibraryError
-from .problem import ProblemError, grid, parse_mnk, parse_part, part_of, read_shapes, sample_grid
-from .results import COLUMNS, ResultsError
-from .timing import PROTOCOLS, TimingConfig
+from ..library import LibraryError
+from ..problem import ProblemError, grid, parse_mnk, parse_part, part_of, read_shapes, sample_grid
+from ..results import COLUMNS, ResultsError
+from ..timing import PROTOCOLS, TimingConfig
 
 EXIT_USAGE = 2
 
@@ -125,7 +125,7 @@ def _triton_top(k: int) -> tuple:
         raise CliError(f"--triton-top takes a count of configs per shape, >= 0 (0 = off); got {k}")
     if k == 0:
         return ()
-    from .kernels.triton_gemm.top import top_candidates
+    from ..search.top import top_candidates
 
     return (functools.partial(top_candidates, k=k),)
 
@@ -138,14 +138,14 @@ def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
     if missing:
         raise CliError(f"--{flag}-from: no such file(s): {', '.join(missing)} (give the CSVs of a gemmrl select run)")
     if flag == "triton":
-        from .kernels.triton_gemm.top import load_selection, selected_candidates
+        from ..search.top import load_selection, selected_candidates
     elif flag == "wgmma":
-        from .kernels.wgmma_gemm import load_selection, selected_candidates
+        from ..kernels.wgmma_gemm import load_selection, selected_candidates
     elif flag == "tiny":
-        from .kernels.tiny_gemm import load_selection, selected_candidates
+        from ..kernels.tiny_gemm import load_selection, selected_candidates
     else:
-        from .kernels.cutlass_sm90 import load_selection, selected_candidates
-    from .results import ResultsError
+        from ..kernels.cutlass_sm90 import load_selection, selected_candidates
+    from ..results import ResultsError
 
     try:
         sel = load_selection(paths)
@@ -165,7 +165,7 @@ def _baselines(text: str | None) -> tuple[str, ...] | None:
     """--baselines LIST: the vendor paths to time (None: all)."""
     if text is None:
         return None
-    from .summary import BASELINES
+    from ..summary import BASELINES
 
     got = _names(text)
     bad = [x for x in got if x not in BASELINES]
@@ -177,7 +177,7 @@ def _baselines(text: str | None) -> tuple[str, ...] | None:
 
 def _cuda_sources(args) -> tuple:
     """--cuda-source FILE...: the declared candidates (entry, ABI, layout, shapes), one per file."""
-    from .kernels.cuda_source import CudaSource, CudaSourceError, ShapeRange
+    from ..kernels.cuda_source import CudaSource, CudaSourceError, ShapeRange
 
     out = []
     for f in args.cuda_source:
@@ -199,8 +199,8 @@ def _cuda_sources(args) -> tuple:
 
 
 def _bench_sandboxed(args, sources, problems, protocols, cfg, what) -> int:
-    from .bench import summary_text, write_summary
-    from .sandbox_bench import SandboxBenchSpec, run_sandboxed
+    from ..measure.bench import summary_text, write_summary
+    from ..measure.sandboxed import SandboxBenchSpec, run_sandboxed
 
     out = Path(args.out)
     if out.suffix != ".csv":
@@ -215,7 +215,7 @@ def _bench_sandboxed(args, sources, problems, protocols, cfg, what) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import BenchSpec, require_cuda, run_bench, summary_text, write_summary
+    from ..measure.bench import BenchSpec, require_cuda, run_bench, summary_text, write_summary
 
     extra = _triton_top(args.triton_top)
     protocols = _protocols(args.mode or args.protocol)
@@ -248,7 +248,7 @@ def cmd_bench(args) -> int:
     _check_out(Path(args.out))
     library = None
     if args.library:
-        from .library import Library, load_default
+        from ..library import Library, load_default
 
         try:  # read and checked here, before any GPU work; served from below
             library = Library.load(args.library) if args.library != "default" else load_default()
@@ -256,14 +256,14 @@ def cmd_bench(args) -> int:
             raise CliError(f"--library: {e}") from None
     require_cuda(args.gpu_device_id)
     if library is not None:
-        from . import dispatch
-        from .dispatch_candidate import gemmrl_candidates
+        from ..serve import dispatch
+        from ..serve.bench_candidate import gemmrl_candidates
 
         dispatch.use_library(library)
         extra += (gemmrl_candidates,)
     labels = ()
     if args.shapes:
-        from .problem import read_shape_labels
+        from ..problem import read_shape_labels
 
         labels = tuple(read_shape_labels(args.shapes).items())
     sweep = len(problems) > 1
@@ -295,8 +295,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_select(args) -> int:
-    from .bench import require_cuda
-    from .search.screen import ScreenSpec, run_screen, selection_table
+    from ..measure.bench import require_cuda
+    from ..search.screen import ScreenSpec, run_screen, selection_table
 
     problems, what = _problems(args)
     for name in ("top", "explore", "chunk"):
@@ -323,7 +323,7 @@ def cmd_select(args) -> int:
                           retrieve_per_shape=args.retrieve_per_shape, retrieve_any_gpu=args.retrieve_any_gpu,
                           **({"timing": TimingConfig()} if args.timing == "full" else {}))
         if spec.retrieve:
-            from .search.retrieve import read_winners
+            from ..search.retrieve import read_winners
 
             read_winners(spec.retrieve, spec.retrieve_per_shape)  # its rows checked here; read once (cached)
     except ValueError as e:
@@ -339,13 +339,13 @@ def cmd_select(args) -> int:
             + (f"-{'-'.join(spec.variants)}" if spec.variants else "") + ("-diverse" if spec.diverse else "") \
             + ("-retrieved" if spec.retrieve else "")
         spec = replace(spec, out=out / f"{_gpu_slug()}_{what}_{tag}_{date.today().isoformat()}.csv")
-    from .search.retrieve import RetrieveError
+    from ..search.retrieve import RetrieveError
 
     try:
         path = run_screen(spec, progress=not args.no_progress)
     except RetrieveError as e:  # the retrieved rows are filtered by this GPU once it is known, before any timing
         raise CliError(str(e)) from None
-    from .results import read_rows
+    from ..results import read_rows
 
     table = selection_table(read_rows([path]))
     print(f"\nrows: {path}\nselected per shape and protocol (screen timing; re-measure with "
@@ -357,7 +357,7 @@ def cmd_select(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from .verify_cli import run_verify
+    from .verify import run_verify
 
     problems, _ = _problems(args)
     if args.seeds < 1:
@@ -374,8 +374,8 @@ def cmd_verify(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import make_report
-    from .results import ResultsError
+    from ..report.make import make_report
+    from ..results import ResultsError
 
     if not args.results and not args.compare:
         raise CliError("give RESULTS.csv files (and/or --compare A.csv B.csv)")
@@ -392,7 +392,7 @@ def cmd_report(args) -> int:
         print(f"note: {note}")
     print(f"markdown: {rep.markdown}\nhtml: {rep.html}\nplots: {len(rep.images)} PNG in {rep.out}")
     if args.readme:
-        from .report import write_readme_block
+        from ..report.make import write_readme_block
 
         cmd = " ".join(["gemmrl report", *map(str, args.results or []), *(["--candidate", args.candidate]
                                                                           if args.candidate else []),
@@ -406,13 +406,13 @@ def cmd_report(args) -> int:
 
 
 def cmd_lib(args) -> int:
-    from .lib_cli import run
+    from .lib import run
 
     return run(args)
 
 
 def cmd_warmup(args) -> int:
-    from .lib_cli import cmd_warmup as warm
+    from .lib import cmd_warmup as warm
 
     problems, _ = _problems(args)
     layouts = _names(args.layouts)
@@ -423,7 +423,7 @@ def cmd_warmup(args) -> int:
 
 def cmd_serve_reward(args) -> int:
     """`gemmrl serve-reward`: the LLM reward (extract, build, verify, time) over HTTP; see search/reward_server.py."""
-    from .search.reward_server import RewardServerError, check_host, serve_reward
+    from ..search.reward_server import RewardServerError, check_host, serve_reward
 
     try:
         check_host(args.host, args.allow_remote)  # before any worker starts
@@ -433,7 +433,7 @@ def cmd_serve_reward(args) -> int:
         raise CliError("--max-request-kb and --time-limit-s must be positive")
     if not 0 <= args.port <= 65535:
         raise CliError(f"--port takes 0..65535 (0 picks a free one), got {args.port}")
-    from .search.executor import InlineExecutor, RequestTemplate, SandboxExecutor
+    from ..search.executor import InlineExecutor, RequestTemplate, SandboxExecutor
 
     cpu = args.device == "cpu"
     template = RequestTemplate(protocols=_protocols(args.protocol or ("offline" if cpu else "graph,cold")),
@@ -602,20 +602,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--readme", help="write the headline tables and two plots into this markdown file, between "
                                     "'<!-- report:begin -->' and '<!-- report:end -->'")
     r.set_defaults(func=cmd_report)
-    from .lib_cli import add_parsers
+    from .lib import add_parsers
 
     add_parsers(sub, cmd_lib)
     w = sub.add_parser("warmup", help="build what serves these shapes now (compiles into the on-disk caches)")
     _shape_args(w)
     w.add_argument("--layouts", default="tn,nn")
     w.set_defaults(func=cmd_warmup)
-    from .tune_cli import add_parser as add_tune
+    from .tune import add_parser as add_tune
 
     add_tune(sub, _shape_args)
-    from .headroom_cli import add_parser as add_headroom
+    from .headroom import add_parser as add_headroom
 
     add_headroom(sub, _shape_args)
-    from .worker_cli import add_parser as add_worker
+    from .worker import add_parser as add_worker
 
     add_worker(sub)
     sr = sub.add_parser("serve-reward", help="serve the LLM reward (extract, build, verify, time a completion) over "
@@ -644,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gemmrl {args.cmd}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as e:
-        from .bench import BenchError
+        from ..measure.bench import BenchError
 
         if isinstance(e, BenchError):
             print(f"gemmrl {args.cmd}: error: {e}", file=sys.stderr)
@@ -654,9 +654,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gemmrl {args.cmd}: interrupted; finished rows are kept, run the same command to resume", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    # run the importable module's main, so exception classes other modules import from gemmrl.cli are the same
-    from gemmrl.cli import main as _main
-
-    sys.exit(_main())

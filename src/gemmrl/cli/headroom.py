@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def add_parser(sub, shape_args) -> None:
-    from .headroom import VENDOR_DEFAULT
+    from ..measure.headroom import VENDOR_DEFAULT
 
     h = sub.add_parser("headroom", help="the fastest any GEMM could run per shape (a probe that only reads A, B and "
                                         "writes C, and the tensor-core peak), against the vendor paths timed beside it")
@@ -42,11 +42,11 @@ def format_table(hs) -> str:
 
 
 def cmd_headroom(args) -> int:
-    from .cli import CliError, _check_out, _gpu_slug, _problems, _protocols
-    from .headroom import CLASSES, bounds, by_class
+    from .main import CliError, _check_out, _gpu_slug, _problems, _protocols
+    from ..measure.headroom import CLASSES, bounds, by_class
 
     if args.table:
-        from .results import read_rows
+        from ..results import read_rows
 
         missing = [p for p in args.table if not Path(p).is_file()]
         if missing:
@@ -59,11 +59,11 @@ def cmd_headroom(args) -> int:
         return 0
     import torch
 
-    from .bench import _progress, require_cuda
-    from .headroom import HeadroomError, measure_shape
-    from .kernels.touch import CONFIGS, TouchError, parse
-    from .results import ResultsWriter, collect_meta
-    from .timing import TimingConfig
+    from ..measure.bench import _progress, require_cuda
+    from ..measure.headroom import HeadroomError, measure_shape
+    from ..kernels.touch import CONFIGS, TouchError, parse
+    from ..results import ResultsWriter, collect_meta
+    from ..timing import TimingConfig
 
     if args.kernel_dir:
         raise CliError("--kernel-dir: headroom times the vendor paths and the probe only; measure imported kernels "
@@ -114,7 +114,7 @@ def cmd_headroom(args) -> int:
     finally:
         if bar:
             bar.close()
-    from .results import read_rows
+    from ..results import read_rows
 
     bs = bounds(read_rows([out]))
     print(f"\nrows: {out}\n")

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from .library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default,
+from ..library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default,
                       stale_before, unjudged_repins, user_library_path)
 
 
@@ -57,7 +57,7 @@ def _generated(fam: Counter) -> str:
 
 
 def cmd_show(args) -> int:
-    from .problem import parse_mnk
+    from ..problem import parse_mnk
 
     lib = _load(args.library)
     p = parse_mnk(args.mnk, dtype=args.dtype)
@@ -77,7 +77,7 @@ def cmd_show(args) -> int:
 def torch_only_shapes(rows) -> list[str]:
     """Shapes whose verified vendor rows are all ``torch`` (a run whose cuBLAS baselines failed, e.g. grid parts 3-5
     of session 19): a library built from them alone claims speedups over torch, not over vendor_best."""
-    from .summary import BASELINES, usable
+    from ..summary import BASELINES, usable
 
     seen: dict[str, set] = {}
     for r in rows:
@@ -87,7 +87,7 @@ def torch_only_shapes(rows) -> list[str]:
 
 
 def cmd_build(args) -> int:
-    from .results import ResultsError, read_rows
+    from ..results import ResultsError, read_rows
 
     import sqlite3
 
@@ -191,10 +191,10 @@ def cmd_verify(args) -> int:
     """Run the battery on every entry of this GPU (at its measured shapes); exit 1 if any fails."""
     import torch
 
-    from . import dispatch
-    from .candidate import make_buffers
-    from .problem import GemmProblem
-    from .verify import verify
+    from ..serve import dispatch
+    from ..candidate import make_buffers
+    from ..problem import GemmProblem
+    from ..verify import verify
 
     if not torch.cuda.is_available():
         raise LibCliError("gemmrl lib verify runs the correctness battery on the GPU; no CUDA device here")
@@ -222,7 +222,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_warmup(args, problems) -> int:
-    from . import dispatch
+    from ..serve import dispatch
 
     import torch
 

@@ -44,8 +44,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_worker(args) -> int:
-    from .cli import CliError
-    from .search.dask_executor import gpu_name, model_resource
+    from .main import CliError
+    from ..search.dask_executor import gpu_name, model_resource
 
     if not str(args.scheduler).startswith(("tcp://", "tls://", "inproc://")):
         raise CliError(f"--scheduler {args.scheduler!r}: give the scheduler's address, e.g. tcp://10.0.0.5:8786")
@@ -63,14 +63,14 @@ def cmd_worker(args) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu_device_id)
         dev = str(args.gpu_device_id)
     os.environ["GEMMRL_WORKER_GPU"] = model
-    from .paths import cache_dir
-    from .search.dask_executor import TRITON_CACHE_ENV, warm_worker
+    from ..paths import cache_dir
+    from ..search.dask_executor import TRITON_CACHE_ENV, warm_worker
 
     os.environ[TRITON_CACHE_ENV] = str(Path(args.triton_cache).resolve() if args.triton_cache
                                        else cache_dir("triton-shared"))
     name = args.name or f"{model}|{socket.gethostname()}|{dev}"
     if not args.cpu:   # the sandbox cannot write the build cache: vendor_blas.so is built here, before it starts
-        from .kernels.vendor import prebuild_for
+        from ..kernels.vendor import prebuild_for
 
         why = prebuild_for(None)
         if why:

@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from .library import HOST_BAND, PROTOCOL_ORDER, Entry, host_rank
-from .problem import GemmProblem
-from .timing import HOST_PROTOCOLS
+from ..library import HOST_BAND, PROTOCOL_ORDER, Entry, host_rank
+from ..problem import GemmProblem
+from ..timing import HOST_PROTOCOLS
 
 LAYOUTS = ("tn", "nn")
 TIE = 0.005  # relative difference under which the library's order stands
@@ -109,8 +109,8 @@ def pick_layout(shape: Any, dtype=None, protocol: str = "graph", device=None, mi
     row-major, ``tn`` keeps it [N, K] and passes ``w.t()``."""
     import torch
 
-    from .candidate import make_buffers
-    from .timing import PROTOCOLS, make_timer
+    from ..candidate import make_buffers
+    from ..timing import PROTOCOLS, make_timer
 
     if protocol not in PROTOCOLS:
         raise ValueError(f"pick_layout: protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")

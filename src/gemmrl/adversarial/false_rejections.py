@@ -26,9 +26,9 @@ import time
 from functools import partial
 from typing import Any, Iterable, Sequence
 
-from . import verify as V
-from .candidate import Buffers, torch_dtype
-from .problem import GemmProblem
+from .. import verify as V
+from ..candidate import Buffers, torch_dtype
+from ..problem import GemmProblem
 
 ROW_FIELDS = ("mnk", "dtype", "acc", "layout", "candidate", "family", "status", "seeds", "battery_runs", "trials",
               "failures", "first_fail_seed", "first_fail_check", "reason", "r_max", "r_limit", "r_over_limit_max",

@@ -15,9 +15,9 @@ that candidate's row and moves on.
 
 from __future__ import annotations
 
-from .candidate import TritonGemm
-from .configs import H100, Arch
-from ...problem import GemmProblem
+from ..kernels.triton_gemm.candidate import TritonGemm
+from ..kernels.triton_gemm.configs import H100, Arch
+from ..problem import GemmProblem
 
 _ARCHS: dict[int, Arch] = {}
 
@@ -39,8 +39,8 @@ def current_arch() -> Arch:
 
 def top_configs(problem: GemmProblem, k: int, arch: Arch | None = None) -> list:
     """The ``k`` configs the cost model predicts fastest for ``problem`` on ``arch``, several variants among them."""
-    from ...search.costmodel import prune
-    from ...search.space import VARIANTS
+    from .costmodel import prune
+    from .space import VARIANTS
 
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
@@ -69,8 +69,8 @@ SELECTED = "triton-sel:"
 def load_selection(paths) -> dict[str, dict[str, tuple[str, str]]]:
     """From the CSVs of a selection run (``gemmrl select`` or ``--triton-top K``): per shape, per protocol, the
     config string and layout of the fastest verified ``triton:*`` row. ``{mnk: {protocol: (config, layout)}}``."""
-    from ...results import read_rows
-    from ...summary import best_of
+    from ..results import read_rows
+    from ..summary import best_of
 
     out: dict[str, dict[str, tuple[str, str]]] = {}
     for (proto, mnk), r in best_of(read_rows(list(paths)), "triton:").items():
@@ -84,7 +84,7 @@ def selected_candidates(problem: GemmProblem, selection: dict) -> list[TritonGem
     ``triton-sel:<protocols>`` (e.g. ``triton-sel:cold+graph``): the protocols it was selected in. A summary
     compares, in protocol p, only the candidate selected in p: an unbiased re-measurement of the selection.
     Selection values are ``(config, layout)`` (a bare config string reads the problem's layout)."""
-    from .configs import parse_config
+    from ..kernels.triton_gemm.configs import parse_config
 
     by_cfg: dict[tuple[str, str], list[str]] = {}
     for proto, sel in sorted(selection.get(problem.mnk, {}).items()):

@@ -1,0 +1,1 @@
+"""`gemmrl report`: tables, claims and plots rebuilt from committed result files."""
