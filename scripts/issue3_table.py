@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gemmrl.search.top import selected_for  # noqa: E402
+from gemmrl.search.selection import selected_for  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
 from gemmrl.summary import Stats, usable  # noqa: E402
 

@@ -40,7 +40,7 @@ def triton_best_lines(rows: list[dict]) -> list[str]:
 def triton_selected_lines(rows: list[dict]) -> list[str]:
     """Per protocol: the config selected in that protocol by an earlier run (``--triton-from``), re-measured
     here, over vendor_best: the unbiased number."""
-    from gemmrl.search.top import selected_for
+    from gemmrl.search.selection import selected_for
 
     vendor = {(r["protocol"], r["mnk"]): r for r in rows if usable(r) and r["candidate"] == "vendor_best"}
     sel = {(r["protocol"], r["mnk"]): r for r in rows

@@ -239,6 +239,7 @@ def test_rendering_flags():
 
 def test_selection_round_trip(tmp_path):
     from gemmrl.results import ResultsWriter
+    from gemmrl.search.selection import load_selection, selected_candidates
 
     rows = []
     for mnk, proto, algo, t in [("64_64_64", "graph", "coop_128x128x64_c1x1_persistent_tn_fp16:s1_rh_dheuristic_k1", 2.0),
@@ -249,9 +250,9 @@ def test_selection_round_trip(tmp_path):
                      "tflops": 1.0 / t, "info": "screen"})
     w = ResultsWriter(tmp_path / "sel.csv")
     w.write_batch(rows)
-    sel = cs.load_selection([tmp_path / "sel.csv"])
-    assert sel["64_64_64"]["graph"].startswith("pingpong_64x64x128")
-    cands = cs.selected_candidates(GemmProblem(64, 64, 64), sel)
+    sel = load_selection([tmp_path / "sel.csv"], "cutlass")
+    assert sel["64_64_64"]["graph"][0].startswith("pingpong_64x64x128")
+    cands = selected_candidates(GemmProblem(64, 64, 64), sel, "cutlass")
     assert sorted(c.name for c in cands) == ["cutlass-sel:cold", "cutlass-sel:graph"]
 
 

@@ -7,10 +7,8 @@ CUDA-graph capture of seen and unseen shapes, torch.compile, vendor entries, and
 
 from __future__ import annotations
 
-import ctypes
 import math
 import time
-import types
 import warnings
 
 import pytest
@@ -18,7 +16,7 @@ import torch
 
 import gemmrl
 from conftest import have_cutlass_toolchain
-from gemmrl.serve import dispatch
+from gemmrl.serve import dispatch, launchers
 from gemmrl.kernels import cuda_source as cs
 from gemmrl.library import Entry, Library
 from gemmrl.problem import GemmProblem
@@ -337,33 +335,40 @@ def test_a_pinned_vendor_algorithm_is_found_by_its_description_and_reported(impl
     pinned = "id=66 tile=176x64 cluster=4x1x1 waves=0.712"
     e = dataclasses.replace(entry(64, 16384, 128, family="vendor", impl=impl), algo=pinned)
     descs = ["id=66 tile=128x64 cluster=2x1x1 waves=0.970", pinned, "id=66 tile=144x64 cluster=4x1x1 waves=0.864"]
-    assert dispatch.pin_algorithm(e, descs) == (1, " [pinned: heuristic #1 of 3]")
-    idx, note = dispatch.pin_algorithm(e, descs[:1] + descs[2:])
+    assert launchers.pin_algorithm(e, descs) == (1, " [pinned: heuristic #1 of 3]")
+    idx, note = launchers.pin_algorithm(e, descs[:1] + descs[2:])
     what = "tuned here" if "autotuned" in impl else "the heuristic's first"
     assert idx is None and note == f" [pinned algorithm not among this cuBLASLt's 2: {what}]"
     # the match is exact: a description that differs anywhere (here its wave count) is not the pinned one
-    assert dispatch.pin_algorithm(e, [pinned.replace("0.712", "0.713")])[0] is None
+    assert launchers.pin_algorithm(e, [pinned.replace("0.712", "0.713")])[0] is None
 
 
 class _FakeLt:
-    """CtypesCandidate's surface as _make_vendor uses it, on the CPU: which mode it was made in, and a plan whose
-    heuristic results are ``DESCS`` (the pin is looked up among them)."""
+    """CtypesCandidate's surface as the vendor launcher uses it, on the CPU: which mode it was made in, and a plan
+    whose heuristic results are ``DESCS`` (the pin is looked up among them)."""
 
     DESCS = ["id=66 tile=128x64", "id=66 tile=144x64 cluster=4x1x1", "id=66 tile=96x64"]
     made: list = []
+    align_mask = 15
 
     def __init__(self, name, layout, acc, mode):
         self.mode, self.selected = mode, None
-        run = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                               ctypes.c_void_p)(lambda *_: 0)
-        self._lib = types.SimpleNamespace(
-            run=run, describe=lambda ptr, i: self.DESCS[i], plan_count=lambda ptr: len(self.DESCS),
-            plan_select=lambda ptr, i: setattr(self, "selected", i) or 0, check=lambda st, what: None)
-        self._ptr, self._stream, self._device = 1, (lambda dev: 0), 0
         _FakeLt.made.append(self)
 
     def prepare(self, problem, bufs, protocol, timer):
         self.prepared = (protocol, timer)
+
+    def algorithms(self):
+        return list(self.DESCS)
+
+    def select_algorithm(self, i):
+        self.selected = i
+
+    def hot_plan(self):
+        return 0, 1
+
+    def plan_error(self, st):
+        return RuntimeError(st)
 
     def info(self):
         return {"algo": self.DESCS[2] if self.mode == "autotuned" else self.DESCS[0]}
@@ -380,32 +385,33 @@ def test_vendor_tune_here_autotunes_only_autotuned_entries(monkeypatch, tune, im
     from gemmrl.kernels import vendor
 
     if tune is None:
-        monkeypatch.delenv(dispatch.VENDOR_TUNE_ENV, raising=False)
+        monkeypatch.delenv(launchers.VENDOR_TUNE_ENV, raising=False)
     else:
-        monkeypatch.setenv(dispatch.VENDOR_TUNE_ENV, tune)
+        monkeypatch.setenv(launchers.VENDOR_TUNE_ENV, tune)
     monkeypatch.setattr(vendor, "CtypesCandidate", _FakeLt)
     _FakeLt.made = []
     e = dataclasses.replace(entry(64, 16384, 128, family="vendor", impl=impl), algo=_FakeLt.DESCS[1])
     p = GemmProblem(64, 16384, 128, layout="tn")
-    _call, adapter, _spec = dispatch._make_vendor(e, p, make_buffers(p, "cpu", seed=0))
+    got = launchers.launch(e, p, make_buffers(p, "cpu", seed=0))
     (cand,) = _FakeLt.made
+    assert got.candidate.cand is cand and got.spec[0] == 2  # served through the plan's C entry
     if tune == "here" and "autotuned" in impl:
         assert cand.mode == "autotuned" and cand.selected is None
-        assert adapter.note == " [GEMMRL_VENDOR_TUNE=here: id=66 tile=96x64]"
+        assert got.note == " [GEMMRL_VENDOR_TUNE=here: id=66 tile=96x64]"
     elif impl.startswith("cublaslt"):
         assert cand.mode == "heuristic" and cand.selected == 1
-        assert adapter.note == " [pinned: heuristic #1 of 3]"
+        assert got.note == " [pinned: heuristic #1 of 3]"
     else:
-        assert cand.mode == "cublas" and adapter.note == ""
+        assert cand.mode == "cublas" and got.note == ""
     assert cand.prepared == (e.protocol, None)
 
 
 def test_a_bad_vendor_tune_setting_is_refused_with_the_choices(monkeypatch):
-    monkeypatch.setenv(dispatch.VENDOR_TUNE_ENV, "always")
+    monkeypatch.setenv(launchers.VENDOR_TUNE_ENV, "always")
     with pytest.raises(dispatch.DispatchError, match="'pin'.*'here'"):
-        dispatch.vendor_tune()
-    monkeypatch.setenv(dispatch.VENDOR_TUNE_ENV, " HERE ")
-    assert dispatch.vendor_tune() == "here"
+        launchers.vendor_tune()
+    monkeypatch.setenv(launchers.VENDOR_TUNE_ENV, " HERE ")
+    assert launchers.vendor_tune() == "here"
 
 
 # -- GPU tier ---------------------------------------------------------------------------------------------
@@ -459,7 +465,7 @@ def test_vendor_tune_serves_a_correct_cublaslt_choice_gpu(lib, monkeypatch, tune
     from gemmrl.candidate import make_buffers
     from gemmrl.kernels import vendor
 
-    monkeypatch.setenv(dispatch.VENDOR_TUNE_ENV, tune)
+    monkeypatch.setenv(launchers.VENDOR_TUNE_ENV, tune)
     gpu, (M, N, K) = _gpu_name(), (128, 1024, 512)
     lt = vendor.CtypesCandidate("probe", "tn", "fp32", "heuristic")
     p = GemmProblem(M, N, K, layout="tn")
@@ -489,7 +495,7 @@ def test_capture_serves_the_graph_entry_gpu(lib, hot_path, monkeypatch):
         calls.append(1)
         torch.matmul(a, b, out=out)
 
-    monkeypatch.setattr(dispatch, "_torch_mm", counted)
+    monkeypatch.setattr(launchers, "torch_mm", counted)
     gpu = _gpu_name()
     lib(entry(64, 256, 512, gpu=gpu, protocol="graph", impl="tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)"),
         entry(64, 256, 512, gpu=gpu, protocol="offline", family="vendor", impl="torch"))

@@ -9,7 +9,7 @@ import pytest
 from gemmrl.cli.main import main
 from gemmrl.kernels.triton_gemm import H100, SmallMConfig, TiledConfig, valid
 from gemmrl.kernels.triton_gemm.precompile import groups
-from gemmrl.search.top import load_selection
+from gemmrl.search.selection import load_selection
 from gemmrl.problem import parse_mnk
 from gemmrl.results import ResultsWriter, read_rows
 from gemmrl.search.screen import ScreenSpec, configs_for, exploration_pool, selection_table, triton_configs
@@ -181,7 +181,7 @@ def test_selection_table_and_load_selection_pick_fastest_checked_config(tmp_path
     assert not selection_table(rows, keep=lambda algo: False)
     path = tmp_path / "sel.csv"
     ResultsWriter(path).write_batch(rows)
-    sel = load_selection([path])  # what bench --triton-from re-measures
+    sel = load_selection([path], "triton")  # what bench --triton-from re-measures
     assert sel == {"64_64_64": {"graph": ("tiled(BM=32)", "tn"), "cold": ("tiled(BM=16)", "tn")}}
     assert len(read_rows([path])) == len(rows)
 

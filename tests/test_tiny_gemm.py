@@ -128,6 +128,7 @@ def test_screen_configs_empty_for_odd_k():
 
 def test_selection_round_trip(tmp_path):
     from gemmrl.results import ResultsWriter
+    from gemmrl.search.selection import load_selection, selected_candidates
 
     rows = [{"mnk": "64_64_1024", "protocol": p, "candidate": f"tiny:{c}", "algo": str(c), "time_ms": t,
              "verified": True, "floor_ok": True, "layout": "tn", "dtype": "fp16", "acc": "fp32"}
@@ -135,11 +136,11 @@ def test_selection_round_trip(tmp_path):
                             ("cold", tg.TinyConfig(32, 32, 4), 0.004))]
     path = tmp_path / "sel.csv"
     ResultsWriter(path).write_batch(rows)
-    sel = tg.load_selection([path])
-    assert sel == {"64_64_1024": {"graph": "64x64_s8_st2_fp16", "cold": "32x32_s4_st4_fp16"}}
-    cands = tg.selected_candidates(GemmProblem(64, 64, 1024), sel)
+    sel = load_selection([path], "tiny")
+    assert sel == {"64_64_1024": {"graph": ("64x64_s8_st2_fp16", "tn"), "cold": ("32x32_s4_st4_fp16", "tn")}}
+    cands = selected_candidates(GemmProblem(64, 64, 1024), sel, "tiny")
     assert sorted(c.name for c in cands) == ["tiny-sel:cold", "tiny-sel:graph"]
-    assert tg.selected_candidates(GemmProblem(64, 64, 1024, dtype="bf16"), sel) == []
+    assert selected_candidates(GemmProblem(64, 64, 1024, dtype="bf16"), sel, "tiny") == []
 
 
 def test_screen_spec_takes_the_family(tmp_path):

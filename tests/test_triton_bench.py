@@ -179,17 +179,17 @@ def _selection_csv(tmp_path):
 
 
 def test_selection_is_loaded_per_shape_and_protocol_and_rebuilt(tmp_path):
-    from gemmrl.search.top import load_selection, selected_candidates, selected_for
+    from gemmrl.search.selection import load_selection, selected_candidates, selected_for
 
     path, fast, slow = _selection_csv(tmp_path)
-    sel = load_selection([path])
+    sel = load_selection([path], "triton")
     assert sel == {"64_64_64": {"graph": (str(fast), "tn"), "cold": (str(slow), "tn")}}  # unverified: nothing
-    cands = selected_candidates(parse_mnk("64_64_64"), sel)
+    cands = selected_candidates(parse_mnk("64_64_64"), sel, "triton")
     assert sorted(c.name for c in cands) == ["triton-sel:cold", "triton-sel:graph"]
     assert {c.name: str(c.cfg) for c in cands} == {"triton-sel:graph": str(fast), "triton-sel:cold": str(slow)}
-    assert selected_candidates(parse_mnk("128_128_128"), sel) == []
+    assert selected_candidates(parse_mnk("128_128_128"), sel, "triton") == []
     # one config selected in both protocols is one candidate
-    both = selected_candidates(parse_mnk("64_64_64"), {"64_64_64": {"graph": str(fast), "cold": str(fast)}})
+    both = selected_candidates(parse_mnk("64_64_64"), {"64_64_64": {"graph": str(fast), "cold": str(fast)}}, "triton")
     assert [c.name for c in both] == ["triton-sel:cold+graph"]
     assert selected_for("triton-sel:cold+graph", "graph") and not selected_for("triton-sel:cold", "graph")
     assert not selected_for("triton:x", "graph")

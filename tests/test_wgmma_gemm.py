@@ -114,6 +114,7 @@ def test_screen_configs_empty_for_odd_k():
 
 def test_selection_round_trip(tmp_path):
     from gemmrl.results import ResultsWriter
+    from gemmrl.search.selection import load_selection, selected_candidates
 
     rows = [{"mnk": "64_64_1024", "protocol": p, "candidate": f"wgmma:{c}", "algo": str(c), "time_ms": t,
              "verified": True, "floor_ok": True, "layout": "tn", "dtype": "fp16", "acc": "fp32"}
@@ -121,11 +122,11 @@ def test_selection_round_trip(tmp_path):
                             ("cold", wg.WgmmaConfig(1, 64, 8, 2), 0.006))]
     path = tmp_path / "sel.csv"
     ResultsWriter(path).write_batch(rows)
-    sel = wg.load_selection([path])
-    assert sel == {"64_64_1024": {"graph": "64x64_s8_st2_fp16", "cold": "64x64_s8_st2_fp16"}}
-    cands = wg.selected_candidates(GemmProblem(64, 64, 1024), sel)
+    sel = load_selection([path], "wgmma")
+    assert sel == {"64_64_1024": {"graph": ("64x64_s8_st2_fp16", "tn"), "cold": ("64x64_s8_st2_fp16", "tn")}}
+    cands = selected_candidates(GemmProblem(64, 64, 1024), sel, "wgmma")
     assert [c.name for c in cands] == ["wgmma-sel:cold+graph"] and cands[0].cfg == wg.WgmmaConfig(1, 64, 8, 2)
-    assert wg.selected_candidates(GemmProblem(64, 64, 1024, dtype="bf16"), sel) == []
+    assert selected_candidates(GemmProblem(64, 64, 1024, dtype="bf16"), sel, "wgmma") == []
 
 
 @needs_nvcc

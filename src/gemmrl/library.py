@@ -36,18 +36,17 @@ from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .kernels.registry import SERVED, family
 from .paths import cache_dir
 from .summary import BASELINES, usable
 
 FORMAT = "gemmrl-library"
 SCHEMA = 1
-FAMILIES = ("triton", "cutlass", "tiny", "vendor")
+FAMILIES = SERVED  # what an entry may name (kernels/registry.py)
 # the generated families, and the name prefixes of their rows: one config as tuned or selected
 # (``triton:<config>``, ``cutlass:<config>:<knobs>``, ``tiny:<config>``), and a selection re-measured
 # (``triton-sel:graph``, ...)
-KERNELS = {"triton": ("triton:", "triton-sel:"), "cutlass": ("cutlass:", "cutlass-sel:"),
-           "tiny": ("tiny:", "tiny-sel:")}
-COMPILED = ("cutlass", "tiny")  # families whose impl names a config built for one layout and dtype
+KERNELS = {f: (family(f).prefix, family(f).selected) for f in SERVED if f != "vendor"}
 PROTOCOL_ORDER = {"graph": ("graph", "cold", "offline", "server"), "eager": ("offline", "server", "cold", "graph")}
 SOFTWARE = ("torch", "triton", "cuda")
 
@@ -98,7 +97,7 @@ class Entry:
             bad.append(f"shape {self.M}_{self.N}_{self.K} with M range {self.m_lo}..{self.m_hi}")
         if self.family == "vendor" and self.impl not in BASELINES:
             bad.append(f"vendor impl {self.impl!r} (use one of {BASELINES})")
-        if self.family in COMPILED:
+        if self.family in KERNELS:
             bad += _impl_problems(self.family, self.impl, self.layout, self.dtype)
         if not self.time_ms > 0:
             bad.append(f"time_ms {self.time_ms}")
@@ -149,26 +148,19 @@ class Entry:
 
 
 @functools.lru_cache(maxsize=4096)
-def _impl_problems(family: str, impl: str, layout: str, dtype: str) -> tuple[str, ...]:
-    """Why ``impl`` cannot be a CUTLASS or tiny entry's kernel in this layout and dtype (a config is compiled for one
-    of each, so a mismatched one would be refused at every call): () when it can. Cached: a library build asks once
-    per row, with a few dozen distinct configs among thousands of rows."""
-    if family == "cutlass":
-        from .kernels.cutlass_sm90 import CutlassConfigError as Error, parse_name
-
-        def parse(text: str):
-            return parse_name(text)[0]
-    else:
-        from .kernels.tiny_gemm import TinyConfig, TinyConfigError as Error
-
-        parse = TinyConfig.parse
+def _impl_problems(name: str, impl: str, layout: str, dtype: str) -> tuple[str, ...]:
+    """Why ``impl`` cannot be a ``name`` entry's kernel in this layout and dtype (a CUTLASS or tiny config is
+    compiled for one of each, so a mismatched one would be refused at every call): () when it can. Cached: a
+    library build asks once per row, with a few dozen distinct configs among thousands of rows."""
+    fam = family(name)
+    if fam.fixed is None:
+        return ()
     try:
-        cfg = parse(impl)
-    except Error as e:
-        return (f"{family} impl: {e}",)
-    if (cfg.layout, cfg.dtype) != (layout, dtype):
-        return (f"{family} impl {impl!r} is a {cfg.layout}/{cfg.dtype} config for a {layout}/{dtype} entry",)
-    return ()
+        cfg = fam.parse(impl)
+    except ValueError as e:
+        return (f"{name} impl: {e}",)
+    why = fam.mismatch(cfg, layout, dtype)
+    return (f"{name} impl {impl!r} is {why.replace(' problem', ' entry')}",) if why else ()
 
 
 def _digest(entries: list[dict]) -> str:
@@ -406,7 +398,7 @@ def _impl(kind: str, r: Mapping[str, str]) -> str | None:
     and for a CUTLASS or tiny config that is not one of the row's layout and dtype (no entry could serve it)."""
     head, cand = KERNELS[kind][0], r.get("candidate", "")
     impl = r.get("algo") or (cand[len(head):] if cand.startswith(head) else "")
-    if not impl or (kind in COMPILED and _impl_problems(kind, impl, r.get("layout") or "nn", r.get("dtype", ""))):
+    if not impl or _impl_problems(kind, impl, r.get("layout") or "nn", r.get("dtype", "")):
         return None
     return impl
 

@@ -137,18 +137,11 @@ def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
     missing = [p for p in paths if not Path(p).is_file()]
     if missing:
         raise CliError(f"--{flag}-from: no such file(s): {', '.join(missing)} (give the CSVs of a gemmrl select run)")
-    if flag == "triton":
-        from ..search.top import load_selection, selected_candidates
-    elif flag == "wgmma":
-        from ..kernels.wgmma_gemm import load_selection, selected_candidates
-    elif flag == "tiny":
-        from ..kernels.tiny_gemm import load_selection, selected_candidates
-    else:
-        from ..kernels.cutlass_sm90 import load_selection, selected_candidates
     from ..results import ResultsError
+    from ..search.selection import load_selection, selected_candidates
 
     try:
-        sel = load_selection(paths)
+        sel = load_selection(paths, flag)
     except (ResultsError, ValueError) as e:
         raise CliError(f"--{flag}-from: {e}") from None
     if not sel:
@@ -158,7 +151,7 @@ def _selection_from(flag: str, paths: list[str] | None, problems) -> tuple:
     if lacking:
         print(f"--{flag}-from: no selected config for {len(lacking)} shape(s) (other paths only there): "
               f"{', '.join(lacking[:8])}{' ...' if len(lacking) > 8 else ''}", file=sys.stderr)
-    return (functools.partial(selected_candidates, selection=sel),)
+    return (functools.partial(selected_candidates, selection=sel, name=flag),)
 
 
 def _baselines(text: str | None) -> tuple[str, ...] | None:

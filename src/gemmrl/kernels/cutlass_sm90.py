@@ -61,7 +61,7 @@ BNS = (8, 16, 32, 48, 64, 96, 128, 160, 176, 192, 256)
 CLUSTERS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4), (4, 2), (2, 4))  # at most 8 CTAs: the portable size
 TINY_TILE = 64 * 64      # tiles smaller than this are screened only where the grid of tiles is at most TINY_WAVES waves
 TINY_WAVES = 32
-PREFIX, SELECTED = "cutlass:", "cutlass-sel:"
+PREFIX = "cutlass:"
 
 
 class CutlassConfigError(ValueError):
@@ -446,7 +446,9 @@ class CutlassCandidate:
         do (the plan of an earlier prepare is freed with the candidate)."""
         from .vendor import raw_stream_getter
 
-        check(self.cfg, self.knobs, problem, _cc(bufs.a.device))
+        check(self.cfg, self.knobs, problem, _cc(bufs.a.device))  # why it cannot serve this shape, before a build
+        if bufs.a.device.type != "cuda":
+            raise RuntimeError("CUTLASS kernels run on CUDA tensors only")
         lib = self._load()
         M, N, K = problem.M, problem.N, problem.K
         ldb = K if self.layout == "tn" else N
@@ -468,6 +470,12 @@ class CutlassCandidate:
         if self._plan is None:
             raise CutlassConfigError(f"{self.name}: hot_plan() before prepare()")
         return ctypes.cast(self._lib.gemmrl_cutlass_plan_run, ctypes.c_void_p).value, self._plan
+
+    def plan_error(self, st: int) -> Exception:
+        """What a non-zero status of the plan's run means, as an exception to raise."""
+        M, N, K = self._dims
+        return RuntimeError(f"{self.name}: gemmrl_cutlass_gemm returned {st} for {M}_{N}_{K} (1 cannot implement, 2 "
+                            "workspace too small, 3 initialize failed, 4 launch failed)")
 
     def __call__(self, a, b, bt, c) -> None:
         # through the prepared plan: the same host path as the vendor's cuBLASLt plans (kernels/vendor.py), so the
@@ -498,26 +506,6 @@ def parse_name(algo: str) -> tuple[CutlassConfig, Knobs]:
     return CutlassConfig.parse(cfg), Knobs.parse(knobs) if knobs else Knobs()
 
 
-# -- re-measuring a selection ------------------------------------------------------------------------------
-def load_selection(paths) -> dict[str, dict[str, str]]:
-    """Per shape and protocol, the ``<config>:<knobs>`` of the fastest verified ``cutlass:*`` row of a selection
-    run: ``{mnk: {protocol: algo}}``."""
-    from ..search.selection import load_selection as load
-
-    return load(paths, PREFIX)
-
-
-def selected_candidates(problem: GemmProblem, selection: dict) -> list[CutlassCandidate]:
-    """One candidate per distinct selected (config, knobs) of the shape, named ``cutlass-sel:<protocols>``."""
-    from ..search.selection import protocols_by_algo
-
-    out = []
-    for algo, protos in protocols_by_algo(selection, problem.mnk).items():
-        cfg, knobs = parse_name(algo)
-        out.append(CutlassCandidate(cfg, knobs, name=SELECTED + "+".join(protos)))
-    return out
-
-
 def screen_entries(problem: GemmProblem, cfgs: Iterable[CutlassConfig], sms: int = 132,
                    all_knob_settings: bool = False) -> list[tuple[CutlassConfig, Knobs]]:
     """(config, knobs) pairs to screen at ``problem`` (configs in the problem's layout and dtype only): the knobs
@@ -535,4 +523,4 @@ def screen_entries(problem: GemmProblem, cfgs: Iterable[CutlassConfig], sms: int
 
 __all__ = ["CutlassConfig", "Knobs", "CutlassCandidate", "CutlassConfigError", "valid_config", "valid", "check",
            "all_configs", "all_knobs", "space_size", "family", "knobs_for", "build_config", "build_family",
-           "load_selection", "selected_candidates", "screen_entries", "parse_name"]
+           "screen_entries", "parse_name"]

@@ -48,7 +48,7 @@ STAGES = (2, 4, 8)
 BK = 64
 LDS = BK + 8                 # elements per shared row (the .cu's padding)
 SMEM_LIMIT = 232448          # opt-in shared memory per block on H100/H200
-PREFIX, SELECTED = "tiny:", "tiny-sel:"
+PREFIX = "tiny:"
 DTYPES = ("fp16", "bf16")
 
 
@@ -286,6 +286,11 @@ class TinyCandidate:
             raise TinyConfigError(f"{self.name}: hot_plan() before prepare()")
         return ctypes.cast(self._lib.gemmrl_tiny_plan_run, ctypes.c_void_p).value, self._plan
 
+    def plan_error(self, st: int) -> Exception:
+        """What a non-zero status of the plan's run means, as an exception to raise."""
+        M, N, K = self._dims
+        return RuntimeError(f"{self.name}: gemmrl_tiny_plan_run returned {st} for {M}_{N}_{K} (a cudaError_t)")
+
     def __call__(self, a, b, bt, c) -> None:
         rc = self._lib.gemmrl_tiny_plan_run(self._plan, a.data_ptr(), bt.data_ptr(), c.data_ptr(),
                                             self._stream(a.device.index))
@@ -296,30 +301,6 @@ class TinyCandidate:
         return {"algo": str(self.cfg), "smem_bytes": self.cfg.smem_bytes}
 
 
-Candidate = TinyCandidate  # the family's candidate class, under the name search/screen.py looks for
-
-
-# -- selection and re-measure --------------------------------------------------------------------------------
-def load_selection(paths) -> dict[str, dict[str, str]]:
-    """Per shape and protocol, the config of the fastest verified ``tiny:*`` row of a selection run:
-    ``{mnk: {protocol: config}}``."""
-    from ..search.selection import load_selection as load
-
-    return load(paths, PREFIX)
-
-
-def selected_candidates(problem: GemmProblem, selection: dict) -> list[TinyCandidate]:
-    """One candidate per distinct selected config of the shape, named ``tiny-sel:<protocols>``; none where the
-    shape's dtype is not the config's."""
-    from ..search.selection import protocols_by_algo
-
-    out = []
-    for algo, protos in protocols_by_algo(selection, problem.mnk).items():
-        cfg = TinyConfig.parse(algo)
-        if cfg.dtype == problem.dtype:
-            out.append(TinyCandidate(cfg, name=SELECTED + "+".join(protos)))
-    return out
-
 
 __all__ = ["TinyConfig", "TinyCandidate", "TinyConfigError", "valid_config", "valid", "check", "all_configs",
-           "screen_configs", "space_size", "source", "build_dtype", "typed", "load_selection", "selected_candidates"]
+           "screen_configs", "space_size", "source", "build_dtype", "typed"]

@@ -696,6 +696,7 @@ class CtypesCandidate:
         self._stream: Callable[[int], int] = lambda d: 0
         self._device = 0
         self._info: dict[str, Any] = {}
+        self.align_mask = 15
 
     def _make_plan(self, lib: VendorLib, problem: GemmProblem, device: int, align: int) -> "_Plan":
         key = (problem.M, problem.N, problem.K, problem.dtype, problem.acc, device, align)
@@ -726,6 +727,7 @@ class CtypesCandidate:
         align = alignment(bufs.a.data_ptr(), bop.data_ptr(), bufs.c.data_ptr()) if self.mode != "cublas" else MAX_ALIGN
         plan = self._make_plan(lib, problem, device, align)
         self._stream, self._device, self._lib = raw_stream_getter(), device, lib
+        self.align_mask = (16 if self.mode == "cublas" else align) - 1  # the alignment the plan was made for
         n = lib.plan_count(plan.ptr)
         if self.mode == "cublas":
             self._info = {"algo": lib.describe(plan.ptr, 0)}
@@ -759,6 +761,26 @@ class CtypesCandidate:
                        self._stream(self._device))
         if st:
             raise VendorError(f"{self.name}: {self._lib.message(st)} (status {st})")
+
+    # -- the prepared plan, for a server that pins an algorithm and calls the plan from C (serve/launchers.py)
+    def algorithms(self) -> list[str]:
+        """The descriptions of the prepared plan's heuristic results, in the heuristic's order."""
+        return [self._lib.describe(self._ptr, i) for i in range(self._lib.plan_count(self._ptr))]
+
+    def select_algorithm(self, index: int) -> None:
+        """Run heuristic result ``index`` of the prepared plan from now on."""
+        self._lib.check(self._lib.plan_select(self._ptr, index), "vb_plan_select")
+
+    def hot_plan(self) -> tuple[int, int]:
+        """(address of ``vb_run``, the prepared plan): ``int run(plan, A, B, C, stream)``, what a compiled caller
+        calls per call. Call after ``prepare``."""
+        if not self._ptr:
+            raise VendorError(f"{self.name}: hot_plan() before prepare()")
+        return ctypes.cast(self._lib.run, ctypes.c_void_p).value, self._ptr
+
+    def plan_error(self, st: int) -> Exception:
+        """What a non-zero status of the plan's run means, as an exception to raise."""
+        return VendorError(f"{self.name}: {self._lib.message(st)} (status {st})")
 
     def info(self) -> dict[str, Any]:
         return {k: v for k, v in self._info.items() if k in ("algo", "n_algos")}

@@ -45,7 +45,7 @@ GSPLITS = (1, 2, 4, 8, 16, 32, 64, 128)   # global splits (split 1 only); a powe
 MIN_STAGES, MAX_STAGES = 2, 8
 BK = 64
 SMEM_LIMIT = 232448          # opt-in shared memory per block on H100/H200 (the .cu's SMEM_LIMIT)
-PREFIX, SELECTED = "wgmma:", "wgmma-sel:"
+PREFIX = "wgmma:"
 DTYPES = ("fp16", "bf16")
 
 
@@ -305,31 +305,6 @@ class WgmmaCandidate:
         return {"algo": str(self.cfg), "smem_bytes": self.cfg.smem_bytes, "workspace_bytes": self._ws_bytes}
 
 
-Candidate = WgmmaCandidate  # the family's candidate class, under the name search/screen.py looks for
-
-
-# -- selection and re-measure --------------------------------------------------------------------------------
-def load_selection(paths) -> dict[str, dict[str, str]]:
-    """Per shape and protocol, the config of the fastest verified ``wgmma:*`` row of a selection run:
-    ``{mnk: {protocol: config}}``."""
-    from ..search.selection import load_selection as load
-
-    return load(paths, PREFIX)
-
-
-def selected_candidates(problem: GemmProblem, selection: dict) -> list[WgmmaCandidate]:
-    """One candidate per distinct selected config of the shape, named ``wgmma-sel:<protocols>``; none where the
-    shape's layout or dtype is not the family's."""
-    from ..search.selection import protocols_by_algo
-
-    out = []
-    for algo, protos in protocols_by_algo(selection, problem.mnk).items():
-        cfg = WgmmaConfig.parse(algo)
-        if cfg.dtype == problem.dtype:
-            out.append(WgmmaCandidate(cfg, name=SELECTED + "+".join(protos)))
-    return out
-
 
 __all__ = ["WgmmaConfig", "WgmmaCandidate", "WgmmaConfigError", "valid_config", "valid", "check", "all_configs",
-           "screen_configs", "space_size", "source", "build_dtype", "typed", "max_active_clusters", "load_selection",
-           "selected_candidates"]
+           "screen_configs", "space_size", "source", "build_dtype", "typed", "max_active_clusters"]

@@ -69,7 +69,7 @@ class Loss:
 
 def worst_shapes(rows: Iterable[Mapping[str, str]], protocol: str, n: int = 10) -> list[Loss]:
     """The ``n`` shapes where the config selected in ``protocol`` is slowest against vendor_best."""
-    from ..search.top import selected_for
+    from ..search.selection import selected_for
     from ..summary import usable
 
     rows = list(rows)

@@ -34,7 +34,6 @@ at once.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import warnings
@@ -43,15 +42,15 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from ..candidate import make_buffers
 from ..library import PROTOCOL_ORDER, Entry, Library, load_default
-from ..problem import GemmProblem
+from ..problem import GemmProblem, parse_mnk
+from ..verify import verify
+from . import fastpath, launchers
+from .launchers import DispatchError
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _Tensor = torch.Tensor
-
-
-class DispatchError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -69,17 +68,9 @@ class Served:
     graph_spec: tuple = ()
 
 
-def _torch_mm(a, b, out):
-    torch.matmul(a, b, out=out)
-
-
-_TORCH_MM = _torch_mm  # spec kind 3 (a compiled path may call ATen's matmul_out itself), by identity: a replaced
-#                        _torch_mm, e.g. a test's counting spy, stays a Python call
-
-
 def _spec(fn: Callable, spec: tuple) -> tuple:
     """The compiled hot path's spec for a served launcher: its own, torch.matmul's (kind 3), or a Python call."""
-    return spec or ((3, fn) if fn is _TORCH_MM else (0, fn))
+    return spec or ((3, fn) if fn is launchers.TORCH_MM else (0, fn))
 
 
 class _State:
@@ -197,16 +188,9 @@ def _hot_py(a, b, out):
     return out
 
 
-def _raw_stream() -> Callable[[int], int]:
-    """device index -> torch's current raw stream handle (0 = the legacy default stream)."""
-    from ..kernels.vendor import raw_stream_getter
-
-    return raw_stream_getter()
-
-
 def _stream_of(dev: int) -> int:
     global _stream_of
-    _stream_of = _raw_stream()  # bound on first use: nothing at import time
+    _stream_of = launchers.raw_stream()  # bound on first use: nothing at import time
     return _stream_of(dev)
 
 
@@ -233,8 +217,6 @@ def _use_fastpath() -> None:
     if _S.fastpath_tried:
         return
     _S.fastpath_tried = True
-    from . import fastpath
-
     mod = fastpath.load()
     if mod is not None:
         _install(mod)
@@ -242,8 +224,6 @@ def _use_fastpath() -> None:
 
 def _install(mod) -> None:
     global _hot
-    from . import fastpath
-
     _S.ctorch = mod if fastpath.kind_of(mod) == "torch" else None
     if _S.ctorch is not None:
         mod.init(_Tensor, _slow, _capturing)
@@ -256,8 +236,6 @@ def use_hot_path(kind: str) -> None:
     """Serve through hot path ``kind`` ('torch', 'c' or 'python') from now on, forgetting what was built (for
     tests and probes that compare them; ``GEMMRL_FASTPATH`` picks for a process). Raises RuntimeError where that
     one cannot be built."""
-    from . import fastpath
-
     if kind not in ("torch", "c", "python"):
         raise ValueError(f"hot path {kind!r}: 'torch', 'c' or 'python'")
     mod = None if kind == "python" else fastpath.load_kind(kind)
@@ -272,8 +250,6 @@ def use_hot_path(kind: str) -> None:
 def hot_path() -> str:
     """'torch' (built against torch's headers), 'c' (CPython API only) or 'python', with the reason a faster one
     is not used."""
-    from . import fastpath
-
     if _hot is _hot_py:
         return f"python ({fastpath.why() or 'not built yet'})"
     if _S.ctorch is not None:
@@ -364,7 +340,7 @@ def _miss(key: tuple, a, b) -> Served:
     M = a.numel() // K
     out_shape = torch.Size((*a.shape[:-1], N))
     dev = a.get_device()
-    fallback = Served(_torch_mm, _torch_mm, out_shape, a.dtype, dev, a.device, "torch.matmul", "torch.matmul")
+    fallback = Served(launchers.torch_mm, launchers.torch_mm, out_shape, a.dtype, dev, a.device, "torch.matmul", "torch.matmul")
     layout = _layout(b)
     if not a.is_contiguous() or layout is None:
         with _S.lock:
@@ -398,7 +374,7 @@ def _put_hot(a, b, s: Served) -> None:
         return
     eager = _spec(s.eager, s.eager_spec)
     graph = eager if s.graph is s.eager else _spec(s.graph, s.graph_spec)
-    centry = (s.out_shape, s.dtype, s.dev, {"dtype": s.dtype, "device": s.device}, eager, graph, _raw_stream())
+    centry = (s.out_shape, s.dtype, s.dev, {"dtype": s.dtype, "device": s.device}, eager, graph, launchers.raw_stream())
     if _S.ctorch is not None:
         _S.ctorch.put(a, b, centry)  # its key holds whether a is row-major
     elif a.is_contiguous():  # the C path's table holds row-major a only (it checks that per call)
@@ -411,7 +387,7 @@ def _identity(device) -> tuple[str, dict]:
     dev = device.index if device.type == "cuda" else -1
     if dev not in _S.gpu:
         try:
-            import triton
+            import triton  # optional: a CPU install may serve without it
 
             tv = triton.__version__
         except ImportError:
@@ -425,7 +401,7 @@ def _identity(device) -> tuple[str, dict]:
 def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     gpu, sw = _identity(device)
     dt = _DTYPES[dtype]
-    vendor_tune()  # a bad GEMMRL_VENDOR_TUNE is the caller's error, not a kernel that failed to build
+    launchers.vendor_tune()  # a bad GEMMRL_VENDOR_TUNE is the caller's error, not a kernel that failed to build
     lib = library()
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
     made: dict[tuple, tuple[Callable, str, tuple]] = {}
@@ -433,7 +409,7 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     def serve(order) -> tuple[Callable, str, tuple]:
         e = lib.lookup_any(gpu, dt, "fp32", layout, order, M, N, K)
         if e is None:
-            return _torch_mm, "torch.matmul", ()
+            return launchers.torch_mm, "torch.matmul", ()
         ek = (e.family, e.impl, e.algo)
         if ek not in made:
             made[ek] = _make(e, problem, device, sw)
@@ -448,29 +424,25 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
 def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, str, tuple]:
     """A launcher for entry ``e`` at ``problem``, checked, with its spec for the compiled hot paths (() = call the
     launcher); torch.matmul (with a warning) when it cannot serve."""
-    from ..candidate import make_buffers
-
     desc = f"{e.family}:{e.impl} ({e.protocol} entry {e.mnk}{'' if e.m_lo == e.m_hi else f', M {e.m_lo}..{e.m_hi}'})"
     try:
         bufs = make_buffers(problem, device, seed=1234)
-        fn, cand, spec = maker(e.family)(e, problem, bufs)
-        desc += getattr(cand, "note", "")
+        got = launchers.launch(e, problem, bufs)
+        desc += got.note
         measured = problem.mnk in e.members
         if e.same_software(sw) and measured:
-            _reference_check(fn, bufs, problem)
+            _reference_check(got.call, bufs, problem)
         elif device.type == "cuda":  # another software stack, or an M the bucket was not measured at
-            from ..verify import verify
-
-            v = verify(cand, problem, "cuda")
+            v = verify(got.candidate, problem, "cuda")
             if not v.passed:
                 raise RuntimeError(f"failed the correctness battery: {v.reason}")
         else:
-            _reference_check(fn, bufs, problem)
-        return fn, desc, spec
+            _reference_check(got.call, bufs, problem)
+        return got.call, desc, got.spec
     except Exception as ex:  # noqa: BLE001 - any failure to build (no nvcc, no CUTLASS headers...): torch serves
         _warn(f"gemmrl: {desc} not served at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex}); "
               "torch.matmul serves it")
-        return _torch_mm, f"torch.matmul (entry {e.family}:{e.impl} not served: {type(ex).__name__})", ()
+        return launchers.torch_mm, f"torch.matmul (entry {e.family}:{e.impl} not served: {type(ex).__name__})", ()
 
 
 def _reference_check(fn, bufs, problem: GemmProblem) -> None:
@@ -485,195 +457,11 @@ def _reference_check(fn, bufs, problem: GemmProblem) -> None:
         raise RuntimeError(f"max error {err:.3g} against an fp32 reference (limit {tol})")
 
 
-def _make_triton(e: Entry, problem: GemmProblem, bufs):
-    from ..kernels.triton_gemm import TritonGemm, parse_config
-
-    cand = TritonGemm(parse_config(e.impl), layout=problem.layout, acc=problem.acc, name=f"gemmrl:{e.impl}")
-    cand.prepare(problem, bufs, e.protocol, None)  # validity predicate, compile, direct launcher, self-check
-    launch = cand.launch_ptrs
-    tn = problem.layout == "tn"
-
-    def slow(a, b, out):  # pointers not 16-byte aligned, or no direct launcher (interpreter, another Triton)
-        if a.is_cuda and (cand.launch_path == "direct" or (a.data_ptr() | b.data_ptr() | out.data_ptr()) & 15):
-            torch.matmul(a, b, out=out)  # never a new specialization (a compile) in a hot call
-        else:
-            K = b.shape[0]
-            cand(a.reshape(-1, K), b, b.t() if tn else b, out.view(-1, out.shape[-1]))
-
-    def call(a, b, out):
-        if not launch(a.data_ptr(), b.data_ptr(), out.data_ptr()):
-            slow(a, b, out)
-
-    spec = ()
-    if cand.launch_path == "direct" and cand._direct:  # CUDA only
-        launches = tuple((d.launch, tuple(d.head), tuple(d.tail_args), tuple(tuple(x) for x in d.slots))
-                         for d in cand._direct)
-        spec = (1, _raw_stream(), bufs.a.device.index, 15, slow, launches, cand)
-    return call, cand, spec
-
-
-def _make_cutlass(e: Entry, problem: GemmProblem, bufs):
-    """A CUTLASS entry's launcher: the config's validity predicate at this problem, a build (nvcc, cached) and
-    CUTLASS's own can_implement in ``prepare``; the problem size was fixed there. A call whose pointers are not
-    16-byte aligned (TMA's requirement) goes to torch.matmul."""
-    from ..kernels.cutlass_sm90 import CutlassCandidate, _cc, check, parse_name
-
-    cfg, knobs = parse_name(e.impl)
-    device = bufs.a.device
-    check(cfg, knobs, problem, _cc(device))  # why it cannot serve this shape, before anything builds
-    if device.type != "cuda":
-        raise RuntimeError("CUTLASS kernels run on CUDA tensors only")
-    cand = CutlassCandidate(cfg, knobs, name=f"gemmrl:cutlass:{e.impl}")
-    cand.prepare(problem, bufs, e.protocol, None)
-    tn = problem.layout == "tn"
-
-    def call(a, b, out):  # b as mm received it: [K, N]; for tn the transpose view of a row-major [N, K]
-        if (a.data_ptr() | b.data_ptr() | out.data_ptr()) & 15:
-            torch.matmul(a, b, out=out)
-        else:
-            cand(a, b, b.t() if tn else b, out)
-
-    def error(st: int):
-        raise RuntimeError(f"gemmrl:cutlass:{e.impl}: gemmrl_cutlass_gemm returned {st} for {problem.mnk} (1 cannot "
-                           "implement, 2 workspace too small, 3 initialize failed, 4 launch failed)")
-
-    # the compiled hot path calls the plan's C entry directly (B's pointer is the same for b and its tn view)
-    fnaddr, plan = cand.hot_plan()
-    spec = (2, _raw_stream(), device.index, 15, _torch_mm, fnaddr, plan, error, cand)  # unaligned: torch.matmul
-    return call, cand, spec
-
-
-def _make_tiny(e: Entry, problem: GemmProblem, bufs):
-    """A tiny-family entry's launcher: the config's validity predicate at this problem, a build (nvcc, cached, one
-    per dtype) and the shape's plan in ``prepare``. A call whose pointers are not 16-byte aligned (cp.async's
-    requirement) goes to torch.matmul."""
-    from ..kernels.tiny_gemm import TinyCandidate, TinyConfig
-
-    device = bufs.a.device
-    cand = TinyCandidate(TinyConfig.parse(e.impl), name=f"gemmrl:tiny:{e.impl}")
-    cand.prepare(problem, bufs, e.protocol, None)  # the validity predicate first, then the build and the plan
-
-    def call(a, b, out):  # b as mm received it: [K, N], the transpose view of a row-major [N, K] (the family is tn)
-        if (a.data_ptr() | b.data_ptr() | out.data_ptr()) & 15:
-            torch.matmul(a, b, out=out)
-        else:
-            cand(a, None, b.t(), out)
-
-    def error(st: int):
-        raise RuntimeError(f"gemmrl:tiny:{e.impl}: gemmrl_tiny_plan_run returned {st} for {problem.mnk} (a cudaError_t)")
-
-    fnaddr, plan = cand.hot_plan()  # the compiled hot path calls the plan's C entry directly, as for CUTLASS
-    spec = (2, _raw_stream(), device.index, 15, _torch_mm, fnaddr, plan, error, cand)
-    return call, cand, spec
-
-
-class _VendorAdapter:
-    """A prepared CtypesCandidate (or torch) as a candidate for the battery, and its call."""
-
-    def __init__(self, cand, name: str, layout: str):
-        self.cand, self.name, self.layout, self.acc = cand, name, layout, "fp32"
-
-    def prepare(self, problem, bufs, protocol, timer) -> None:
-        pass
-
-    def __call__(self, a, b, bt, c) -> None:
-        self.cand(a, b, bt, c)
-
-    def info(self) -> dict:
-        return self.cand.info()
-
-
-def _make_vendor(e: Entry, problem: GemmProblem, bufs):
-    from ..kernels.vendor import CtypesCandidate, TorchCandidate, VendorError, alignment
-
-    if e.impl == "torch":
-        tc = TorchCandidate()
-        tc.prepare(problem.with_(layout="nn"), bufs, e.protocol, None)
-        return _torch_mm, _VendorAdapter(tc, "torch", problem.layout), ()
-    mode = {"cublas": "cublas", "cublaslt_heuristic": "heuristic", "cublaslt_autotuned": "heuristic"}[e.impl[:-3]]
-    here = e.impl.startswith("cublaslt_autotuned") and vendor_tune() == "here"
-    cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", "autotuned" if here else mode)
-    cand.prepare(problem, bufs, e.protocol, None)
-    note = ""
-    if here:  # the library's pin is not used: what this machine's autotune chose (or its cache held)
-        note = f" [{VENDOR_TUNE_ENV}=here: {cand.info().get('algo', '?')}]"
-    elif mode == "heuristic" and e.algo:
-        lib, ptr = cand._lib, cand._ptr
-        descs = [lib.describe(ptr, i) for i in range(lib.plan_count(ptr))]
-        idx, note = pin_algorithm(e, descs)
-        if idx is not None:
-            lib.check(lib.plan_select(ptr, idx), "vb_plan_select")
-        elif e.impl.startswith("cublaslt_autotuned"):  # this cuBLASLt does not offer it: tune here
-            cand = CtypesCandidate(f"gemmrl:{e.impl}", problem.layout, "fp32", "autotuned")
-            cand.prepare(problem, bufs, e.protocol, None)
-            note = f"{note[:-1]}: {cand.info().get('algo', '?')}]"
-    a, b, bt, c = bufs.args()
-    align = 16 if mode == "cublas" else alignment(a.data_ptr(), (bt if problem.layout == "tn" else b).data_ptr(),
-                                                  c.data_ptr())
-    mask = align - 1
-
-    lib, ptr, stream, dev = cand._lib, cand._ptr, cand._stream, cand._device
-    vb_run = lib.run
-
-    def unaligned(x, w, out):
-        torch.matmul(x, w, out=out)  # the plan was made for this alignment; cuBLAS via torch takes any
-
-    def error(st: int):
-        raise VendorError(f"gemmrl:{e.impl}: {lib.message(st)} (status {st})")
-
-    def call(x, w, out):
-        pa, pb, pc = x.data_ptr(), w.data_ptr(), out.data_ptr()
-        if (pa | pb | pc) & mask:
-            unaligned(x, w, out)
-        elif st := vb_run(ptr, pa, pb, pc, stream(dev)):
-            error(st)
-
-    spec = (2, stream, dev, mask, unaligned, ctypes.cast(vb_run, ctypes.c_void_p).value, ptr, error, cand)
-    adapter = _VendorAdapter(cand, f"gemmrl:{e.impl}", problem.layout)
-    adapter.note = note
-    return call, adapter, spec
-
-
-VENDOR_TUNE_ENV = "GEMMRL_VENDOR_TUNE"
-VENDOR_TUNE_CHOICES = ("pin", "here")
-
-
-def vendor_tune() -> str:
-    """``GEMMRL_VENDOR_TUNE``, checked: ``pin`` (default: a cuBLASLt-autotuned entry runs the algorithm the library
-    measured, where this cuBLASLt offers it) or ``here`` (it is autotuned on this machine when first built)."""
-    v = os.environ.get(VENDOR_TUNE_ENV, "pin").strip().lower() or "pin"
-    if v not in VENDOR_TUNE_CHOICES:
-        raise DispatchError(f"{VENDOR_TUNE_ENV}={v!r}: use 'pin' (the library's algorithm) or 'here' (autotune "
-                            "cuBLASLt-autotuned entries on this machine)")
-    return v
-
-
-def pin_algorithm(e: Entry, descs: list[str]) -> tuple[int | None, str]:
-    """The index of the entry's pinned cuBLASLt algorithm among this cuBLASLt's heuristic results ``descs``
-    (None where it is not offered), and a note for what `served_by` and a bench row's ``algo`` report: whether
-    the pin was honoured. A measure pass compares the served entry with a fresh autotune; where those differ, the
-    note tells a pin that was not found (tuned again here, or the heuristic's first) from a run-to-run change of
-    the autotune's own choice."""
-    if e.algo in descs:
-        i = descs.index(e.algo)
-        return i, f" [pinned: heuristic #{i} of {len(descs)}]"
-    what = "tuned here" if e.impl.startswith("cublaslt_autotuned") else "the heuristic's first"
-    return None, f" [pinned algorithm not among this cuBLASLt's {len(descs)}: {what}]"
-
-
-def maker(family: str) -> Callable:
-    """The builder of a library family's launcher: ``f(entry, problem, bufs) -> (call, candidate, spec)``, the
-    candidate being what the correctness battery runs."""
-    return {"triton": _make_triton, "cutlass": _make_cutlass, "tiny": _make_tiny, "vendor": _make_vendor}[family]
-
-
 # -- ahead of time ---------------------------------------------------------------------------------------
 def _parse_shape(s) -> tuple[int, int, int]:
     if isinstance(s, GemmProblem):
         return s.M, s.N, s.K
     if isinstance(s, str):
-        from ..problem import parse_mnk
-
         p = parse_mnk(s)
         return p.M, p.N, p.K
     try:

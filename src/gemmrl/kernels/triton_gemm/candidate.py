@@ -69,6 +69,14 @@ class TritonGemm:
             launch(stream, (pa, pb, pc))
         return True
 
+    def direct_launches(self) -> tuple:
+        """What the compiled hot path launches per call, one ``(launch, head, tail_args, slots)`` per kernel of the
+        plan (runtime.DirectLaunch); () where there is no direct path (the interpreter, Triton's own launcher)."""
+        if self.launch_path != "direct" or not self._direct:
+            return ()
+        return tuple((d.launch, tuple(d.head), tuple(d.tail_args), tuple(tuple(x) for x in d.slots))
+                     for d in self._direct)
+
     def info(self) -> dict[str, Any]:
         return {"config": str(self.cfg), "algo": str(self.cfg), "variant": self.cfg.variant, "launch": self.launch_path,
                 **({"launch_note": self.launch_note} if self.launch_note else {})}
