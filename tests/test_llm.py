@@ -22,9 +22,9 @@ from gemmrl.kernels.cuda_source import CudaSource, ShapeRange
 from gemmrl.kernels.triton_source import TritonSource, load_candidate
 from gemmrl.problem import GemmProblem
 from gemmrl.search import llm
-from gemmrl.search.reward import (FAIL_REWARD, MIN_OK_REWARD, NO_BASELINE_REWARD, compute_score, dataset_rows,
-                                  make_trl_reward, outcome_from_record, score_many, set_default_executor,
-                                  training_reward)
+from gemmrl.search.reward import (compute_score, dataset_rows, make_trl_reward, outcome_from_record, score_many,
+                                  set_default_executor)
+from gemmrl.search.reward_rule import FAIL_REWARD, MIN_OK_REWARD, NO_BASELINE_REWARD, training_reward
 from gemmrl.search.reward_server import RewardServer, RewardServerError, check_host, serve_reward
 from gemmrl.search.executor import GroupResult, InlineExecutor, RequestTemplate
 from gemmrl.search.proposer import Context, Hardware, Outcome, Proposal

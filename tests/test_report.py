@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from gemmrl.report import data as D
 from gemmrl.report import make as R
 from gemmrl.cli.main import main
 from gemmrl.results import COLUMNS
@@ -52,7 +53,7 @@ def _rows(skip=(), scale=None, **kw):
 
 def test_headline_arithmetic_and_geometric_means(tmp_path):
     f = _write(tmp_path / "r.csv", _rows())
-    tab = R.shape_table(R.load([f])[f])
+    tab = D.shape_table(R.load([f])[f])
     assert R.choose(tab, None) == (["triton"], False)
     # torch: ratios 2.0 and 1.5 -> arithmetic mean - 1 = +75.0%, geometric sqrt(3) - 1 = +73.2%
     hdr, body = R.headline(tab, "triton", False, "amean", R.CUDA_L2_COLS)

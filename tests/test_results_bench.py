@@ -5,7 +5,8 @@ import math
 
 import pytest
 
-from gemmrl.measure.bench import BenchError, BenchSpec, _aggregate_rows, noise_rule_below, run_bench
+from gemmrl.measure.bench import BenchError, BenchSpec, noise_rule_below, run_bench
+from gemmrl.measure.core import aggregate_rows
 from gemmrl.candidate import FnCandidate
 from gemmrl.problem import GemmProblem, parse_mnk
 from gemmrl.results import COLUMNS, REQUIRED, ResultsError, ResultsWriter, read_rows
@@ -197,7 +198,7 @@ def test_aggregates_pick_fastest_verified():
             {"candidate": "cublas_nn", "verified": True, "time_ms": 1.0, "tflops": 2.0},
             {"candidate": "torch", "verified": False, "time_ms": math.inf, "tflops": 0.0},
             {"candidate": "cublaslt_heuristic_tn", "verified": True, "time_ms": 0.5, "tflops": 4.0, "floor_ok": False}]
-    agg = {r["candidate"]: r for r in _aggregate_rows(rows)}
+    agg = {r["candidate"]: r for r in aggregate_rows(rows)}
     assert agg["cublas"]["members"] == "cublas_nn"
     assert agg["vendor_best"]["members"] == "cublas_nn"  # below-floor row never wins
     assert "cublaslt_heuristic" not in agg
@@ -208,12 +209,12 @@ def test_aggregates_only_where_every_member_ran():
     named vendor_best is always the best of all of them (torch does not apply to acc fp16)."""
     rows = [{"candidate": n, "verified": True, "time_ms": t, "tflops": 1.0 / t}
             for n, t in (("cublaslt_autotuned_tn", 2.0), ("cublaslt_autotuned_nn", 1.0))]
-    got = {r["candidate"]: r for r in _aggregate_rows(rows, ("cublaslt_autotuned_tn", "cublaslt_autotuned_nn"))}
+    got = {r["candidate"]: r for r in aggregate_rows(rows, ("cublaslt_autotuned_tn", "cublaslt_autotuned_nn"))}
     assert set(got) == {"cublaslt_autotuned"} and got["cublaslt_autotuned"]["members"] == "cublaslt_autotuned_nn"
-    assert "vendor_best" in {r["candidate"] for r in _aggregate_rows(rows)}  # unrestricted: as before
+    assert "vendor_best" in {r["candidate"] for r in aggregate_rows(rows)}  # unrestricted: as before
     no_torch = tuple(b for b in BASELINES if b != "torch")
-    assert "vendor_best" in {r["candidate"] for r in _aggregate_rows(rows, no_torch, acc="fp16")}
-    assert "vendor_best" not in {r["candidate"] for r in _aggregate_rows(rows, no_torch, acc="fp32")}
+    assert "vendor_best" in {r["candidate"] for r in aggregate_rows(rows, no_torch, acc="fp16")}
+    assert "vendor_best" not in {r["candidate"] for r in aggregate_rows(rows, no_torch, acc="fp32")}
 
 
 def test_bench_times_only_the_baselines_asked_for(tmp_path, monkeypatch):

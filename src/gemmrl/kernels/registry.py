@@ -45,7 +45,9 @@ class Family:
     spec's payload) and raises ValueError naming what is wrong; ``valid(config, problem)`` is the family's validity
     predicate on an H100/H200-class GPU; ``candidate(config, problem, name)`` makes the candidate (nothing is built
     before its ``prepare``); ``build(payload, problem, name)`` makes it built now, ``(candidate or None, build
-    record)``. ``fixed(config)`` is the (layout, dtype) a config is compiled for, None where it serves any.
+    record)``; ``prebuild(payload, arch)`` compiles it ahead into the build cache, where the family compiles with
+    nvcc (a tuner runs it in threads while the GPU works). ``fixed(config)`` is the (layout, dtype) a config is
+    compiled for, None where it serves any.
     ``served``: a library entry may name it; ``selectable``: ``gemmrl select --family`` screens it and ``gemmrl
     bench --<name>-from`` re-measures its selection; ``declared``: its payload declares the shapes it handles."""
 
@@ -55,6 +57,7 @@ class Family:
     valid: Callable[[Any, GemmProblem], tuple[bool, str]] = _always
     fixed: Callable[[Any], tuple[str, str]] | None = None
     builder: Callable[[Any, GemmProblem, str | None], tuple[Any, Record]] | None = None
+    prebuild: Callable[[Any, str], Any] | None = None
     served: bool = False
     selectable: bool = False
     declared: bool = False
@@ -126,6 +129,10 @@ def _cutlass_build(payload, problem: GemmProblem, name: str | None) -> tuple[Any
     return cutlass_sm90.CutlassCandidate(config, knobs, built, name=name or None), built.record()
 
 
+def _cutlass_prebuild(payload, arch: str):
+    return cutlass_sm90.build_config(cutlass_sm90.parse_name(str(payload))[0], arch)
+
+
 def _fixed_config(cfg) -> tuple[str, str]:
     return cfg.layout, cfg.dtype
 
@@ -169,6 +176,11 @@ def _cuda_candidate(payload, problem: GemmProblem, name: str | None):
     return cand
 
 
+def _cuda_prebuild(payload, arch: str):
+    # a CUDA-L2-ABI source is built by its importer in the worker (one shape, its own binding)
+    return cuda_source.build(payload, arch) if payload.abi == "gemmrl" else None
+
+
 def _triton_source_build(payload, problem: GemmProblem, name: str | None) -> tuple[Any, Record]:
     return triton_source.load_candidate(payload)
 
@@ -194,13 +206,13 @@ def _planted_parse(mode: str) -> str:
 FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("triton", triton_configs.parse_config, _triton_candidate, _triton_valid, served=True, selectable=True),
     Family("cutlass", _cutlass_parse, _cutlass_candidate, _cutlass_valid, _cutlass_fixed, _cutlass_build,
-           served=True, selectable=True),
+           _cutlass_prebuild, served=True, selectable=True),
     Family("tiny", tiny_gemm.TinyConfig.parse, _tiny_candidate, tiny_gemm.valid, _fixed_config, served=True,
            selectable=True),
     Family("wgmma", wgmma_gemm.WgmmaConfig.parse, _wgmma_candidate, wgmma_gemm.valid, _fixed_config,
            selectable=True),
     Family("vendor", _vendor_parse, _vendor_candidate, served=True),
-    Family("cuda", _source, _cuda_candidate, builder=_cuda_build, declared=True),
+    Family("cuda", _source, _cuda_candidate, builder=_cuda_build, prebuild=_cuda_prebuild, declared=True),
     Family("triton_source", _source, _triton_source_candidate, builder=_triton_source_build, declared=True),
     Family("planted_triton", _planted_parse, _planted_candidate),
 )}

@@ -1,5 +1,6 @@
 """Evaluate one candidate at one problem: build, check the declaration, verify, check serving safety, and time it
-beside the vendor baselines (same process, same inputs) -- the unit of work a sandbox worker runs.
+beside the vendor baselines (same process, same inputs; measured by core.measure_problem, as in ``gemmrl bench``)
+-- the unit of work a sandbox worker runs.
 
 ``evaluate(EvalRequest)`` returns plain data (an :class:`Evaluation` as a dict): the build record (ptxas report,
 structured compile error), the verdict, the result rows (the results schema, candidate and baselines), the
@@ -24,13 +25,18 @@ Tests: tests/test_evaluate.py (CPU tier, Triton interpreter), tests/test_sandbox
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+from ..candidate import make_buffers
+from ..kernels.cuda_source import graph_safety
+from ..kernels.registry import family as kernel_family
 from ..problem import GemmProblem
-from ..timing import TimingConfig, without_grad
-
-FAMILIES = ("cuda", "cutlass", "triton", "triton_source", "planted_triton")
+from ..results import Meta, collect_meta, git_sha, sm_clock_mhz
+from ..summary import BASELINES
+from ..timing import TimingConfig, floor_ms, l2_bytes, without_grad
+from .core import Verifier, base_row, measure_problem, vendor_baselines
 
 
 @dataclass(frozen=True)
@@ -45,47 +51,14 @@ class CandidateSpec:
     layout: str = "tn"
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"unknown candidate family {self.family!r}; use one of {', '.join(FAMILIES)}")
+        kernel_family(self.family)  # an unknown family is refused here, naming the known ones
 
     def label(self) -> str:
         return self.name or getattr(self.payload, "name", "") or f"{self.family}:{self.payload}"
 
     def make(self, problem: GemmProblem) -> tuple[Any, dict[str, Any]]:
         """(candidate or None, build record). Build failures come back in the record, never raised."""
-        if self.family in ("cuda", "triton_source") and not self.payload.admits(problem):
-            return None, {"ok": False, "error": {"stage": "shape", "message":
-                          f"{problem.mnk} {problem.dtype}/{problem.acc} is outside the declared "
-                          f"{self.payload.dtype}/{self.payload.acc} shapes {self.payload.shapes}"}}
-        if self.family == "cuda":
-            from ..kernels.cuda_source import load_candidate
-
-            return load_candidate(self.payload)
-        if self.family == "cutlass":
-            from ..kernels import cutlass_sm90 as cs
-            from ..kernels.cuda_source import arch_for
-
-            cfg, knobs = cs.parse_name(self.payload)
-            built = cs.build_config(cfg, arch_for())
-            if not built.ok:
-                return None, built.record()
-            return cs.CutlassCandidate(cfg, knobs, built, name=self.name or None), built.record()
-        if self.family == "triton_source":
-            from ..kernels.triton_source import load_candidate as load_triton_source
-
-            return load_triton_source(self.payload)
-        if self.family == "triton":
-            from ..kernels.triton_gemm import TritonGemm
-            from ..kernels.triton_gemm.configs import parse_config
-
-            return TritonGemm(parse_config(self.payload), layout=self.layout, acc=problem.acc,
-                              name=self.name or f"triton:{self.payload}"), {"ok": True}
-        from ..adversarial.planted import planted_candidates
-
-        by = {c.mode: c for c in planted_candidates()}
-        if self.payload not in by:
-            raise ValueError(f"unknown planted Triton mode {self.payload!r}; one of {', '.join(by)}")
-        return replace(by[self.payload]), {"ok": True}
+        return kernel_family(self.family).build(self.payload, problem.with_(layout=self.layout), self.name or None)
 
 
 @dataclass(frozen=True)
@@ -145,8 +118,6 @@ def _classify(text: str) -> str:
 
 def _declared_range(spec: CandidateSpec, req: "GroupRequest", verifier) -> str:
     """'' when a source candidate also passes the battery at the probe shapes of its declaration, else why not."""
-    from ..candidate import make_buffers
-
     p = req.problem
     for m, n, k in spec.payload.shapes.probes(p.M, p.N, p.K):
         q = replace(p, M=m, N=n, K=k)
@@ -212,14 +183,12 @@ def _prepared(spec: CandidateSpec, req: GroupRequest, bufs, verifier) -> tuple[A
         msg = f"prepare failed: {type(e).__name__}: {e}"[:400]
         return None, {**ev, "failure": _classify(msg), "reason": msg}
     ok, why = verifier(cand, problem)
-    if ok and spec.family in ("cuda", "triton_source"):
+    if ok and kernel_family(spec.family).declared:  # a source verified across the shapes it declares
         why = _declared_range(spec, req, verifier)
         ok = not why
     if not ok:
         return None, {**ev, "failure": "oom" if _classify(why) == "oom" else "rejected", "reason": why}
     if req.graph_check and req.device == "cuda":
-        from ..kernels.cuda_source import graph_safety
-
         safe, gwhy = graph_safety(cand, bufs)
         ev["graph_safe"] = safe
         if not safe:
@@ -233,20 +202,13 @@ def evaluate_group(req: GroupRequest) -> dict[str, Any]:
     then the survivors timed together, interleaved with the baselines, per protocol. Returns plain data:
     ``evaluations`` (one record per candidate, in order, without rows), ``rows`` (every result row of the
     measurement: candidates, baselines, aggregates) and ``wall_s`` (the job's wall time on the device)."""
-    import time
-
-    import torch
-
-    from .bench import _Verifier, _base_row, measure_problem
-    from ..candidate import make_buffers
-    from ..results import Meta, collect_meta, git_sha, sm_clock_mhz
-    from ..timing import floor_ms, l2_bytes
+    import torch  # optional dependency, imported on use: CandidateSpec and the requests are used without it
 
     t0 = time.perf_counter()
     problem = req.problem
     cuda = req.device == "cuda"
     bufs = make_buffers(problem, req.device, seed=req.seed)
-    verifier = _Verifier(req.device)
+    verifier = Verifier(req.device)
     live, evs = [], []
     for spec in req.candidates:
         cand, ev = _prepared(spec, req, bufs, verifier)
@@ -260,14 +222,12 @@ def evaluate_group(req: GroupRequest) -> dict[str, Any]:
     if live:
         cands = [c for c, _ in live]
         if req.baselines != ():
-            from ..kernels.vendor import vendor_candidates
-
-            cands += [v for v in vendor_candidates(problem) if req.baselines is None or v.name in req.baselines]
+            cands += vendor_baselines(problem, req.baselines)
         meta = (collect_meta(torch.cuda.current_device()).row() if cuda
                 else Meta("cpu", "", "", "", torch.__version__, "", git_sha()).row())
         l2 = l2_bytes(torch.cuda.current_device()) if cuda else None
         for protocol in req.protocols:
-            base = _base_row(problem, protocol, meta, 0, req.timing)
+            base = base_row(problem, protocol, meta, 0, req.timing)
             base["sm_clock_mhz"] = sm_clock_mhz(torch.cuda.current_device()) if cuda else ""
             floor = floor_ms(problem, meta["gpu"], protocol, l2) if cuda else math.nan
             got = measure_problem(problem, protocol, cands, bufs, req.timing, verifier, floor, base)
@@ -298,8 +258,6 @@ def environment_failures(rows: Sequence[dict]) -> dict[str, str]:
     (their library failed to build or load, a directory they needed was not writable ...): {name: reason}. A
     ``VendorError`` at prepare (a path that does not take this problem, e.g. torch with acc fp16) is not one. A
     reward measured without such a baseline is not against vendor_best, so the tuning loop stops on any."""
-    from ..summary import BASELINES
-
     out: dict[str, str] = {}
     for r in rows:
         why = str(r.get("reason") or "")

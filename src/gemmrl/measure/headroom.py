@@ -27,7 +27,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
+from ..candidate import make_buffers
+from ..kernels.touch import TouchCandidate
+from ..kernels.vendor import vendor_candidates
 from ..problem import GemmProblem
+from ..results import now, sm_clock_mhz
+from ..timing import below_floor, floor_ms, l2_bytes, make_timer, max_sm_mhz, measure
 
 # dense fp16/bf16 tensor-core FLOPs per SM per clock (2 x FMAs): A100 1024 FMA, H100 2048 FMA (989.4 TFLOPS =
 # 132 SMs x 4096 x 1830 MHz). Other architectures: no compute bound (the headroom then rests on the probe alone).
@@ -188,7 +193,7 @@ CLASSES = {
 def _check_vendor(cand, bufs, ref) -> str:
     """'' when ``cand`` wrote the product into C (relative Frobenius error under CHECK_RTOL against ``ref``, the
     fp32 product)."""
-    import torch
+    import torch  # optional dependency, imported on use: the bounds and class table of finished runs do without it
 
     a, b, bt, c = bufs.args()
     c.fill_(float("nan"))
@@ -203,13 +208,7 @@ def _check_vendor(cand, bufs, ref) -> str:
 def measure_shape(problem: GemmProblem, protocols: Sequence[str], vendor: Sequence[str], touch: Sequence,
                   cfg, base: Mapping[str, object], device: int = 0) -> dict[str, list[dict]]:
     """Rows per protocol: the vendor paths named in ``vendor`` and the probe configs ``touch``, timed together."""
-    import torch
-
-    from ..candidate import make_buffers
-    from ..kernels.touch import TouchCandidate
-    from ..kernels.vendor import vendor_candidates
-    from ..results import now, sm_clock_mhz
-    from ..timing import below_floor, floor_ms, l2_bytes, make_timer, max_sm_mhz, measure
+    import torch  # optional dependency, imported on use: the bounds and class table of finished runs do without it
 
     bufs = make_buffers(problem, "cuda", seed=cfg.seed)
     known = {c.name: c for c in vendor_candidates(problem)}

@@ -26,6 +26,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from .. import results  # results.read_rows looked up at call time: tests replace it
+from ..candidate import make_buffers
+from ..kernels import cutlass_sm90 as cs
+from ..kernels.tiny_gemm import TinyCandidate, TinyConfig
+from ..kernels.triton_gemm import TritonGemm, parse_config
+from ..kernels.vendor import vendor_candidates
+from ..problem import parse_mnk
+from ..search.selection import selected_for
+from ..summary import usable
+from ..timing import make_timer
+
 # Checked on the H100 with ncu 2025.3: ``--page raw`` has one column per metric asked for (four: .avg/.max/.min/.sum
 # of a ratio) plus every ``launch__*`` attribute; a name ncu does not know is dropped without an error, so a
 # missing column reads nan. gh100 has no ``sm__pipe_tensor_op_gmma_cycles_active``: the hmma pipe's cycles also
@@ -69,9 +80,6 @@ class Loss:
 
 def worst_shapes(rows: Iterable[Mapping[str, str]], protocol: str, n: int = 10) -> list[Loss]:
     """The ``n`` shapes where the config selected in ``protocol`` is slowest against vendor_best."""
-    from ..search.selection import selected_for
-    from ..summary import usable
-
     rows = list(rows)
     vendor = {r["mnk"]: r for r in rows if r["protocol"] == protocol and usable(r) and r["candidate"] == "vendor_best"}
     out = []
@@ -90,31 +98,19 @@ def worst_shapes(rows: Iterable[Mapping[str, str]], protocol: str, n: int = 10) 
 # -- the profiled child ----------------------------------------------------------------------------------------
 def run_child(mnk: str, which: str, config: str, layout: str, vendor: str, protocol: str) -> None:
     """Build the candidate, warm it up, then run it once between profiler start and stop."""
-    import torch
-
-    from ..candidate import make_buffers
-    from ..problem import parse_mnk
-    from ..timing import make_timer
+    import torch  # optional dependency, imported on use: picking the shapes and reading ncu's output do without it
 
     problem = parse_mnk(mnk)
     bufs = make_buffers(problem, "cuda")
     if which == "triton":
-        from ..kernels.triton_gemm import TritonGemm, parse_config
-
         cand = TritonGemm(parse_config(config), layout=layout, acc=problem.acc)
     elif which == "cutlass":  # config "<config>:<knobs>" (kernels/cutlass_sm90.py names)
-        from ..kernels import cutlass_sm90 as cs
-
         cfg, knobs = cs.parse_name(config)
         problem = problem.with_(layout=cfg.layout)
         cand = cs.CutlassCandidate(cfg, knobs)
     elif which == "tiny":  # config "<BMxBN_s<split>_st<stages>_<dtype>>" (kernels/tiny_gemm.py names)
-        from ..kernels.tiny_gemm import TinyCandidate, TinyConfig
-
         cand = TinyCandidate(TinyConfig.parse(config))
     else:
-        from ..kernels.vendor import vendor_candidates
-
         by = {c.name: c for c in vendor_candidates(problem)}
         if vendor not in by:
             raise NcuError(f"no vendor path {vendor!r}; have {', '.join(by)}")
@@ -246,13 +242,11 @@ def _write(recs: list[dict], out: Path) -> None:
 
 
 def losses(paths: list[str], protocol: str, n: int, out: Path) -> Path:
-    from ..results import read_rows
-
     ncu = shutil.which("ncu")
     if ncu is None:
         raise NcuError("ncu (Nsight Compute) is not on PATH; run this on the GPU machine, or add "
                        "/opt/nvidia/nsight-compute/<version> to PATH")
-    worst = worst_shapes(read_rows(paths), protocol, n)
+    worst = worst_shapes(results.read_rows(paths), protocol, n)
     if not worst:
         raise NcuError(f"no shape has both a selected triton-sel row and vendor_best in {protocol}; give the CSV of "
                        f"a gemmrl bench --triton-from run")
@@ -286,8 +280,6 @@ def main(argv: list[str] | None = None) -> int:
     lo.add_argument("--n", type=int, default=10)
     lo.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    from ..results import ResultsError
-
     try:
         if args.cmd == "run":
             run_child(args.mnk, args.which, args.config, args.layout or "tn", args.vendor, args.protocol or "cold")
@@ -299,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             raise NcuError(f"--out {args.out}: give a .csv path (the markdown goes next to it)")
         losses(args.results, args.protocol, args.n, Path(args.out))
         return 0
-    except (NcuError, ResultsError) as e:
+    except (NcuError, results.ResultsError) as e:
         print(f"gemmrl.measure.ncu: error: {e}", file=sys.stderr)
         return 2
 

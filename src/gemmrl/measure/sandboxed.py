@@ -15,9 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .bench import _progress, require_cuda
 from .evaluate import CandidateSpec, EvalRequest, outcome
-from ..kernels.cuda_source import CudaSource
+from ..kernels.cuda_source import CudaSource, build_many
+from ..kernels.vendor import build_library
+from ..paths import cache_dir
 from ..problem import GemmProblem
+from ..results import ResultsWriter, collect_meta, now
+from ..sandbox import Job, SandboxPool
 from ..timing import TimingConfig
 
 
@@ -33,8 +38,6 @@ class SandboxBenchSpec:
 
 
 def _failure_rows(problem: GemmProblem, src: CudaSource, protocols: Sequence[str], why: str, meta: dict) -> list[dict]:
-    from ..results import now
-
     return [{"mnk": problem.mnk, "M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
              "acc": problem.acc, "layout": src.layout, "candidate": src.name, "protocol": p, "verified": False,
              "reason": why[:400], "time_ms": math.inf, "timestamp": now(), "rep": 0, "info": "sandbox", **meta}
@@ -42,12 +45,6 @@ def _failure_rows(problem: GemmProblem, src: CudaSource, protocols: Sequence[str
 
 
 def run_sandboxed(spec: SandboxBenchSpec, progress: bool = True) -> Path:
-    from .bench import _progress, require_cuda
-    from ..kernels.cuda_source import build_many
-    from ..kernels.vendor import build_library
-    from ..results import ResultsWriter, collect_meta
-    from ..sandbox import Job, SandboxPool
-
     require_cuda((spec.gpus or (0,))[0])
     meta = collect_meta((spec.gpus or (0,))[0]).row()
     writer = ResultsWriter(spec.out)
@@ -67,8 +64,6 @@ def run_sandboxed(spec: SandboxBenchSpec, progress: bool = True) -> Path:
                             EvalRequest(p, CandidateSpec("cuda", s), protocols=spec.protocols, timing=spec.timing),
                             timeout_s=spec.timeout_s))
     bar = _progress(len(jobs), "sandbox") if progress else None
-    from ..paths import cache_dir
-
     # a cuda_l2-ABI source is a torch extension built in the worker: its build dirs must be writable there
     writable = (cache_dir("build", "import"), cache_dir("build", "cuda_l2_src")) \
         if any(s.abi == "cuda_l2" for s in spec.sources) else ()

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..results import ResultsError, open_text, read_rows
-from ..summary import AGGREGATES, BASELINES, REFERENCE_COLUMNS, Stats, speed, table
+from ..summary import AGGREGATES, BASELINES, REFERENCE_COLUMNS, Stats, speed
+from . import plots as rp
+from .data import PROTO_ORDER, protocols, ratios, shape_table
+from .plots import md_to_html
 
-PROTO_ORDER = ("graph", "cold", "offline", "server")
 CUDA_L2_COLS = ("torch", "cublas", "cublaslt_heuristic", "cublaslt_autotuned")
 # CUDA-L2's column names -> ours (its "-max" = the faster layout = our aggregate).
 CLAIM_NAMES = {"torch.matmul": "torch", "cuBLAS-max": "cublas", "cuBLASLt-heuristic-max": "cublaslt_heuristic",
@@ -86,34 +88,6 @@ def identity(rows: Sequence[Mapping[str, str]]) -> tuple[str, str, str]:
 
 
 # ---------------------------------------------------------------------------------------- numbers
-
-def shape_table(rows) -> dict[tuple, dict[str, Mapping[str, str]]]:
-    """summary.table, with an aggregate (cublas, ..., vendor_best) filled in from its members where
-    the file has no aggregate row and every member was measured (the faster one, by speed)."""
-    tab = table(rows)
-    for by in tab.values():
-        for agg, members in AGGREGATES.items():
-            if agg not in by and all(m in by for m in members):
-                by[agg] = max((by[m] for m in members), key=speed)
-    return tab
-
-
-def protocols(tab) -> list[str]:
-    ps = {k[0] for k in tab}
-    return sorted(ps, key=lambda p: (PROTO_ORDER.index(p) if p in PROTO_ORDER else 9, p))
-
-
-def ratios(tab, proto: str, num: str, den: str) -> dict[str, float]:
-    """{mnk: speed(num)/speed(den)} in one protocol where both were measured (dtype/acc kept in the
-    key when a file mixes them)."""
-    keys = {(k[1], k[2]) for k in tab if k[0] == proto}
-    out = {}
-    for k, by in tab.items():
-        if k[0] == proto and num in by and den in by:
-            name = k[3] if len(keys) == 1 else f"{k[3]} {k[1]}/{k[2]}"
-            out[name] = speed(by[num]) / speed(by[den])
-    return out
-
 
 def choose(tab, candidate: str | None) -> tuple[list[str], bool]:
     """(names reported as ours, fallback?) -- fallback: vendor-only rows, paths vs vendor_best."""
@@ -239,8 +213,6 @@ def make_report(results: Sequence[str | Path], out: str | Path, candidate: str |
                 plots: bool = True) -> Report:
     """Write report.md, report.html and PNGs under ``out`` from result rows; nothing is written if
     any input is malformed."""
-    from . import plots as rp
-
     files = load(list(results) + [f for f in (compare_files or []) if Path(f) not in map(Path, results)])
     if not files:
         raise ReportError("no results files given")
@@ -387,8 +359,6 @@ def make_report(results: Sequence[str | Path], out: str | Path, candidate: str |
 
 
 def _html(parts: list[tuple[str, str]]) -> str:
-    from .plots import md_to_html
-
     body = []
     for kind, payload in parts:
         if kind == "md":

@@ -1,5 +1,5 @@
 """Plots (matplotlib, Agg, PNG at dpi 100) and a small markdown-to-HTML step for `gemmrl report`.
-matplotlib is imported inside the functions only."""
+matplotlib is an optional dependency, imported inside the functions only."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+from .data import ratios
 
 DPI = 100
 
@@ -17,10 +18,10 @@ def slug(name: str) -> str:
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # optional dependency: only the plots need it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional dependency: only the plots need it
 
     return plt
 
@@ -32,7 +33,7 @@ def _mnk(name: str) -> tuple[int, int, int]:
 
 def _plain(axis) -> None:
     """Plain numbers (0.9, 1.2) on a log-scaled ratio axis instead of 9x10^-1."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # optional dependency: only the plots need it
 
     f = FuncFormatter(lambda v, _: f"{v:.3g}")
     axis.set_major_formatter(f)
@@ -46,15 +47,9 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _ratios(tab, p, num, den):
-    from .make import ratios
-
-    return ratios(tab, p, num, den)
-
-
 def distribution(tab, prs, protos, path: Path, label: str) -> Path | None:
     """Box plot of per-shape speedups, one box per baseline, one panel per protocol (log scale)."""
-    data = [(p, [(f"{n}/{d}" if label == "vendor paths" else d, list(_ratios(tab, p, n, d).values())) for n, d in prs])
+    data = [(p, [(f"{n}/{d}" if label == "vendor paths" else d, list(ratios(tab, p, n, d).values())) for n, d in prs])
             for p in protos]
     data = [(p, [(l, xs) for l, xs in ds if xs]) for p, ds in data]
     data = [(p, ds) for p, ds in data if ds]
@@ -78,7 +73,7 @@ def heatmaps(vals: dict[str, float], path: Path, title: str) -> Path | None:
     """One panel per K: speedup over (M, N), log colour scale centred on 1."""
     if not vals:
         return None
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import LogNorm  # optional dependency: only the plots need it
 
     plt = _plt()
     pts = {_mnk(k): v for k, v in vals.items()}
@@ -109,7 +104,7 @@ def heatmaps(vals: dict[str, float], path: Path, title: str) -> Path | None:
     fig.supylabel("M", fontsize=9)
     fig.suptitle(title + " (blue > 1 faster, red < 1)", fontsize=10)
     fig.tight_layout()
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator  # optional dependency: only the plots need it
 
     cb = fig.colorbar(im, ax=axs.ravel().tolist(), shrink=0.8)
     cb.ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
@@ -126,7 +121,7 @@ def vs_flops(tab, prs, protos, path: Path, label: str) -> Path | None:
     for p in protos:
         ser = []
         for n, d in prs:
-            rs = _ratios(tab, p, n, d)
+            rs = ratios(tab, p, n, d)
             if rs:
                 xs = [2 * math.prod(_mnk(k)) for k in rs]
                 ser.append((f"{n}/{d}" if label == "vendor paths" else f"vs {d}", xs, list(rs.values())))

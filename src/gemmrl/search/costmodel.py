@@ -43,7 +43,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from ..kernels.triton_gemm.configs import H100, Arch, Config, acc_regs, aligned_operands, smem_bytes
+from ..kernels.cutlass_sm90 import parse_name
+from ..kernels.triton_gemm.configs import (H100, Arch, Config, PersistentConfig, SplitKConfig, acc_regs,
+                                           aligned_operands, parse_config, smem_bytes)
 from ..problem import GemmProblem
 from .space import VARIANTS, enumerate_space
 
@@ -346,8 +348,6 @@ def estimate_cutlass(cfg, knobs, problem: GemmProblem, arch: Arch = H100, warm_l
     """A CUTLASS SM90 config (``kernels.cutlass_sm90``) under the same model: a TMA warp-specialized kernel of its
     tile, as deep a pipeline as shared memory allows (capped at the Triton family's 4 stages), persistent over the
     tiles; with the stream-K scheduler's split-K decomposition, ``splits`` programs per tile reduced in place."""
-    from ..kernels.triton_gemm.configs import PersistentConfig, SplitKConfig
-
     if cfg.swap:  # C^T = B^T A^T: the kernel's tile runs BM along N
         problem = problem.with_(M=problem.N, N=problem.M)
     stages = max(2, min(4, cfg.stages))
@@ -369,18 +369,22 @@ def estimate_cutlass(cfg, knobs, problem: GemmProblem, arch: Arch = H100, warm_l
     return replace(e, seconds=e.seconds + extra)
 
 
+def _estimate_triton(payload: str, problem: GemmProblem, arch: Arch, warm_l2: bool, params: CostParams) -> float:
+    return estimate(parse_config(payload), problem, arch, warm_l2, params).seconds
+
+
+def _estimate_cutlass(payload: str, problem: GemmProblem, arch: Arch, warm_l2: bool, params: CostParams) -> float:
+    cfg, knobs = parse_name(payload)
+    return estimate_cutlass(cfg, knobs, problem, arch, warm_l2, params).seconds
+
+
+ESTIMATES = {"triton": _estimate_triton, "cutlass": _estimate_cutlass}  # the families the model predicts
+
+
 def estimate_spec(spec, problem: GemmProblem, arch: Arch = H100, warm_l2: bool = False,
                   params: CostParams = DEFAULT) -> float:
     """Predicted seconds of a ``evaluate.CandidateSpec`` of the ``triton`` (config string) or ``cutlass``
     (``"<config>:<knobs>"``) family at ``problem`` (in the spec's layout). ValueError for anything else."""
-    from ..kernels.triton_gemm.configs import parse_config
-
-    pl = problem.with_(layout=spec.layout)
-    if spec.family == "triton":
-        return estimate(parse_config(str(spec.payload)), pl, arch, warm_l2, params).seconds
-    if spec.family == "cutlass":
-        from ..kernels.cutlass_sm90 import parse_name
-
-        cfg, knobs = parse_name(str(spec.payload))
-        return estimate_cutlass(cfg, knobs, pl, arch, warm_l2, params).seconds
-    raise ValueError(f"the cost model estimates Triton and CUTLASS configs, not {spec.family!r} candidates")
+    if spec.family not in ESTIMATES:
+        raise ValueError(f"the cost model estimates Triton and CUTLASS configs, not {spec.family!r} candidates")
+    return ESTIMATES[spec.family](str(spec.payload), problem.with_(layout=spec.layout), arch, warm_l2, params)

@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import random
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
-from ..measure.evaluate import CandidateSpec, GroupRequest
+from ..kernels import cutlass_sm90
+from ..kernels.cuda_source import arch_for
+from ..kernels.registry import family
+from ..kernels.vendor import prebuild_for
+from ..measure.evaluate import CandidateSpec, GroupRequest, evaluate_group
 from ..problem import GemmProblem
+from ..sandbox import Job, SandboxPool
+from .costmodel import ESTIMATES, estimate, estimate_cutlass, estimate_spec, prune
 
 
 @dataclass(frozen=True)
@@ -77,8 +84,6 @@ class InlineExecutor:
         self.template = template
 
     def submit(self, problem: GemmProblem, specs: Sequence[CandidateSpec]) -> "Future[GroupResult]":
-        from ..measure.evaluate import evaluate_group
-
         fut: Future = Future()
         try:
             got = evaluate_group(self.template.request(problem, specs))
@@ -97,8 +102,6 @@ class SandboxExecutor:
 
     def __init__(self, pool: Any = None, template: RequestTemplate = RequestTemplate(), timeout_s: float = 600.0,
                  **pool_kw: Any):
-        from ..sandbox import SandboxPool
-
         self.pool = pool if pool is not None else SandboxPool(**pool_kw)
         self.template = template
         self.timeout_s = timeout_s
@@ -106,8 +109,6 @@ class SandboxExecutor:
         self._ids = itertools.count()
 
     def _job(self, problem: GemmProblem, specs: Sequence[CandidateSpec]):
-        from ..sandbox import Job
-
         return Job(f"group-{next(self._ids)}-{problem.mnk}", "gemmrl.measure.evaluate:evaluate_group_job",
                    self.template.request(problem, specs), self.timeout_s)
 
@@ -177,21 +178,14 @@ class ModelExecutor:
     _vendor: dict = field(default_factory=dict)
 
     def model_time(self, problem: GemmProblem, spec: CandidateSpec) -> float:
-        from .costmodel import estimate_spec
-
         t = estimate_spec(spec, problem)
         h = random.Random(f"{self.seed}|{problem.mnk}|{problem.dtype}|{spec.family}|{spec.layout}|{spec.payload}")
         return t * math.exp(h.gauss(0.0, self.world_sigma))
 
     def vendor_time(self, problem: GemmProblem) -> float:
-        from .costmodel import estimate, prune
-
         key = (problem.M, problem.N, problem.K, problem.dtype, problem.acc)
         if key not in self._vendor:
-            from ..kernels import cutlass_sm90 as cs
-            from .costmodel import estimate_cutlass
-
-            pl = problem.with_(layout="tn")
+            pl, cs = problem.with_(layout="tn"), cutlass_sm90
             ts = [estimate(prune(pl, 1)[0], pl).seconds]
             ts += [estimate_cutlass(c, k, pl).seconds for c, k in cs.screen_entries(pl, cs.family("tn", problem.dtype))]
             self._vendor[key] = min(ts)
@@ -203,10 +197,10 @@ class ModelExecutor:
         tv = self.vendor_time(problem)
         for s in specs:
             self.calls += 1
-            if s.family not in ("triton", "cutlass"):
+            if s.family not in ESTIMATES:
                 evs.append(failed_record(problem, s, "error", f"the model executor times configs only, not {s.family}"))
                 continue
-            if s.family == "triton" and not _valid_triton(s.payload, problem):
+            if not _valid(s, problem):
                 evs.append(failed_record(problem, s, "build", "invalid config for this problem"))
                 continue
             try:
@@ -226,11 +220,11 @@ class ModelExecutor:
         pass
 
 
-def _valid_triton(text: str, problem: GemmProblem) -> bool:
-    from ..kernels.triton_gemm.configs import H100, parse_config, valid
-
+def _valid(spec: CandidateSpec, problem: GemmProblem) -> bool:
+    """The family's validity predicate (on an H100-class GPU) at the spec's layout; False for an unreadable config."""
+    fam = family(spec.family)
     try:
-        return bool(valid(parse_config(text), problem, H100)[0])
+        return bool(fam.valid(fam.parse(str(spec.payload)), problem.with_(layout=spec.layout))[0])
     except ValueError:
         return False
 
@@ -241,9 +235,6 @@ class PrebuildExecutor:
     cache, and compile time never counts as device time. Triton kernels compile in the worker (seconds)."""
 
     def __init__(self, inner: Any, jobs: int | None = None):
-        import os
-        from concurrent.futures import ThreadPoolExecutor
-
         self.inner = inner
         self.slots = inner.slots
         self.template = getattr(inner, "template", None)
@@ -258,27 +249,14 @@ class PrebuildExecutor:
             return
         self._vendor_done = True
         if self.template is not None and getattr(self.template, "device", "cuda") == "cuda":
-            from ..kernels.vendor import prebuild_for
-
             self.vendor_note = prebuild_for(getattr(self.template, "baselines", None))
 
     def prebuild(self, specs: Sequence[CandidateSpec]) -> None:
-        from ..kernels.cuda_source import arch_for
-
-        if not any(s.family in ("cutlass", "cuda") for s in specs):
+        todo = [(family(s.family).prebuild, s.payload) for s in specs if family(s.family).prebuild is not None]
+        if not todo:
             return   # nothing to compile here (and no GPU needed to name the arch)
         arch = arch_for()
-        futs = []
-        for s in specs:
-            if s.family == "cutlass":
-                from ..kernels import cutlass_sm90 as cs
-
-                cfg, _ = cs.parse_name(str(s.payload))
-                futs.append(self._pool.submit(cs.build_config, cfg, arch))
-            elif s.family == "cuda" and getattr(s.payload, "abi", "") == "gemmrl":
-                from ..kernels.cuda_source import build
-
-                futs.append(self._pool.submit(build, s.payload, arch))
+        futs = [self._pool.submit(build, payload, arch) for build, payload in todo]
         for f in futs:
             try:
                 f.result()

@@ -16,15 +16,15 @@ vLLM, SGLang, llama.cpp, OpenAI and friends (:class:`LLMConfig`: ``GEMMRL_LLM_BA
 
 Trajectories: every (prompt, completion, reward, verdict) is appended to a JSONL file in the conversational
 prompt/completion format of TRL's GRPOTrainer: ``{"prompt": [messages], "completion": [{"role": "assistant",
-"content": ...}], "reward", "verdict", "reason", "mnk", ...}``; ``reward`` is ``reward.training_reward``.
+"content": ...}], "reward", "verdict", "reason", "mnk", ...}``; ``reward`` is ``reward_rule.training_reward``.
 
 Tests: ``pytest tests/test_llm.py`` (a local scripted OpenAI-compatible server; Triton interpreter on CPU).
-Nothing runs at import time: ``openai`` is imported inside the proposer's methods, and so is ``reward.py``
-(which imports this module).
+Nothing runs at import time: ``openai`` (an optional dependency) is imported inside the proposer's methods.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -37,9 +37,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..kernels.cuda_source import CudaSource, CudaSourceError, ShapeRange
+from ..kernels.triton_gemm.configs import H100, parse_config, valid
+from ..kernels.triton_source import TritonSource, TritonSourceError
 from ..measure.evaluate import CandidateSpec
+from ..paths import cache_dir
 from ..problem import GemmProblem
 from .proposer import Context, Outcome, Proposal
+from .reward_rule import FAIL_REWARD, training_reward
 
 MAX_CODE_CHARS = 3000  # per kernel shown in a prompt
 ANSWER_LANGS = {"json": "json", "python": "python", "py": "python", "cuda": "cuda", "cu": "cuda", "cpp": "cuda",
@@ -151,13 +156,14 @@ def kernel_text(spec: CandidateSpec) -> str:
     """How a candidate is shown to the model: a Triton config in its JSON answer form, source in a fenced block
     with its declaration line."""
     p = spec.payload
-    if spec.family == "triton":
-        return "```json\n" + json.dumps({"family": "triton", "config": str(p), "layout": spec.layout}) + "\n```"
+    lang = LANGUAGES.get(spec.family)
+    if lang == "json":
+        return "```json\n" + json.dumps({"family": spec.family, "config": str(p), "layout": spec.layout}) + "\n```"
     code = getattr(p, "code", None)
     if code is None:
         return f"{spec.family}: {_clip(p, 400)}"
-    lang, head = (("cuda", f"// gemmrl: entry={p.entry} layout={p.layout} shapes={p.shapes}") if spec.family == "cuda"
-                  else ("python", f"# gemmrl: layout={p.layout} shapes={p.shapes}"))
+    head = (f"// gemmrl: entry={p.entry} layout={p.layout} shapes={p.shapes}" if lang == "cuda"
+            else f"# gemmrl: layout={p.layout} shapes={p.shapes}")
     if not any(_DECL.match(line) for line in code.splitlines()):  # keep line numbers when it has its own
         code = f"{head}\n{code}"
     return f"```{lang}\n{_clip(code.rstrip())}\n```"
@@ -172,7 +178,8 @@ def _speedups(o: Outcome) -> str:
 def _failure_text(o: Outcome, code: bool) -> str:
     err = (o.build or {}).get("error") or {}
     spec = o.proposal.spec
-    lines = [f"- {o.verdict}: " + (kernel_text(spec) if code or spec.family == "triton" else spec.label())]
+    short = LANGUAGES.get(spec.family) == "json"  # a config is shown whole: it is one line
+    lines = [f"- {o.verdict}: " + (kernel_text(spec) if code or short else spec.label())]
     if err:
         where = f"{err.get('file') or '?'}:{err['line']}: " if err.get("line") else ""
         lines.append(f"  {err.get('stage', 'build')} error at {where}{err.get('message', '')}")
@@ -266,8 +273,6 @@ def _declaration(code: str, comment: str) -> dict[str, str]:
 
 
 def _shapes(decl: Mapping[str, str], problem: GemmProblem):
-    from ..kernels.cuda_source import CudaSourceError, ShapeRange
-
     if "shapes" not in decl:
         raise ExtractError("the declaration has no shapes=...: declare the shapes the kernel handles, e.g. "
                            "shapes=M=1..4096,N%8,K%8 or shapes=any")
@@ -289,8 +294,6 @@ def _layout(v: str, problem: GemmProblem) -> str:
 
 
 def _triton_config(body: str, problem: GemmProblem) -> CandidateSpec:
-    from ..kernels.triton_gemm.configs import H100, parse_config, valid
-
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as e:
@@ -317,8 +320,6 @@ def _triton_config(body: str, problem: GemmProblem) -> CandidateSpec:
 
 
 def _triton_source(body: str, problem: GemmProblem) -> CandidateSpec:
-    from ..kernels.triton_source import TritonSource, TritonSourceError
-
     decl = _declaration(body, "#")
     try:
         src = TritonSource(body, entry=decl.get("entry", "gemm"), layout=_layout(decl.get("layout", ""), problem),
@@ -329,10 +330,6 @@ def _triton_source(body: str, problem: GemmProblem) -> CandidateSpec:
 
 
 def _cuda_source(body: str, problem: GemmProblem) -> CandidateSpec:
-    import hashlib
-
-    from ..kernels.cuda_source import CudaSource, CudaSourceError
-
     decl = _declaration(body, "//")
     if "entry" not in decl:
         raise ExtractError('the declaration has no entry=<name>: name the extern "C" function, e.g. '
@@ -363,7 +360,12 @@ def extract(completion: str, problem: GemmProblem) -> CandidateSpec:
         else:
             raise ExtractError(f"no fenced ```json, ```python or ```cuda block found; write {FORMATS}")
     kind, body = blocks[-1]
-    return {"json": _triton_config, "python": _triton_source, "cuda": _cuda_source}[kind](body, problem)
+    return READERS[kind](body, problem)
+
+
+# the answer forms: a fenced block's language -> the reader of its body, and each family's language when shown
+READERS = {"json": _triton_config, "python": _triton_source, "cuda": _cuda_source}
+LANGUAGES = {"triton": "json", "triton_source": "python", "cuda": "cuda"}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -381,8 +383,6 @@ class Rejected:
 
 
 def default_log_path() -> Path:
-    from ..paths import cache_dir
-
     return cache_dir("llm") / "trajectories.jsonl"
 
 
@@ -414,7 +414,7 @@ class LLMProposer:
     def client(self) -> Any:
         if self._client is None:
             try:
-                import openai
+                import openai  # optional dependency (gemmrl[llm])
             except ImportError:
                 raise LLMConfigError("the LLM proposer needs the openai client: pip install 'gemmrl[llm]'") from None
             self._client = openai.OpenAI(base_url=self.config.base_url, api_key=self.config.api_key,
@@ -424,7 +424,7 @@ class LLMProposer:
     def complete(self, messages: list[dict], n: int = 1, seed: int | None = None) -> list[str]:
         """``n`` completions of ``messages`` (one request). An endpoint that refuses the request (bad URL, model
         or key) raises :class:`LLMConfigError`; other API errors propagate."""
-        import openai
+        import openai  # optional dependency (gemmrl[llm])
 
         kw: dict[str, Any] = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature,
                               "max_tokens": self.config.max_tokens}
@@ -445,7 +445,7 @@ class LLMProposer:
     def propose(self, ctx: Context, k: int, rng: Any) -> list[Proposal]:
         """Up to ``k`` proposals, one completion each (``config.n`` per request); transient endpoint errors
         (timeouts, 5xx, rate limits after the client's retries) end the round early with a warning."""
-        import openai
+        import openai  # optional dependency (gemmrl[llm])
 
         messages = build_prompt(ctx, self._notes.get(ctx.problem, ()))
         tried = ctx.tried()
@@ -481,8 +481,6 @@ class LLMProposer:
 
     def update(self, ctx: Context, outcomes: Sequence[Outcome]) -> None:
         """Log each outcome of this proposer's proposals as one JSONL line (others are ignored)."""
-        from .reward import training_reward  # here, not at the top: reward.py imports this module
-
         for o in outcomes:
             with self._lock:
                 got = self._asked.pop(o.proposal.info, None)
@@ -493,8 +491,6 @@ class LLMProposer:
                      speedup=o.speedup, measured_reward=o.reward, candidate=o.proposal.spec.label())
 
     def _reject(self, problem: GemmProblem, messages: list[dict], text: str, reason: str, verdict: str) -> None:
-        from .reward import FAIL_REWARD
-
         with self._lock:
             self.rejected.append(Rejected(problem, tuple(messages), text, reason, verdict))
             notes = self._notes.setdefault(problem, [])
@@ -505,8 +501,6 @@ class LLMProposer:
     def log(self, problem: GemmProblem, messages: list[dict], completion: str, reward: float, verdict: str,
             reason: str, **extra: Any) -> None:
         """Append one line: TRL's conversational prompt/completion format plus the verdict and the problem."""
-        from .reward import FAIL_REWARD
-
         rec = {"prompt": list(messages), "completion": [{"role": "assistant", "content": completion}],
                "reward": float(reward) if math.isfinite(reward) else FAIL_REWARD, "verdict": verdict,
                "reason": reason[:2000], "mnk": problem.mnk, "dtype": problem.dtype, "acc": problem.acc,

@@ -21,6 +21,7 @@ numbers; the library's figures come from ``gemmrl bench --library`` in a separat
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import random
@@ -31,6 +32,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..kernels.cuda_source import CudaSource, ShapeRange
+from ..kernels.registry import family
+from ..kernels.triton_source import TritonSource
+from ..library import build_entries
 from ..measure.evaluate import CandidateSpec, environment_failures
 from ..problem import GemmProblem
 from .proposer import Context, Hardware, Outcome, Proposal, Proposer
@@ -85,17 +90,15 @@ def payload_text(spec: CandidateSpec) -> str:
     return str(p)
 
 
-def payload_from(family: str, text: str) -> Any:
-    if family not in ("cuda", "triton_source"):
+def payload_from(name: str, text: str) -> Any:
+    """A stored payload back: a config string as it is, a source (a family that declares its shapes) from its
+    JSON (``payload_text``), of the type it was stored as."""
+    if not family(name).declared:
         return text
-    from ..kernels.cuda_source import CudaSource, ShapeRange
-
     d = json.loads(text)
     kind = d.pop("type", "")
     d["shapes"] = ShapeRange.parse(d["shapes"]) if d.get("shapes") not in (None, "", "*") else ShapeRange()
-    if kind == "TritonSource" or family == "triton_source":
-        from ..kernels.triton_source import TritonSource
-
+    if kind == "TritonSource" or name == "triton_source":
         return TritonSource(**d)
     for k in ("flags", "includes"):
         if k in d:
@@ -306,7 +309,7 @@ class Tuner:
         if not self.progress:
             return None
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional: progress bars where installed
         except ImportError:
             return None
         return tqdm(total=total, desc="tune", unit="group", dynamic_ncols=True)
@@ -324,8 +327,6 @@ def _denan(v: Any) -> Any:
 
 def winners(store: Any, gpu: str | None = None) -> list:
     """Library entries from every verified row the trials store holds for ``gpu`` (selection-run numbers)."""
-    from ..library import build_entries
-
     return build_entries(store.rows(gpu=gpu))
 
 
@@ -350,8 +351,6 @@ def run_rows(store: Any, gpu: str, run: str) -> list[dict]:
 
 
 def write_summary(rows: list[dict], path: Path) -> Path:
-    import csv
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["mnk"])

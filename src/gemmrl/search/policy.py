@@ -34,17 +34,25 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import lru_cache
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..kernels import cutlass_sm90
+from ..kernels.cutlass_sm90 import parse_name
+from ..kernels.triton_gemm.configs import H100, parse_config
 from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
+from .costmodel import DEFAULT, S28, CostParams, estimate_spec
 from .proposer import Context, Outcome, Proposal, spec_key
+from .screen import configs_for, exploration_pool
 
 FAIL_REWARD = -1.0          # reward of a proposal that failed (build, verification, crash ...): 0.37x
 LIVE_LR = 0.002             # gemmrl tune's learning rate (replay training on screens: 0.05); see the docstring
@@ -58,28 +66,33 @@ PAIR = ("l_tiles", "wave_eff", "fill", "pad_m", "pad_n", "l_ksteps", "l_ksteps_s
 PRIOR = ("prior_cold", "prior_warm")
 
 
+def _triton_action(payload: str, layout: str) -> dict:
+    c = parse_config(payload)
+    return dict(kind=f"triton:{c.variant}", BM=c.BM, BN=c.BN, BK=c.BK, warps=c.warps, stages=c.stages,
+                split=getattr(c, "split", 1), tma=bool(getattr(c, "tma", False)), ws=bool(getattr(c, "ws", False)),
+                cluster=1, group_m=getattr(c, "group_m", 8), ctas=getattr(c, "ctas_per_sm", 1),
+                swap=c.variant == "smallm" and getattr(c, "mma", True), persistent=c.variant == "persistent",
+                tn=layout == "tn", nosmem=False)
+
+
+def _cutlass_action(payload: str, layout: str) -> dict:
+    c, k = parse_name(payload)
+    split = k.splits if c.scheduler == "streamk" else 1
+    return dict(kind=f"cutlass:{c.schedule}:{c.scheduler}", BM=c.bm, BN=c.bn, BK=c.bk,
+                warps=12 if c.schedule == "coop" else 8, stages=max(2, min(8, c.stages)), split=split, tma=True,
+                ws=True, cluster=c.cm * c.cn, group_m=k.swizzle, ctas=1, swap=c.swap, persistent=True,
+                tn=layout == "tn", nosmem=c.epilogue == "nosmem")
+
+
+ACTIONS = {"triton": _triton_action, "cutlass": _cutlass_action}  # the families the policy acts on: their features
+
+
 @lru_cache(maxsize=65536)
 def _action(family: str, payload: str, layout: str) -> dict:
     """The action's own attributes (family kind and numeric fields), parsed once."""
-    if family == "triton":
-        from ..kernels.triton_gemm.configs import parse_config
-
-        c = parse_config(payload)
-        return dict(kind=f"triton:{c.variant}", BM=c.BM, BN=c.BN, BK=c.BK, warps=c.warps, stages=c.stages,
-                    split=getattr(c, "split", 1), tma=bool(getattr(c, "tma", False)), ws=bool(getattr(c, "ws", False)),
-                    cluster=1, group_m=getattr(c, "group_m", 8), ctas=getattr(c, "ctas_per_sm", 1),
-                    swap=c.variant == "smallm" and getattr(c, "mma", True), persistent=c.variant == "persistent",
-                    tn=layout == "tn", nosmem=False)
-    if family == "cutlass":
-        from ..kernels.cutlass_sm90 import parse_name
-
-        c, k = parse_name(payload)
-        split = k.splits if c.scheduler == "streamk" else 1
-        return dict(kind=f"cutlass:{c.schedule}:{c.scheduler}", BM=c.bm, BN=c.bn, BK=c.bk,
-                    warps=12 if c.schedule == "coop" else 8, stages=max(2, min(8, c.stages)), split=split, tma=True,
-                    ws=True, cluster=c.cm * c.cn, group_m=k.swizzle, ctas=1, swap=c.swap, persistent=True,
-                    tn=layout == "tn", nosmem=c.epilogue == "nosmem")
-    raise ValueError(f"the policy proposes Triton and CUTLASS configs, not {family!r} candidates")
+    if family not in ACTIONS:
+        raise ValueError(f"the policy proposes Triton and CUTLASS configs, not {family!r} candidates")
+    return ACTIONS[family](payload, layout)
 
 
 def _shape(problem: GemmProblem) -> np.ndarray:
@@ -90,7 +103,6 @@ def _shape(problem: GemmProblem) -> np.ndarray:
 def _prior(problem: GemmProblem, specs: Sequence[CandidateSpec], params=None) -> np.ndarray:
     """[n, 2]: -(log t_model - min log t_model) in cold and warm L2 (0 for the model's best), the model's constants
     ``params`` (``costmodel.DEFAULT`` when None)."""
-    from .costmodel import DEFAULT, estimate_spec
 
     out = np.zeros((len(specs), 2))
     for i, s in enumerate(specs):
@@ -140,8 +152,6 @@ def candidate_set(problem: GemmProblem, layouts: Iterable[str] = ("tn", "nn"), t
     variant represented) and ``explore`` valid ones from the shared exploration pool, and, in ``cutlass_layouts``
     (tn: the layout nn.Linear's weight already has, and the one the family is screened and prebuilt in), every
     config of ``cutlass_sm90.family()`` with the knob settings screened at this shape."""
-    from ..kernels.triton_gemm.configs import H100
-    from .screen import configs_for
 
     pool = _pool(seed)
     out: list[CandidateSpec] = []
@@ -150,9 +160,7 @@ def candidate_set(problem: GemmProblem, layouts: Iterable[str] = ("tn", "nn"), t
         for c, _, _ in configs_for(pl, H100, top, explore, pool, seed):
             out.append(CandidateSpec("triton", str(c), name=f"triton:{c}:{layout}", layout=layout))
         if cutlass and layout in tuple(cutlass_layouts):
-            from ..kernels import cutlass_sm90 as cs
-
-            for cfg, knobs in cs.screen_entries(pl, cs.family(layout, problem.dtype)):
+            for cfg, knobs in cutlass_sm90.screen_entries(pl, cutlass_sm90.family(layout, problem.dtype)):
                 out.append(CandidateSpec("cutlass", f"{cfg}:{knobs}", name=f"cutlass:{cfg}:{knobs}", layout=layout))
     return out
 
@@ -164,7 +172,6 @@ def _shape_key(problem: GemmProblem) -> tuple:
 
 @lru_cache(maxsize=4)
 def _pool(seed: int):
-    from .screen import exploration_pool
 
     return tuple(exploration_pool(seed, 24))
 
@@ -229,7 +236,6 @@ class RLPolicy:
 
     def __init__(self, init_temp: float = 0.15, lr: float = 0.05, greedy: bool = True, l2: float = 1e-3,
                  candidates=candidate_set, family_floor: bool = True, adv_eps: float = 1e-3, prior_params=None):
-        from .costmodel import DEFAULT
 
         # the cost model's constants behind the prior features: fixed for the policy's life and saved with it, so a
         # refitted model (which moves every prediction) does not change what a trained policy's weights multiply
@@ -258,10 +264,6 @@ class RLPolicy:
     def warm(self, problems: Sequence[GemmProblem], jobs: int | None = None, progress: bool = False) -> None:
         """Compute the candidate sets and features of many shapes ahead, in parallel processes (the cost model
         ranks ~16k configs per shape and layout: half a second each)."""
-        import os
-        from concurrent.futures import ProcessPoolExecutor
-        from multiprocessing import get_context
-
         todo = [p for p in problems if _shape_key(p) not in self._cache]
         jobs = jobs or max(1, (os.cpu_count() or 2) - 1)
         if len(todo) < 4 or jobs == 1:
@@ -386,7 +388,6 @@ def _prior_params(saved: dict | None):
     constants (``costmodel.S28``, what every policy saved before the field existed was trained with). A constant added
     to the model after a file was saved takes its S28 value: whoever adds one gives it, in S28, the value that
     reproduces the model without it."""
-    from .costmodel import S28, CostParams
 
     if saved is None:
         return S28

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..kernels.registry import of_candidate
 from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
+from ..results import read_rows
 from .executor import GroupResult, failed_record
-from .policy import FAIL_REWARD
+from .policy import ACTIONS, FAIL_REWARD
 from .proposer import spec_key
 
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
@@ -68,18 +70,17 @@ class Table:
 
 
 def _spec(row: dict) -> CandidateSpec | None:
+    """The policy's action a screen row measured (a config of a family the policy acts on), or None."""
     cand = row["candidate"]
-    if cand.startswith("triton:"):
-        return CandidateSpec("triton", row["algo"], name=cand, layout=row.get("layout") or "tn")
-    if cand.startswith("cutlass:"):
-        return CandidateSpec("cutlass", cand.split(":", 1)[1], name=cand, layout=row.get("layout") or "tn")
-    return None
+    fam = of_candidate(cand)
+    if fam is None or fam.name not in ACTIONS or not cand.startswith(fam.prefix):
+        return None
+    return CandidateSpec(fam.name, row.get("algo") or cand[len(fam.prefix):], name=cand,
+                         layout=row.get("layout") or "tn")
 
 
 def load_tables(paths: Iterable[str | Path], dtype: str = "fp16", acc: str = "fp32") -> dict[str, Table]:
     """mnk -> Table over every screen CSV in ``paths``."""
-    from ..results import read_rows
-
     refs: dict[tuple, float] = {}
     meas: dict[tuple, dict] = defaultdict(dict)   # (mnk, file) -> key -> {spec, protocol: t or None}
     for path in paths:

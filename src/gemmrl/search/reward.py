@@ -1,20 +1,13 @@
 """The LLM reward: one number per completion, for training kernel-writing LLMs.
 
-This module holds the reward rule (:func:`training_reward` and its constants), scoring (:func:`score_completion`,
-:func:`score_many`: :func:`~gemmrl.search.llm.extract` plus one evaluation on an executor,
-:func:`outcome_from_record`), and its wrappers for training frameworks: :func:`make_trl_reward` (a TRL reward
-function), :func:`compute_score` (verl's custom reward, scored on :func:`default_executor`, which
-:func:`set_default_executor` replaces) and :func:`dataset_rows` (training rows for both). The same scoring over
-HTTP is ``reward_server.py``.
+This module holds scoring (:func:`score_completion`, :func:`score_many`: :func:`~gemmrl.search.llm.extract` plus
+one evaluation on an executor, :func:`outcome_from_record`), and its wrappers for training frameworks:
+:func:`make_trl_reward` (a TRL reward function), :func:`compute_score` (verl's custom reward, scored on
+:func:`default_executor`, which :func:`set_default_executor` replaces) and :func:`dataset_rows` (training rows for
+both). The same scoring over HTTP is ``reward_server.py``.
 
-Training reward (:func:`training_reward`), one number per completion, never NaN:
-  * a failure of any kind (unreadable answer ``extract``, ``build``, ``rejected`` by the battery, ``crash``...)
-    scores ``FAIL_REWARD`` = -1.0;
-  * a verified kernel scores its measured reward ``log(t_vendor_best / t_candidate)`` (0 = as fast as the vendor
-    libraries), floored at ``MIN_OK_REWARD`` = -0.9 so that every verified kernel, however slow, beats every
-    failure;
-  * a verified kernel with no vendor time to compare with (``baselines=()``, the CPU tier) scores
-    ``NO_BASELINE_REWARD`` = 0.0 with verdict ``ok``: correct, speed unknown.
+The reward rule itself (:func:`training_reward`, ``FAIL_REWARD``, ``MIN_OK_REWARD``, ``NO_BASELINE_REWARD``: one
+number per completion, never NaN) lives in ``reward_rule.py`` and is re-exported here.
 
 Tests: ``pytest tests/test_llm.py`` (Triton interpreter on CPU). Nothing runs at import time: the default
 executor is made on first use.
@@ -28,21 +21,10 @@ import threading
 from typing import Any, Callable, Mapping, Sequence
 
 from ..problem import GemmProblem, parse_mnk
+from .executor import SandboxExecutor
 from .llm import ExtractError, build_prompt, extract
 from .proposer import Context, Hardware, Outcome, Proposal
-
-FAIL_REWARD = -1.0
-MIN_OK_REWARD = -0.9
-NO_BASELINE_REWARD = 0.0
-
-
-def training_reward(verdict: str, reward: float) -> float:
-    """The one number a completion earns (module docstring): finite always."""
-    if verdict != "ok":
-        return FAIL_REWARD
-    if reward is None or not math.isfinite(reward):
-        return NO_BASELINE_REWARD
-    return max(float(reward), MIN_OK_REWARD)
+from .reward_rule import FAIL_REWARD, MIN_OK_REWARD, NO_BASELINE_REWARD, training_reward
 
 
 def outcome_from_record(problem: GemmProblem, proposal: Proposal, ev: Mapping[str, Any]) -> Outcome:
@@ -144,8 +126,6 @@ def set_default_executor(executor: Any) -> None:
 def default_executor() -> Any:
     with _DEFAULT_LOCK:
         if not _DEFAULT_EXECUTOR:
-            from .executor import SandboxExecutor
-
             _DEFAULT_EXECUTOR.append(SandboxExecutor())
         return _DEFAULT_EXECUTOR[0]
 

@@ -7,15 +7,17 @@ executor's ``slots`` at a time; GET /health describes the server. It listens on 
 told otherwise (it builds and runs the code it is sent), with a request-size limit (413) and a time limit (504).
 
 Tests: ``pytest tests/test_llm.py -k serve_reward`` (Triton interpreter on CPU). Nothing runs at import time:
-``http.server`` is imported when a server is made.
+no socket is opened until a server is made.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Mapping
 
 from .reward import completion_text, default_executor, problem_from, score_completion
@@ -27,8 +29,6 @@ class RewardServerError(ValueError):
 
 def check_host(host: str, allow_remote: bool = False) -> None:
     """Refuse a non-loopback bind unless ``allow_remote``: the server runs code anyone who reaches it sends."""
-    import ipaddress
-
     if allow_remote or host == "localhost":
         return
     try:
@@ -47,8 +47,6 @@ class RewardServer:
 
     def __init__(self, executor: Any, host: str = "127.0.0.1", port: int = 0, max_request_bytes: int = 256 * 1024,
                  time_limit_s: float = 600.0, allow_remote: bool = False):
-        from http.server import ThreadingHTTPServer
-
         check_host(host, allow_remote)
         self.executor, self.max_request_bytes, self.time_limit_s = executor, max_request_bytes, time_limit_s
         self._pool = ThreadPoolExecutor(max_workers=max(1, int(getattr(executor, "slots", 1) or 1)),
@@ -101,8 +99,6 @@ class RewardServer:
 
 
 def _handler(server: RewardServer):
-    from http.server import BaseHTTPRequestHandler
-
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 

@@ -39,9 +39,17 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from ..kernels.triton_gemm.configs import Arch, Config, valid
+from ..candidate import make_buffers
+from ..kernels import cutlass_sm90, tiny_gemm, wgmma_gemm
+from ..kernels.cuda_source import arch_for
+from ..kernels.registry import family
+from ..kernels.triton_gemm import TritonGemm
+from ..kernels.triton_gemm.configs import Arch, Config, ConfigError, parse_config, valid
+from ..kernels.triton_gemm.precompile import precompile
+from ..kernels.vendor import vendor_candidates
 from ..problem import GemmProblem
-from ..timing import TimingConfig, without_grad
+from ..results import now
+from ..timing import TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure, without_grad
 from .costmodel import estimate, prune, prune_diverse
 from .retrieve import expand, nearest, read_winners
 from .space import VARIANTS, _combos
@@ -50,7 +58,6 @@ QUICK_R = 1.5
 SCREEN_TIMING = TimingConfig(graph_min_work_ms=1.0, graph_replays=5, graph_min_timed_ms=0.0, cold_calls=7,
                              settle_ms=30.0, settle_max_ms=30.0)
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
-FAMILIES = {"triton": "triton:", "cutlass": "cutlass:", "wgmma": "wgmma:", "tiny": "tiny:"}  # family -> candidate-name prefix of its screened rows
 PDL_CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}  # --pdl: the Triton configs' pdl values screened
 QUICK_REASON = "screen: quick check only (one input vs fp32), the battery runs when the selection is re-measured"
 
@@ -82,8 +89,8 @@ class ScreenSpec:
     retrieve_any_gpu: bool = False  # ... measured on any GPU (default: only rows of the GPU screened on)
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"unknown family {self.family!r}; use one of {', '.join(FAMILIES)}")
+        if self.family not in SCREENS:
+            raise ValueError(f"unknown family {self.family!r}; use one of {', '.join(SCREENS)}")
         empty = self.top + self.explore == 0 and not self.configs and not self.retrieve
         if self.top < 0 or self.explore < 0 or empty:
             raise ValueError(f"screen needs top + explore >= 1 configs per shape, or a config list or --retrieve "
@@ -94,44 +101,31 @@ class ScreenSpec:
             raise ValueError("chunk must be >= 1")
         if self.pdl not in PDL_CHOICES:
             raise ValueError(f"pdl={self.pdl!r}: use {', '.join(PDL_CHOICES)}")
-        if self.pdl != "off" and self.family != "triton":
-            raise ValueError(f"pdl={self.pdl!r} is a Triton launch option; the {self.family} family has none")
         bad = [p for p in self.protocols if p not in ("graph", "cold")]
         if bad:
             raise ValueError(f"screening times the device protocols graph and cold, not {bad}")
+        screen = SCREENS[self.family]
+        for name, (is_set, why) in OPTIONS.items():  # an option another family's screen takes is refused
+            if is_set(self) and name not in screen.options:
+                raise ValueError(f"{why.format(spec=self, variants=', '.join(VARIANTS))}; the {self.family} family "
+                                 f"{'screens its own' if name in ('configs', 'diverse', 'retrieve') else 'has none'}")
         if self.configs:  # every name read and checked before the GPU is asked for
-            if self.family == "cutlass":
-                cutlass_configs(self.configs)
-            elif self.family == "triton":
-                triton_configs(self.configs)
-            else:
-                raise ValueError(f"a config list is for the cutlass or triton family; the {self.family} family "
-                                 "screens its own")
+            screen.read_configs(self.configs)
         if self.variants:
-            if self.family != "triton":
-                raise ValueError(f"variants are the Triton family's ({', '.join(VARIANTS)}); the {self.family} family "
-                                 "has none")
             unknown = [v for v in self.variants if v not in VARIANTS]
             if unknown:
                 raise ValueError(f"unknown Triton variant(s) {', '.join(unknown)}; use any of {', '.join(VARIANTS)}")
-        if self.diverse and self.family != "triton":
-            raise ValueError(f"diverse picks the Triton family's top configs; the {self.family} family screens its own")
         if self.retrieve:
-            if self.family != "triton":
-                raise ValueError(f"retrieve adds earlier Triton winners; the {self.family} family screens its own")
             if self.retrieve_shapes < 1 or self.retrieve_per_shape < 1:
                 raise ValueError(f"retrieve needs >= 1 shape and >= 1 config per shape (got {self.retrieve_shapes} "
                                  f"and {self.retrieve_per_shape})")
             expand(self.retrieve)  # a missing file is refused before the GPU is asked for
-        if self.all_knobs and self.family != "cutlass":
-            raise ValueError(f"all_knobs is for the cutlass family's scheduler knobs; the {self.family} family has none")
 
 
 def cutlass_configs(names: Iterable[str], layout: str | None = None, dtype: str | None = None) -> list:
     """The CUTLASS configs a list of names stands for (``family`` expands to ``cutlass_sm90.family``), in the given
     layout and dtype when those are set; ValueError naming the first unreadable or invalid one."""
-    from ..kernels import cutlass_sm90 as cs
-
+    cs = cutlass_sm90
     out = []
     for name in names:
         if name == "family":
@@ -154,8 +148,6 @@ def triton_configs(names: Iterable[str]) -> list[Config]:
     """The Triton configs a list of names stands for (``str(cfg)``, e.g. ``tiled(BM=16,BN=32,BK=64,warps=2,
     stages=5,group_m=1)``), duplicates dropped; ValueError naming the first unreadable one. Whether a config is
     valid depends on the shape: ``configs_for`` keeps, per shape, the ones ``valid`` accepts."""
-    from ..kernels.triton_gemm.configs import ConfigError, parse_config
-
     out = []
     for name in names:
         try:
@@ -221,7 +213,7 @@ class QuickCheck:
     """The fp32 reference of one shape's buffers and the error of its correctly rounded result."""
 
     def __init__(self, bufs):
-        import torch
+        import torch  # start-up cost: the search package imports no torch at its top
 
         a, b = bufs.a.float(), bufs.b.float()
         prev = torch.backends.cuda.matmul.allow_tf32
@@ -235,7 +227,7 @@ class QuickCheck:
         self.bufs = bufs
 
     def __call__(self, fn) -> tuple[bool, str]:
-        import torch
+        import torch  # start-up cost: the search package imports no torch at its top
 
         c = self.bufs.c
         c.fill_(float("nan"))
@@ -253,9 +245,6 @@ class QuickCheck:
 
 def _rows_for(problem: GemmProblem, base: dict, name: str, layout: str, t, info: str, verified: bool,
               reason: str, algo: str = "", floor: float = math.nan) -> dict:
-    from ..results import now
-    from ..timing import below_floor
-
     row = {**base, "candidate": name, "layout": layout, "algo": algo, "verified": verified, "reason": reason,
            "info": info, "timestamp": now()}
     if t is not None:
@@ -288,8 +277,6 @@ def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[C
     ``given`` ones (``triton_configs(spec.configs)``, read once by the caller) where valid, and the winners of
     ``table`` (``retrieve.read_winners``, read once) on the nearest shapes, each in the layout it won in (in every
     layout of ``spec`` when that one is not screened)."""
-    from ..kernels.triton_gemm import TritonGemm
-
     near = nearest(problem, table, spec.retrieve_shapes) if table else []
     out = []
     for layout in spec.layouts:
@@ -311,8 +298,7 @@ def entries_for(problem: GemmProblem, spec: ScreenSpec, arch: Arch, pool: list[C
 def cutlass_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[ScreenEntry]:
     """The CUTLASS family's entries for every layout of ``spec``: each config of the family with the knob
     settings ``knobs_for`` screens at this shape."""
-    from ..kernels import cutlass_sm90 as cs
-
+    cs = cutlass_sm90
     out = []
     for layout in spec.layouts:
         pl = problem.with_(layout=layout)
@@ -324,34 +310,26 @@ def cutlass_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[
     return out
 
 
-def _family_module(family: str):
-    """The module of a family that screens its own configs from one build per dtype (wgmma, tiny)."""
-    from ..kernels import tiny_gemm, wgmma_gemm
-
-    return {"wgmma": wgmma_gemm, "tiny": tiny_gemm}[family]
-
-
-def own_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch) -> list[ScreenEntry]:
-    """The entries of a family that picks its own configs (``screen_configs``; layout tn only, none if ``spec``
+def own_entries(problem: GemmProblem, spec: ScreenSpec, arch: Arch,
+                screen_configs: Callable[[GemmProblem, int], list]) -> list[ScreenEntry]:
+    """The entries of a family that picks its own configs (its ``screen_configs``; layout tn only, none if ``spec``
     screens nn alone): wgmma, tiny."""
-    mod = _family_module(spec.family)
     if "tn" not in spec.layouts:
         return []
+    fam, pt = family(spec.family), problem.with_(layout="tn")
     out = []
-    for cfg in mod.screen_configs(problem.with_(layout="tn"), arch.num_sms):
-        name = f"{mod.PREFIX}{cfg}"
-        out.append(ScreenEntry(name, "tn", cfg, partial(mod.Candidate, cfg, name=name), "screen;source=family", str(cfg)))
+    for cfg in screen_configs(pt, arch.num_sms):
+        name = f"{fam.prefix}{cfg}"
+        out.append(ScreenEntry(name, "tn", cfg, partial(fam.candidate, cfg, pt, name), "screen;source=family",
+                               str(cfg)))
     return out
 
 
 def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: ScreenSpec, base: dict,
                    arch: Arch) -> list[dict]:
     """Quick-check and time one shape's configs (and the references), chunk by chunk; result rows."""
-    import torch
+    import torch  # start-up cost: the search package imports no torch at its top
 
-    from ..candidate import make_buffers
-    from ..kernels.vendor import vendor_candidates
-    from ..timing import floor_ms, l2_bytes, make_timer, measure
 
     floors = {p: floor_ms(problem, base["gpu"], p, l2_bytes(spec.device)) for p in spec.protocols}
     bufs = make_buffers(problem, "cuda", seed=spec.seed)
@@ -404,10 +382,10 @@ def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: Scree
 @without_grad
 def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     """Screen every shape of ``spec`` into ``spec.out`` (resuming at the first shape without rows)."""
-    import torch
+    import torch  # start-up cost: the search package imports no torch at its top
 
-    from ..measure.bench import _base_row, _progress, require_cuda
-    from ..kernels.triton_gemm.precompile import precompile
+    from ..measure.bench import _progress, require_cuda
+    from ..measure.core import base_row
     from ..results import ResultsWriter, collect_meta, read_rows, sm_clock_mhz
 
     require_cuda(spec.device)
@@ -416,29 +394,11 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     meta_row = collect_meta(spec.device).row()
     done = {r["mnk"] for r in read_rows([spec.out])} if Path(spec.out).is_file() else set()
     todo = [p for p in spec.problems if p.mnk not in done]
-    if spec.family == "cutlass":
-        plan = {p: cutlass_entries(p, spec, arch) for p in todo}
-        if todo:
-            _build_cutlass(plan, progress)
-    elif spec.family in ("wgmma", "tiny"):
-        plan = {p: own_entries(p, spec, arch) for p in todo}
-        for dtype in sorted({p.dtype for p in todo}):  # one nvcc run per dtype, before any timing; a failure stops
-            _family_module(spec.family).build_dtype(dtype)  # here with its log
-    else:
-        pool = exploration_pool(spec.seed, spec.pool, spec.variants)
-        given = triton_configs(spec.configs)
-        table = read_winners(spec.retrieve, spec.retrieve_per_shape,
-                             None if spec.retrieve_any_gpu else meta_row["gpu"]) if spec.retrieve and todo else []
-        plan = {p: entries_for(p, spec, arch, pool, given, table) for p in todo}
-        if todo:
-            failed = precompile([(e.config, problem.with_(layout=e.layout))
-                                 for problem, es in plan.items() for e in es], arch, spec.workers, progress)
-            if failed:
-                print(f"screen: {len(failed)} kernel(s) failed to compile; they are recorded as failed rows")
+    plan = SCREENS[spec.family].plan(todo, spec, arch, meta_row["gpu"], progress)
     writer = ResultsWriter(spec.out)
     bar = _progress(len(todo), "screen") if progress else None
     for p in todo:
-        base = _base_row(p, "graph", meta_row, 0, spec.timing)
+        base = base_row(p, "graph", meta_row, 0, spec.timing)
         base["sm_clock_mhz"] = sm_clock_mhz(spec.device)
         rows = screen_problem(p, plan[p], spec, base, arch)
         writer.write_batch(rows)
@@ -449,16 +409,73 @@ def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     return spec.out
 
 
-def _build_cutlass(plan: dict, progress: bool) -> None:
-    """Compile (or find in the cache) every CUTLASS config the plan screens, in parallel, before any timing."""
-    from ..kernels import cutlass_sm90 as cs
-    from ..kernels.cuda_source import arch_for
+# -- how each family is screened: what it draws at a shape and what it builds before any timing --------------
+Plan = dict[GemmProblem, list[ScreenEntry]]
 
-    cfgs = {e.config for es in plan.values() for e in es}
-    built = cs.build_family(cfgs, arch_for(), progress=progress)
-    bad = {str(c): str(b.error) for c, b in built.items() if not b.ok}
-    if bad:
-        print(f"screen: {len(bad)} CUTLASS config(s) failed to build; they are recorded as failed rows: {bad}")
+
+def _plan_triton(todo: list[GemmProblem], spec: ScreenSpec, arch: Arch, gpu: str, progress: bool) -> Plan:
+    """The cost model's top configs, the exploration pool, given and retrieved ones; compiled in parallel first."""
+    pool = exploration_pool(spec.seed, spec.pool, spec.variants)
+    given = triton_configs(spec.configs)
+    table = read_winners(spec.retrieve, spec.retrieve_per_shape,
+                         None if spec.retrieve_any_gpu else gpu) if spec.retrieve and todo else []
+    plan = {p: entries_for(p, spec, arch, pool, given, table) for p in todo}
+    if todo:
+        failed = precompile([(e.config, problem.with_(layout=e.layout))
+                             for problem, es in plan.items() for e in es], arch, spec.workers, progress)
+        if failed:
+            print(f"screen: {len(failed)} kernel(s) failed to compile; they are recorded as failed rows")
+    return plan
+
+
+def _plan_cutlass(todo: list[GemmProblem], spec: ScreenSpec, arch: Arch, gpu: str, progress: bool) -> Plan:
+    """Every config of the family (or the given ones) with its knobs; every config compiled (or found in the
+    cache) in parallel before any timing."""
+    plan = {p: cutlass_entries(p, spec, arch) for p in todo}
+    if todo:
+        cfgs = {e.config for es in plan.values() for e in es}
+        built = cutlass_sm90.build_family(cfgs, arch_for(), progress=progress)
+        bad = {str(c): str(b.error) for c, b in built.items() if not b.ok}
+        if bad:
+            print(f"screen: {len(bad)} CUTLASS config(s) failed to build; they are recorded as failed rows: {bad}")
+    return plan
+
+
+def _plan_own(screen_configs: Callable, build_dtype: Callable, todo: list[GemmProblem], spec: ScreenSpec,
+              arch: Arch, gpu: str, progress: bool) -> Plan:
+    """A family that picks its own configs, from one build per dtype (a failure stops here with its log)."""
+    plan = {p: own_entries(p, spec, arch, screen_configs) for p in todo}
+    for dtype in sorted({p.dtype for p in todo}):  # one nvcc run per dtype, before any timing
+        build_dtype(dtype)
+    return plan
+
+
+@dataclass(frozen=True)
+class FamilyScreen:
+    """How ``gemmrl select --family F`` screens F: ``plan(todo, spec, arch, gpu, progress)`` draws each shape's
+    entries and builds them, ``options`` are the ScreenSpec options it takes, ``read_configs`` reads ``--configs``."""
+
+    plan: Callable[..., Plan]
+    options: frozenset = frozenset()
+    read_configs: Callable[[Iterable[str]], list] | None = None
+
+
+SCREENS = {
+    "triton": FamilyScreen(_plan_triton, frozenset({"pdl", "configs", "variants", "diverse", "retrieve"}),
+                           triton_configs),
+    "cutlass": FamilyScreen(_plan_cutlass, frozenset({"configs", "all_knobs"}), cutlass_configs),
+    "tiny": FamilyScreen(partial(_plan_own, tiny_gemm.screen_configs, tiny_gemm.build_dtype)),
+    "wgmma": FamilyScreen(partial(_plan_own, wgmma_gemm.screen_configs, wgmma_gemm.build_dtype)),
+}
+# ScreenSpec options that only some families' screens take: (is it set, what it is for)
+OPTIONS: dict[str, tuple[Callable[[ScreenSpec], bool], str]] = {
+    "pdl": (lambda s: s.pdl != "off", "pdl={spec.pdl!r} is a Triton launch option"),
+    "configs": (lambda s: bool(s.configs), "a config list is for the cutlass or triton family"),
+    "variants": (lambda s: bool(s.variants), "variants are the Triton family's ({variants})"),
+    "diverse": (lambda s: s.diverse, "diverse picks the Triton family's top configs"),
+    "retrieve": (lambda s: bool(s.retrieve), "retrieve adds earlier Triton winners"),
+    "all_knobs": (lambda s: s.all_knobs, "all_knobs is for the cutlass family's scheduler knobs"),
+}
 
 
 def selection_table(rows: Iterable[dict], keep: Callable[[str], bool] | None = None) -> list[dict]:
@@ -472,7 +489,7 @@ def selection_table(rows: Iterable[dict], keep: Callable[[str], bool] | None = N
             continue
         t = float(r["time_ms"])
         key = (r["mnk"], r["protocol"])
-        ours = r["candidate"].startswith(tuple(FAMILIES.values()))
+        ours = r["candidate"].startswith(tuple(family(f).prefix for f in SCREENS))
         if ours and keep is not None and not keep(r.get("algo") or r["candidate"].split(":", 1)[-1]):
             continue
         d = best if ours else ref
