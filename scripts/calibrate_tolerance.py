@@ -13,6 +13,7 @@ import os
 import time
 
 from gemmrl import verify as V
+from gemmrl.adversarial.planted import planted_candidates
 from gemmrl.kernels.vendor import vendor_candidates
 from gemmrl.problem import GemmProblem, sample_grid
 from gemmrl.results import collect_meta, now
@@ -37,7 +38,7 @@ def main() -> None:
     big = [p for p in probs if p.M * p.N * p.K > 2**33]
 
     def planted(p):
-        return V.planted_candidates("nn") + V.planted_candidates("tn")
+        return planted_candidates("nn") + planted_candidates("tn")
 
     plan = ([(p, vendor_candidates, range(args.seeds)) for p in small]
             + [(p, vendor_candidates, range(5)) for p in big]

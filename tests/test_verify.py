@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gemmrl import verify as V
+from gemmrl.adversarial.planted import planted_candidates
 from gemmrl.candidate import FnCandidate
 from gemmrl.problem import GemmProblem
 
@@ -339,7 +340,7 @@ def test_import_does_nothing():
 # Planted Triton kernels: interpreter tier (CPU tensors) and GPU tier
 # ----------------------------------------------------------------------------------------------------
 def _check_planted(device, problem, layout, seeds=None, trials=2):
-    for c in V.planted_candidates(layout):
+    for c in planted_candidates(layout):
         v = V.verify(c, problem, device, seeds=seeds, trials=trials)
         if c.expect:
             assert not v.passed, f"{c.name} ({c.why}) passed at {problem}"
@@ -360,7 +361,7 @@ def test_planted_triton_interpreter(dtype, layout):
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_planted_triton_interpreter_tails_and_cuda_l2():
     pytest.importorskip("triton")
-    correct, f16 = V.planted_candidates("tn")[:2]
+    correct, f16 = planted_candidates("tn")[:2]
     v = V.verify(correct, P((17, 33, 50)), CPU, trials=1)
     assert v.passed, v.reason
     assert V.cuda_l2_check(f16, P((32, 32, 128)), CPU, iterations=2, seed=0).passed

@@ -69,14 +69,14 @@ class Buffers:
 
 
 def torch_dtype(name: str):
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 def make_buffers(problem: GemmProblem, device: Any = "cuda", seed: int = 0, scale: float | None = None) -> Buffers:
     """Random-normal A and B (scaled by K**-0.25 each so C has unit scale), C pre-filled with NaN."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     dt = torch_dtype(problem.dtype)
     gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from .kernels.registry import SERVED, family
+from .kernels.triton_gemm.configs import CONFIG_TYPES
 from .paths import cache_dir
 from .summary import BASELINES, usable
 
@@ -442,8 +443,6 @@ def stale_before(rows: Iterable[Mapping[str, str]], before: Mapping[str, str]) -
     dropped. A config keeps its name across a kernel change, so ``build_entries`` would otherwise take one median
     over two kernels. A ``gemmrl`` row that such a config served counts as one of its measurements and goes too;
     vendor rows and the other variants stay."""
-    from .kernels.triton_gemm.configs import CONFIG_TYPES
-
     bad = [f"{v}={t}" for v, t in before.items() if v not in CONFIG_TYPES or not _STAMP.fullmatch(t)]
     if bad:
         raise LibraryError(f"stale-before {', '.join(bad)}: give VARIANT=YYYY-MM-DDTHH:MM:SSZ (UTC, as rows stamp "

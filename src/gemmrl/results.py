@@ -73,10 +73,10 @@ def git_sha() -> str:
 
 
 def collect_meta(device: int = 0) -> Meta:
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     try:
-        import triton
+        import triton  # optional dependency (the triton extra), loaded on first use
 
         tv = triton.__version__
     except ImportError:

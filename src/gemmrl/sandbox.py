@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import importlib
 import io
 import logging
 import os
@@ -276,8 +277,6 @@ def _isolate(writable: Sequence[Path]) -> str:
 
 
 def _resolve(name: str) -> Any:
-    import importlib
-
     module, _, attr = name.partition(":")
     obj: Any = importlib.import_module(module)
     for part in attr.split("."):

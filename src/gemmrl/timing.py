@@ -138,7 +138,7 @@ def _order(names: list[str], rng: random.Random) -> list[str]:
 # -- device-time protocols ---------------------------------------------------------------------
 
 def _estimate_ms(fn: Callable[[], None], reps: int = 3) -> float:
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     fn()
     torch.cuda.synchronize()
@@ -163,7 +163,7 @@ def max_sm_mhz(device: int) -> float:
     outliers left in the first cold sweep at the smallest shapes)."""
     if device not in _MAX_SM_MHZ:
         try:
-            import pynvml
+            import pynvml  # optional dependency: NVML where installed
 
             pynvml.nvmlInit()
             h = pynvml.nvmlDeviceGetHandleByIndex(device)
@@ -178,7 +178,7 @@ def _busy(us: float = BUSY_US) -> None:
     and the work behind it by the time the start event is stamped: events then measure device time, not
     the host's launch latency (on an idle GPU the start event fires at once and the gap until the launch
     is counted)."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     torch.cuda._sleep(int(us * max_sm_mhz(torch.cuda.current_device())))
 
@@ -186,8 +186,8 @@ def _busy(us: float = BUSY_US) -> None:
 def _sm_clock_reader() -> Callable[[], float] | None:
     """The current SM clock in MHz (NVML, read-only), or None where NVML is absent (CPU tier)."""
     try:
-        import pynvml
-        import torch
+        import pynvml  # optional dependency: NVML where installed
+        import torch  # start-up cost: torch loads on first use, not on import
 
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
@@ -202,7 +202,7 @@ def _settle(fns: list[Callable[[], None]], ms: float, max_ms: float = SETTLE_MAX
     the SM clock holds still (the last 8 readings 50 ms apart within 1.5%) or ``max_ms`` have passed. Under a
     sustained large GEMM an H100 boosts, then its power limit pulls the clock down over a few hundred ms
     (1980 -> 1425 -> 1305 MHz seen at 2048_16384_4096): timing before that point measures the boost."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     info = {"settle_ms": 0.0, "mhz": None}
     if not fns:
@@ -227,7 +227,7 @@ def _settle(fns: list[Callable[[], None]], ms: float, max_ms: float = SETTLE_MAX
 
 
 def _capture(fn: Callable[[], None], n: int):
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -251,7 +251,7 @@ def _event_sample(fn: Callable[[], None], busy_us: float = BUSY_US) -> tuple[flo
     event; ``late`` when the start event had already fired by the time the end event was enqueued, i.e. the GPU
     may have waited for the host's launch inside the timed region (a slow or contended host: the busy window was
     too short)."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     _busy(busy_us)
@@ -290,7 +290,7 @@ def _late_info(late: list[int]) -> dict:
 
 def _replay_ms(g) -> float:
     """Device time of one replay of ``g`` (after an untimed one)."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     g.replay()
     torch.cuda.synchronize()
@@ -298,7 +298,7 @@ def _replay_ms(g) -> float:
 
 
 def _unwritten_by_replay(g, c) -> int:
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     c.fill_(float("nan"))
     g.replay()
@@ -311,7 +311,7 @@ def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg:
     """``c``: the output every callable writes. Each captured graph must write all of it when replayed: work
     launched outside torch's current stream runs during the capture instead and leaves an empty graph,
     whose replays would time nothing."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     rng = random.Random(cfg.seed)
     out: dict[str, Timing] = {}
@@ -363,14 +363,14 @@ _FLUSH: dict[int, object] = {}
 
 
 def l2_bytes(device: int | None = None) -> int:
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     d = torch.cuda.current_device() if device is None else device
     return int(getattr(torch.cuda.get_device_properties(d), "L2_cache_size", 50 * 2**20))
 
 
 def _flush_buffer():
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     d = torch.cuda.current_device()
     if d not in _FLUSH:
@@ -380,7 +380,7 @@ def _flush_buffer():
 
 def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: TimingConfig,
               calls: int | None = None) -> dict[str, Timing]:
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     rng = random.Random(cfg.seed + 1)
     flush = _flush_buffer()
@@ -413,7 +413,7 @@ def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
               min_calls: int = 0) -> dict[str, Timing]:
     """CUDA-L2's offline/server loop. Inputs are refreshed in place each iteration, so the zero-arg
     callables (bound to ``bufs``) see fresh data; C is NaN-filled before every call."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     if protocol not in HOST_PROTOCOLS:
         raise TimingError(f"time_host runs {HOST_PROTOCOLS}, not {protocol!r}")
@@ -513,7 +513,7 @@ def without_grad(fn: Callable) -> Callable:
     is left as it was (a global ``set_grad_enabled(False)`` leaked into whatever ran next in the process)."""
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         with torch.no_grad():
             return fn(*args, **kwargs)

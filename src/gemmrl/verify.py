@@ -35,7 +35,7 @@ On top of that the checks, in order, stop at the first failure:
                    (cached results).
 
 ``cuda_l2_check`` is CUDA-L2's own 0/1 check, reported beside the battery, never instead of it: it
-cannot see fp16 accumulation. ``planted_candidates`` are deliberately wrong Triton kernels (and one
+cannot see fp16 accumulation. ``adversarial/planted.py`` holds deliberately wrong Triton kernels (and one
 correct one) that the battery must reject, each with the reason. ``calibrate`` and ``verify_rows``
 produce CSV rows for the GPU runs that set and justify the tolerance constants.
 
@@ -44,6 +44,7 @@ Tests: ``pytest tests/test_verify.py`` (CPU and interpreter tiers; ``-m gpu`` on
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
 import os
@@ -57,8 +58,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .candidate import Candidate, make_buffers, torch_dtype
-from .adversarial.planted import PlantedCandidate, planted_candidates  # noqa: F401 - re-exported for callers
 from .problem import GemmProblem
+from .timing import max_sm_mhz
 
 # Unit roundoff of the output dtypes (half an ulp at 1.0), half the smallest subnormal, and the largest
 # integer L such that every integer in [-L, L] is exact.
@@ -183,7 +184,7 @@ def _fail(name: str, reason: str, **stats) -> _Fail:
 # Guarded harness
 # ---------------------------------------------------------------------------------------------------
 def _torch():
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     return torch
 
@@ -241,9 +242,8 @@ class _Guarded:
 def _watched() -> list[tuple[Any, str, str, Any]]:
     """(owner, attribute, label, original) for what a candidate could replace to fake a time or a check."""
     torch = _torch()
-    import time as _time
 
-    owners = [(_time, "time", ("perf_counter", "perf_counter_ns", "time", "monotonic", "process_time")),
+    owners = [(time, "time", ("perf_counter", "perf_counter_ns", "time", "monotonic", "process_time")),
               (torch.cuda, "torch.cuda", ("synchronize", "Event", "Stream", "current_stream")),
               (torch.cuda.Event, "torch.cuda.Event", ("record", "elapsed_time", "synchronize", "query")),
               (torch, "torch", ("matmul", "mm", "equal")),
@@ -274,8 +274,6 @@ _TIMING_CLAIM = re.compile(r"\b\d+(\.\d+)?\s*(ms|us|µs|ns|sec|seconds?)\b|tflop
 
 @functools.lru_cache(maxsize=1)
 def _libc():
-    import ctypes
-
     return ctypes.CDLL(None)
 
 
@@ -604,7 +602,6 @@ def check_stream_order(cand: Candidate, problem: GemmProblem, device="cuda", see
     def body():
         if dev.type != "cuda":
             return {"skipped": "not a CUDA device"}
-        from .timing import max_sm_mhz
 
         g = _Guarded(problem, dev, seed)
         g.load(*_normal_inputs(problem, dev, seed))

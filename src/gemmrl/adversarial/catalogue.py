@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..candidate import make_buffers
+from ..kernels.triton_source import ShapeRange, TritonSource
+from ..measure.evaluate import CandidateSpec, EvalRequest, outcome
 from ..problem import GemmProblem
+from ..sandbox import Job
+from ..timing import TimingConfig
+from ..verify import cuda_l2_check
+from .planted_cuda import planted_source
 
 PROBLEM = GemmProblem(33, 65, 129, layout="nn")  # odd in every dimension: tails everywhere
 BLOCK = (32, 32, 32)
@@ -217,14 +224,9 @@ def source_code(attack: Attack, **params: Any) -> str:
 
 def spec(attack: Attack, **params: Any):
     """The ``CandidateSpec`` a proposer would hand in for ``attack`` (it declares every fp16 shape)."""
-    from ..measure.evaluate import CandidateSpec
-
     if attack.cuda:
-        from .planted_cuda import planted_source
-
         return CandidateSpec("cuda", planted_source(attack.cuda, layout=PROBLEM.layout), f"adv:{attack.name}",
                              PROBLEM.layout)
-    from ..kernels.triton_source import ShapeRange, TritonSource
 
     src = TritonSource(source_code(attack, **params), entry="gemm", layout=PROBLEM.layout, shapes=ShapeRange(),
                        name=f"adv:{attack.name}")
@@ -232,9 +234,6 @@ def spec(attack: Attack, **params: Any):
 
 
 def _request(attack: Attack, device: str, **params: Any):
-    from ..measure.evaluate import EvalRequest
-    from ..timing import TimingConfig
-
     if device == "cpu":
         return EvalRequest(PROBLEM, spec(attack, **params), protocols=("offline",), baselines=(), graph_check=False,
                            device="cpu", timing=TimingConfig(warmup_s=0.0, benchmark_s=0.05))
@@ -244,8 +243,6 @@ def _request(attack: Attack, device: str, **params: Any):
 def cuda_l2_job(args: tuple, ctx: Any = None) -> dict:
     """Sandbox job: CUDA-L2's own 0/1 check (``verify.cuda_l2_check``) of the candidate in ``args``."""
     cand_spec, device, iterations = args
-    from ..candidate import make_buffers
-    from ..verify import cuda_l2_check
 
     cand, build = cand_spec.make(PROBLEM)
     if cand is None:
@@ -269,9 +266,6 @@ def run_catalogue(device: str, pool, params: dict[str, Any], chosen: Sequence[At
     ``params`` fills the attacks' placeholders (``target``: a file path outside the workers' scratch dirs;
     ``port``: a loopback port the caller listens on). Attacks whose candidate runs after a fault (the C++
     thread's late kernel) go last, so their leftovers meet no other candidate's buffers."""
-    from ..measure.evaluate import outcome
-    from ..sandbox import Job
-
     todo = sorted(chosen or attacks(device), key=lambda a: a.cuda == "cpp_thread")
     rows = []
     for i, att in enumerate(todo):

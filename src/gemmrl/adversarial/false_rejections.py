@@ -142,7 +142,7 @@ def _trial(t: "_Track", dev, seed: int, check: str, judge, a, b) -> None:
 def _bar(progress, total: int):
     if progress is True:
         try:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # optional dependency: progress bars where installed
 
             return tqdm(total=total, desc="false rejections", unit="seed", dynamic_ncols=True), True
         except ImportError:

@@ -14,7 +14,7 @@ from typing import Any
 
 
 def _torch():
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     return torch
 
@@ -28,8 +28,8 @@ def _planted_kernel(interpret: bool):
     """The planted GEMM kernel, compiled (CUDA tensors) or under the Triton interpreter (CPU tensors).
     Triton is imported here, never at module import."""
     global triton, tl
-    import triton
-    import triton.language as tl
+    import triton  # optional dependency (the triton extra), loaded on first use
+    import triton.language as tl  # optional dependency (the triton extra), loaded on first use
 
     with triton.knobs.runtime.scope():
         triton.knobs.runtime.interpret = interpret

@@ -28,10 +28,7 @@ from typing import Iterable, Mapping
 
 from .. import results  # results.read_rows looked up at call time: tests replace it
 from ..candidate import make_buffers
-from ..kernels import cutlass_sm90 as cs
-from ..kernels.tiny_gemm import TinyCandidate, TinyConfig
-from ..kernels.triton_gemm import TritonGemm, parse_config
-from ..kernels.vendor import vendor_candidates
+from ..kernels.registry import family
 from ..problem import parse_mnk
 from ..search.selection import selected_for
 from ..summary import usable
@@ -102,19 +99,10 @@ def run_child(mnk: str, which: str, config: str, layout: str, vendor: str, proto
 
     problem = parse_mnk(mnk)
     bufs = make_buffers(problem, "cuda")
-    if which == "triton":
-        cand = TritonGemm(parse_config(config), layout=layout, acc=problem.acc)
-    elif which == "cutlass":  # config "<config>:<knobs>" (kernels/cutlass_sm90.py names)
-        cfg, knobs = cs.parse_name(config)
-        problem = problem.with_(layout=cfg.layout)
-        cand = cs.CutlassCandidate(cfg, knobs)
-    elif which == "tiny":  # config "<BMxBN_s<split>_st<stages>_<dtype>>" (kernels/tiny_gemm.py names)
-        cand = TinyCandidate(TinyConfig.parse(config))
-    else:
-        by = {c.name: c for c in vendor_candidates(problem)}
-        if vendor not in by:
-            raise NcuError(f"no vendor path {vendor!r}; have {', '.join(by)}")
-        cand = by[vendor]
+    fam = family(which)  # a config as its family names it (a vendor path by its baseline name)
+    cfg = fam.parse(vendor if which == "vendor" else config)
+    problem = problem.with_(layout=fam.fixed(cfg)[0] if fam.fixed else layout)  # a compiled config fixes its layout
+    cand = fam.candidate(cfg, problem, None)
     cand.prepare(problem, bufs, protocol, make_timer(bufs, protocol))
     args = bufs.args()
     for _ in range(5):

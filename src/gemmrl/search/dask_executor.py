@@ -25,13 +25,16 @@ import re
 import socket
 import subprocess
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 from typing import Any, Sequence
 
 from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
-from .executor import GroupResult, RequestTemplate
+from ..sandbox import Job, SandboxPool
+from ..timing import TimingConfig
+from .executor import GroupResult, InlineExecutor, ModelExecutor, PrebuildExecutor, RequestTemplate, SandboxExecutor
 
 KINDS = ("sandbox", "inline", "model")
 _LOCAL: dict = {}
@@ -72,8 +75,6 @@ def _pool(shared_triton: bool):
     candidates are all our own configs may use; otherwise each sandbox process has a private one."""
     with _LOCK:
         if shared_triton not in _POOLS:
-            from ..sandbox import SandboxPool
-
             cpu = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
             env = {"TRITON_INTERPRET": "1"} if cpu else {}
             writable = []
@@ -92,7 +93,6 @@ def _local_executor(kind: str, template: RequestTemplate, timeout_s: float, shar
         known = _LOCAL.get(key)
     if known is not None:
         return known
-    from .executor import InlineExecutor, ModelExecutor, PrebuildExecutor, SandboxExecutor
 
     if kind == "model":
         ex = ModelExecutor(seed=template.seed)
@@ -109,11 +109,6 @@ def warm_worker(shared_triton: bool = True, timeout_s: float = 300.0) -> dict:
     cuBLASLt through our extension, Triton's compiler, the battery, graph capture and both timers), so that the
     worker's one-time start-up is paid when it starts, not inside the first tuning job it serves. Returns what the
     group reported (``status``, ``seconds``)."""
-    import time
-
-    from ..sandbox import Job
-    from ..timing import TimingConfig
-
     cpu = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
     problem = GemmProblem(128, 128, 128, layout="tn" if not cpu else "nn")
     spec = CandidateSpec("triton", "tiled(BM=64,BN=64,BK=32,warps=4,stages=2,group_m=1)", layout=problem.layout)
@@ -157,7 +152,7 @@ class DaskExecutor:
                  shared_triton: bool = False, reconnect_s: float = 300.0):
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        from distributed import Client
+        from distributed import Client  # optional dependency (the distributed extra)
 
         self.scheduler = scheduler
         self.client = client if client is not None else Client(scheduler, timeout=f"{connect_s}s")
@@ -221,8 +216,6 @@ class DaskExecutor:
         df.add_done_callback(done)
 
     def _resubmit(self, problem: GemmProblem, specs: list[CandidateSpec], out: Future) -> None:
-        import time
-
         deadline = time.monotonic() + self.reconnect_s
         while time.monotonic() < deadline:
             try:

@@ -13,6 +13,7 @@ Methods: ``rl`` (the policy's greedy ranking, trained by ``train_replay`` on oth
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .policy import FAIL_REWARD, RLPolicy
+from .policy import FAIL_REWARD, RLPolicy, with_family_floor
 from .replay import Table
 
 
@@ -76,8 +77,6 @@ def online_orders(policy: RLPolicy, group: int = 4, rounds: int = 6, lr: float |
     greedy top among the untried), each group rewarded and followed by one GRPO step on that shape, for
     ``rounds`` groups; after that the rest in the last policy's order. The policy is copied per shape, so nothing
     learned on one test shape reaches another."""
-    import copy
-
     def order(table: Table) -> list[int]:
         pol = copy.deepcopy(policy)
         if lr is not None:
@@ -216,8 +215,6 @@ def keyed_orders(policy: RLPolicy) -> Callable[[Table], list[int]]:
 
 def floored(ranker: Callable[[Table], list[int]], k: int = 4) -> Callable[[Table], list[int]]:
     """``ranker`` with the live proposer's family floor (``policy.with_family_floor``) at group size ``k``."""
-    from .policy import with_family_floor
-
     return lambda t: with_family_floor(ranker(t), lambda i: t.arms[i].spec.family, k)
 
 

@@ -28,10 +28,16 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Callable, Sequence
 
+from ..adversarial.planted_cuda import EXPECTED, planted_source
+from ..kernels.triton_gemm.configs import H100, TiledConfig, valid
+from ..kernels.triton_source import TritonSource
 from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
+from .loop import payload_from, payload_text
+from .policy import CostModelProposer, candidate_set
 from .proposer import Context, Outcome, Proposal, spec_key
 
 _HEAD = "# gemmrl fault-survival plant: {kind} #{v}\n"
@@ -82,7 +88,6 @@ def expected(kind: str, device: str) -> str:
         return "ok"
     if device == "cpu":
         return CPU_EXPECTED[kind]
-    from ..adversarial.planted_cuda import EXPECTED
 
     return EXPECTED[kind]
 
@@ -91,13 +96,10 @@ def fault_spec(kind: str, device: str, v: int = 0) -> CandidateSpec:
     """Planted fault ``kind``, number ``v`` of its kind at a shape (the number makes its source, so its key, new)."""
     name = f"fault:{kind}#{v}"
     if device == "cpu":
-        from ..kernels.triton_source import TritonSource
-
         if kind not in _CPU_CODE:
             raise ValueError(f"unknown CPU fault {kind!r}; one of {', '.join(_CPU_CODE)}")
         return CandidateSpec("triton_source", TritonSource(_HEAD.format(kind=kind, v=v) + _CPU_CODE[kind], "gemm",
                                                            "nn", name=name), layout="nn")
-    from ..adversarial.planted_cuda import planted_source
 
     src = planted_source(kind, layout="tn")
     return CandidateSpec("cuda", replace(src, code=src.code + "\n" + _HEAD.replace("#", "//", 1).format(kind=kind, v=v),
@@ -107,8 +109,6 @@ def fault_spec(kind: str, device: str, v: int = 0) -> CandidateSpec:
 def tiny_triton(problem: GemmProblem, n: int) -> list[CandidateSpec]:
     """``n`` small tiled Triton configs valid at ``problem``, both layouts in turn, fewest programs x K steps first
     (the Triton interpreter's time goes with them: 16x16x16 tiles at 33_65_129 take ~20x as long as 32x64x64)."""
-    from ..kernels.triton_gemm.configs import H100, TiledConfig, valid
-
     def steps(t: tuple) -> int:
         return -(-problem.M // t[0]) * -(-problem.N // t[1]) * -(-problem.K // t[2])
 
@@ -127,10 +127,6 @@ def tiny_triton(problem: GemmProblem, n: int) -> list[CandidateSpec]:
 
 def top_triton(problem: GemmProblem, n: int, exclude: frozenset = frozenset()) -> list[CandidateSpec]:
     """The cost model's ``n`` best Triton configs at ``problem`` (both layouts), skipping the keys in ``exclude``."""
-    from functools import partial
-
-    from .policy import CostModelProposer, candidate_set
-
     top = 24
     while True:
         cm = CostModelProposer(partial(candidate_set, top=top, explore=0, cutlass=False))
@@ -158,8 +154,6 @@ class Planned:
         return spec_key(self.spec)
 
     def to_dict(self) -> dict:
-        from .loop import payload_text
-
         p, s = self.problem, self.spec
         return dict(index=self.index, M=p.M, N=p.N, K=p.K, dtype=p.dtype, acc=p.acc, problem_layout=p.layout,
                     round=self.round, slot=self.slot, kind=self.kind, expected=self.expected, family=s.family,
@@ -167,8 +161,6 @@ class Planned:
 
     @staticmethod
     def from_dict(d: dict) -> "Planned":
-        from .loop import payload_from
-
         p = GemmProblem(d["M"], d["N"], d["K"], d["dtype"], d["acc"], d["problem_layout"])
         spec = CandidateSpec(d["family"], payload_from(d["family"], d["payload"]), d["name"], d["layout"])
         return Planned(d["index"], p, d["round"], d["slot"], d["kind"], d["expected"], spec)

@@ -32,7 +32,7 @@ class Hardware:
 
     @staticmethod
     def from_device(device: int = 0) -> "Hardware":
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         p = torch.cuda.get_device_properties(device)
         clock = getattr(p, "clock_rate", 0) // 1000 or Hardware.sm_clock_mhz

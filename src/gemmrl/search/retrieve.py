@@ -31,6 +31,8 @@ from typing import Iterable, Sequence
 
 from ..kernels.triton_gemm.configs import Config, parse_config
 from ..problem import GemmProblem
+from ..results import read_rows
+from ..summary import usable
 
 PREFIX = "triton:"
 
@@ -76,8 +78,6 @@ def winners(rows: Iterable[dict], per_shape: int = 2, gpu: str | None = None) ->
     """Per (shape, dtype, protocol), the ``per_shape`` fastest distinct configs among usable screen rows
     (``summary.usable``; the layout of each config's fastest row), of rows measured on ``gpu`` (the results' ``gpu``
     column) when given; sorted by shape, dtype, protocol, time."""
-    from ..summary import usable
-
     if per_shape < 1:
         raise RetrieveError(f"per_shape must be >= 1, got {per_shape}")
     best: dict[tuple, dict[str, Winner]] = {}
@@ -133,8 +133,6 @@ def read_winners(paths: Sequence[str], per_shape: int = 2, gpu: str | None = Non
 def _winners_by_gpu(paths: tuple[str, ...], per_shape: int) -> dict[str | None, tuple[Winner, ...]]:
     """{gpu: its rows' winners, None: the winners of every GPU's rows}: one read serves the check before the GPU is
     known and the screen after."""
-    from ..results import read_rows
-
     rows = read_rows(expand(paths))
     by: dict[str, list[dict]] = {}
     for r in rows:

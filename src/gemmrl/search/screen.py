@@ -47,8 +47,10 @@ from ..kernels.triton_gemm import TritonGemm
 from ..kernels.triton_gemm.configs import Arch, Config, ConfigError, parse_config, valid
 from ..kernels.triton_gemm.precompile import precompile
 from ..kernels.vendor import vendor_candidates
+from ..measure.bench import _progress, require_cuda
+from ..measure.core import base_row
 from ..problem import GemmProblem
-from ..results import now
+from ..results import ResultsWriter, collect_meta, now, read_rows, sm_clock_mhz
 from ..timing import TimingConfig, below_floor, floor_ms, l2_bytes, make_timer, measure, without_grad
 from .costmodel import estimate, prune, prune_diverse
 from .retrieve import expand, nearest, read_winners
@@ -330,7 +332,6 @@ def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: Scree
     """Quick-check and time one shape's configs (and the references), chunk by chunk; result rows."""
     import torch  # start-up cost: the search package imports no torch at its top
 
-
     floors = {p: floor_ms(problem, base["gpu"], p, l2_bytes(spec.device)) for p in spec.protocols}
     bufs = make_buffers(problem, "cuda", seed=spec.seed)
     check = QuickCheck(bufs)
@@ -383,10 +384,6 @@ def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: Scree
 def run_screen(spec: ScreenSpec, progress: bool = True) -> Path:
     """Screen every shape of ``spec`` into ``spec.out`` (resuming at the first shape without rows)."""
     import torch  # start-up cost: the search package imports no torch at its top
-
-    from ..measure.bench import _progress, require_cuda
-    from ..measure.core import base_row
-    from ..results import ResultsWriter, collect_meta, read_rows, sm_clock_mhz
 
     require_cuda(spec.device)
     torch.cuda.set_device(spec.device)

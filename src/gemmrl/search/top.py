@@ -18,6 +18,8 @@ from __future__ import annotations
 from ..kernels.triton_gemm.candidate import TritonGemm
 from ..kernels.triton_gemm.configs import H100, Arch
 from ..problem import GemmProblem
+from .costmodel import prune
+from .space import VARIANTS
 
 _ARCHS: dict[int, Arch] = {}
 
@@ -25,7 +27,7 @@ _ARCHS: dict[int, Arch] = {}
 def current_arch() -> Arch:
     """The GPU torch would launch on now; H100 (the predicates' default) when there is no CUDA device."""
     try:
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         if not torch.cuda.is_available():
             return H100
@@ -39,9 +41,6 @@ def current_arch() -> Arch:
 
 def top_configs(problem: GemmProblem, k: int, arch: Arch | None = None) -> list:
     """The ``k`` configs the cost model predicts fastest for ``problem`` on ``arch``, several variants among them."""
-    from .costmodel import prune
-    from .space import VARIANTS
-
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     if k == 0:

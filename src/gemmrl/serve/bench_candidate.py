@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..problem import GemmProblem
+from ..timing import make_timer
+from . import dispatch
+from .layout_choice import choose, timed_in
 
 NAME = "gemmrl"
 
@@ -26,10 +29,6 @@ class GemmrlCandidate:
         self._choice = None
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
-        from . import dispatch
-        from .layout_choice import choose, timed_in
-        from ..timing import make_timer
-
         if problem.acc != "fp32":
             raise dispatch.DispatchError("gemmrl.mm accumulates in fp32; the problem asks for acc fp16")
         timing = timed_in(protocol, bufs.a.device.type)  # host-timed protocols choose the layout in device time
@@ -45,8 +44,6 @@ class GemmrlCandidate:
         self._mm(a, self._b if src is self._src else (src if self.layout == "nn" else src.t()), c)
 
     def info(self) -> dict[str, Any]:
-        from . import dispatch
-
         ch = self._choice
         how = "" if ch is None else f"; layout={ch.layout} by {ch.by}" + "".join(
             f" {lay}={t * 1e3:.2f}us" for lay, t in ch.times_ms)

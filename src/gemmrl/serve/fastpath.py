@@ -28,6 +28,8 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+import torch
+
 from ..paths import cache_dir
 
 CSRC = Path(__file__).with_name("csrc")
@@ -98,8 +100,6 @@ def build(force: bool = False) -> Path:
 def build_torch(force: bool = False) -> Path:
     """Compile fastpath_torch.cpp against the installed torch; returns the extension's path. Raises RuntimeError
     saying why not."""
-    import torch
-
     include = _python_include()
     cxx = _cxx_compiler()
     if cxx is None:

@@ -26,9 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+import torch
+
+from ..candidate import make_buffers
 from ..library import HOST_BAND, PROTOCOL_ORDER, Entry, host_rank
 from ..problem import GemmProblem
-from ..timing import HOST_PROTOCOLS
+from ..timing import HOST_PROTOCOLS, PROTOCOLS, make_timer
+from . import dispatch
 
 LAYOUTS = ("tn", "nn")
 TIE = 0.005  # relative difference under which the library's order stands
@@ -52,8 +56,6 @@ class LayoutChoice:
 
 def library_entries(problem: GemmProblem, protocol: str, device) -> dict[str, Entry]:
     """The library entry that serves each layout for this GPU in ``protocol`` (layouts without one left out)."""
-    from . import dispatch
-
     gpu, _ = dispatch._identity(device)
     order = PROTOCOL_ORDER["graph" if protocol == "graph" else "eager"]
     lib = dispatch.library()
@@ -74,8 +76,6 @@ def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mappi
            min_calls: int = MIN_CALLS) -> LayoutChoice:
     """The layout for ``problem`` in ``protocol`` on ``bufs`` (a, b [K, N], bt [N, K], c), timing with ``timer``
     (a ``make_timer`` of ``timed_in(protocol, ...)``) when the library has entries for both layouts."""
-    from . import dispatch
-
     ents = library_entries(problem, protocol, bufs.a.device)
     lib = sorted((e.time_ms, lay) for lay, e in ents.items())
     if len(lib) < 2 or timer is None:
@@ -107,14 +107,8 @@ def pick_layout(shape: Any, dtype=None, protocol: str = "graph", device=None, mi
     ``protocol`` ('graph' for CUDA-graph replay, 'offline' for eager calls; also 'cold', 'server'). Builds what
     serves both layouts first (as ``warmup`` does). Lay the weight out as the answer says: ``nn`` keeps w [K, N]
     row-major, ``tn`` keeps it [N, K] and passes ``w.t()``."""
-    import torch
-
-    from ..candidate import make_buffers
-    from ..timing import PROTOCOLS, make_timer
-
     if protocol not in PROTOCOLS:
         raise ValueError(f"pick_layout: protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
-    from . import dispatch
 
     dtype = torch.float16 if dtype is None else dtype
     if dtype not in dispatch._DTYPES:

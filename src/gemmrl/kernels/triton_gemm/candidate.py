@@ -101,7 +101,7 @@ class TritonGemm:
             self.launch_path, self.launch_note = "jit", ""
 
     def _problem_of(self, a, c) -> GemmProblem:
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(a.dtype)
         if dtype is None:
@@ -110,7 +110,7 @@ class TritonGemm:
                            layout=self.layout)
 
     def _slow(self, a, b, bt, c) -> None:
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         bm = bt if self.layout == "tn" else b
         plan = self._plan
@@ -136,7 +136,7 @@ class TritonGemm:
                 self._build_direct(plan, compiled, a.device)
 
     def _build_direct(self, plan: plans.Plan, compiled: list, device) -> None:
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         direct = []
         for L, ck in zip(plan.launches, compiled):
@@ -154,7 +154,7 @@ class TritonGemm:
     def _self_check(self, a, b, bt, c) -> None:
         """One direct call on the prepare buffers must reproduce Triton's own path bit for bit (same kernel,
         same arguments); else the direct path is dropped, with the reason in ``info()``."""
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         torch.cuda.synchronize(c.device)
         want = c.clone()

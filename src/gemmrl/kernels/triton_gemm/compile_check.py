@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ class CompileReport:
 
 
 def _signature(kernel, args: list, dtype: str):
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     sig, consts, attrs = {}, {}, {}
     for i, (name, value) in enumerate(zip(kernel.arg_names, args)):
@@ -78,9 +79,7 @@ def _ptxas_report(ptx: str, cc: int) -> tuple[int, int, bool]:
     """(registers, spill-store bytes, wgmma serialized) from ``ptxas -v`` on the PTX, with the ptxas in the
     triton wheel; (-1, 0, False) where it is missing. C7511 is ptxas saying the wgmma pipeline was serialized for
     lack of registers: no spill, but a slow main loop."""
-    import tempfile
-
-    import triton
+    import triton  # optional dependency (the triton extra), loaded on first use
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     if not tool.exists():
@@ -98,10 +97,10 @@ def _ptxas_report(ptx: str, cc: int) -> tuple[int, int, bool]:
 
 def compile_only(cfg: Config, problem: GemmProblem, arch: Arch = H100) -> CompileReport:
     """Compile ``cfg``'s kernels for ``problem`` on ``arch`` (ConfigError if the predicate refuses it)."""
-    import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    import torch  # start-up cost: torch loads on first use, not on import
+    import triton  # optional dependency (the triton extra), loaded on first use
+    from triton.backends.compiler import GPUTarget  # optional dependency (the triton extra), loaded on first use
+    from triton.compiler import ASTSource  # optional dependency (the triton extra), loaded on first use
 
     plan = plans.build(cfg, problem, torch.device("meta"), arch)
     reports = []

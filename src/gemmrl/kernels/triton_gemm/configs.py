@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Union
 
-from ...problem import GemmProblem
+from ...problem import GemmProblem, ProblemError, peaks_for
 
 
 class ConfigError(ValueError):
@@ -55,9 +55,7 @@ class Arch:
     @staticmethod
     def from_device(device=None) -> "Arch":
         """The GPU torch sees (``torch.cuda.get_device_properties``); peaks from problem.GPU_PEAKS where known."""
-        import torch
-
-        from ...problem import ProblemError, peaks_for
+        import torch  # start-up cost: torch loads on first use, not on import
 
         p = torch.cuda.get_device_properties(device if device is not None else torch.cuda.current_device())
         cc = p.major * 10 + p.minor

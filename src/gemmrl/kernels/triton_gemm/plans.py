@@ -86,7 +86,7 @@ def _strides(p: GemmProblem) -> dict:
 
 def build(cfg: Config, problem: GemmProblem, device, arch: Arch) -> Plan:
     """Check ``cfg`` (ConfigError if invalid), allocate its workspaces on ``device`` and bind its launches."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     check(cfg, problem, arch)
     interpret = device.type == "cpu"

@@ -11,6 +11,8 @@ finds it. A pair whose compile fails is reported with the error; nothing is laun
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import multiprocessing as mp
 import os
 from typing import Iterable
 
@@ -35,7 +37,7 @@ def _spec_key(plan: plans.Plan) -> tuple:
 
 
 def _warm(plan: plans.Plan) -> None:
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     dt = plan.torch_dtype
     for L in plan.launches:
@@ -45,14 +47,14 @@ def _warm(plan: plans.Plan) -> None:
 
 
 def _plan(cfg: Config, problem: GemmProblem, arch: Arch) -> plans.Plan:
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     return plans.build(cfg, problem, torch.device("meta"), arch)
 
 
 def _worker(items: list[tuple[str, GemmProblem]]) -> list[tuple[str, str, str]]:
     """In a spawned process: warm up each (config text, problem); returns (config, mnk, error or '')."""
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     arch = Arch.from_device(0)
     torch.cuda.set_device(0)
@@ -85,9 +87,6 @@ def precompile(pairs: Iterable[tuple[Config, GemmProblem]], arch: Arch, workers:
                progress: bool = True) -> dict[tuple[str, str], str]:
     """Compile every distinct specialization among ``pairs`` in ``workers`` processes (default: CPU count - 1).
     Returns {(config text, mnk): error} for the representatives that failed (and invalid pairs)."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     reps, bad = groups(pairs, arch)
     failed = {(c, m): r for c, m, r in bad}
     items = list(reps.values())
@@ -98,7 +97,7 @@ def precompile(pairs: Iterable[tuple[Config, GemmProblem]], arch: Arch, workers:
     bar = None
     if progress:
         try:
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional dependency: progress bars where installed
 
             bar = tqdm(total=len(items), desc="compile", unit="kernel", dynamic_ncols=True)
         except ImportError:

@@ -37,7 +37,7 @@ def kernels(interpret: bool) -> types.SimpleNamespace:
     """The jit modules for one mode: ``.tiled.tiled_kernel``, ``.persistent.persistent_kernel``,
     ``.splitk.splitk_kernel``, ``.splitk.reduce_kernel``, ``.gemv.gemv_kernel`` and the speed-of-light probe
     ``.touch.touch_kernel``."""
-    import triton
+    import triton  # optional dependency (the triton extra), loaded on first use
 
     pkg = f"{__package__}.jit._{'interp' if interpret else 'cuda'}"
     mods = {}
@@ -60,14 +60,14 @@ def launch_mode() -> str:
 
 
 def _alloc(size: int, alignment: int, stream: Any):
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     return torch.empty(size, dtype=torch.int8, device=torch.device("cuda", torch.cuda.current_device()))
 
 
 def set_tma_allocator() -> None:
     """Global scratch for device-side tensor descriptors on the ``jit`` path (no-op cost: a ContextVar set)."""
-    import triton
+    import triton  # optional dependency (the triton extra), loaded on first use
 
     triton.set_allocator(_alloc)
 
@@ -86,7 +86,7 @@ class DirectLaunch:
 
     @staticmethod
     def build(compiled, grid, args, slots, device) -> "DirectLaunch | None":
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         run = getattr(compiled, "run", None)
         launch = getattr(run, "launch", None)
