@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ["GEMMRL_CACHE_DIR"] = tempfile.mkdtemp(prefix="gemmrl_compile_bench_")  # nothing cached
     from gemmrl.kernels import cutlass_sm90 as cs
-    from gemmrl.kernels.cuda_source import find_nvcc, nvcc_version
+    from gemmrl.kernels.toolchain import find_nvcc, nvcc_version
     from gemmrl.results import git_sha, now
 
     cfgs = cs.family()[: args.limit or None]

@@ -199,13 +199,11 @@ def main() -> int:
         # neither run pays one-time compiles the other does not (a first call on an H200 rebuilt six of them, ~35 s
         # each, inside the 1-GPU run); Triton kernels stay cold in both (each worker's sandbox has its own cache)
         from gemmrl.kernels import cutlass_sm90 as cs
-        from gemmrl.kernels.cuda_source import arch_for
-
-        from gemmrl.kernels.cuda_source import _include_version, find_nvcc, include_dirs, nvcc_version
+        from gemmrl.kernels.toolchain import arch_for, find_nvcc, include_dirs, include_version, nvcc_version
 
         nvcc = find_nvcc()
         print(f"build key parts: arch {arch_for()}, nvcc {nvcc} {nvcc_version(nvcc) if nvcc else ''}, CUTLASS "
-              f"{include_dirs(['cutlass'])} {_include_version(include_dirs(['cutlass']))}", flush=True)
+              f"{include_dirs(['cutlass'])} {include_version(include_dirs(['cutlass']))}", flush=True)
         t0 = time.monotonic()
         built = cs.build_family(cs.family("tn", "fp16"), arch_for(), jobs=os.cpu_count(), progress=False)
         fresh = sum(1 for b in built.values() if b.ok and not b.record().get("cached"))

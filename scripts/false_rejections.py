@@ -144,13 +144,14 @@ def cutlass_entries(p: GemmProblem, builds: dict) -> list[tuple[object, object]]
 def cutlass_cached(cfg, arch: str) -> bool:
     """Whether ``cfg``'s shared object is in the build cache (nothing is compiled)."""
     from gemmrl.kernels import cuda_source as CU
+    from gemmrl.kernels import toolchain
     from gemmrl.paths import cache_dir
 
     src = cfg.source()
-    nvcc = CU.find_nvcc()
+    nvcc = toolchain.find_nvcc()
     if not nvcc:
         return False
-    key = CU.build_key(src, arch, nvcc, CU.include_dirs(src.includes))
+    key = CU.build_key(src, arch, nvcc, toolchain.include_dirs(src.includes))
     d = cache_dir("build", "cuda", key)
     return (d / "build.json").is_file() and (d / "candidate.so").is_file()
 
@@ -160,13 +161,13 @@ def cutlass_builds(problems: list[GemmProblem], allow_build: bool) -> dict:
     prints a warning for what is left out and why. Never raises."""
     need = list(dict.fromkeys(c for d in dict.fromkeys(p.dtype for p in problems) for c in cutlass_configs(d)))
     try:
-        from gemmrl.kernels import cuda_source as CU
+        from gemmrl.kernels import toolchain
 
-        arch = CU.arch_for()
+        arch = toolchain.arch_for()
         if not arch.startswith("90"):
             print(f"WARNING: CUTLASS family skipped: it needs sm_90a, this GPU is sm_{arch}")
             return {}
-        if not CU.find_nvcc():
+        if not toolchain.find_nvcc():
             print("WARNING: CUTLASS family skipped: nvcc not found (set CUDA_HOME or GEMMRL_NVCC)")
             return {}
         cached = [c for c in need if cutlass_cached(c, arch)]

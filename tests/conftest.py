@@ -47,8 +47,7 @@ def pytest_collection_modifyitems(config, items):
 def have_cutlass_toolchain() -> bool:
     """nvcc and the nvidia-cutlass headers: what building a CUTLASS config needs (tests that build one skip
     without them; a GPU machine's build cache alone does not make a fresh build possible)."""
-    from gemmrl.kernels.cuda_l2_import import CutlassNotFound, cutlass_include_dirs
-    from gemmrl.kernels.cuda_source import find_nvcc
+    from gemmrl.kernels.toolchain import CutlassNotFound, cutlass_include_dirs, find_nvcc
 
     if not find_nvcc():
         return False
@@ -63,7 +62,7 @@ def have_cutlass_toolchain() -> bool:
 def sm90_build(tmp_path, monkeypatch):
     """nvcc builds for sm_90a into a fresh cache under tmp_path (skips where nvcc is missing): the probe scripts'
     build tests compile host entry points only, so no GPU is needed."""
-    from gemmrl.kernels.cuda_source import find_nvcc
+    from gemmrl.kernels.toolchain import find_nvcc
 
     if not find_nvcc():
         pytest.skip("needs nvcc")

@@ -8,10 +8,11 @@ import pytest
 
 from conftest import assert_serves
 from gemmrl.kernels import cuda_source as cs
+from gemmrl.kernels import toolchain
 from gemmrl.problem import GemmProblem
 
 SRC = Path(cs.__file__).with_name("csrc") / "cluster_splitk.cu"
-needs_nvcc = pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc (the CUDA toolkit) to compile")
+needs_nvcc = pytest.mark.skipif(not toolchain.find_nvcc(), reason="needs nvcc (the CUDA toolkit) to compile")
 
 
 def _source() -> cs.CudaSource:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gemmrl.kernels import cuda_l2_import as imp
+from gemmrl.kernels import toolchain
 from gemmrl.problem import GemmProblem
 
 SIG = "void {name}(torch::Tensor a, torch::Tensor b, torch::Tensor b_col_major, torch::Tensor c)"
@@ -179,24 +180,25 @@ def test_build_flags_follow_cuda_l2_and_the_arch():
     assert not any(f.startswith("-std") for f in flags)  # torch picks the standard its headers need
 
 
-def test_device_arch_env_override(monkeypatch):
+def test_arch_env_override_by_its_older_name(monkeypatch):
+    monkeypatch.delenv("GEMMRL_CUDA_ARCH", raising=False)
     monkeypatch.setenv("GEMMRL_IMPORT_ARCH", "sm_90a")
-    assert imp.device_arch() == "90a"
+    assert toolchain.arch_for() == "90a"
     monkeypatch.setenv("GEMMRL_IMPORT_ARCH", "9.0a")
-    assert imp.device_arch() == "90a"
+    assert toolchain.arch_for() == "90a"
 
 
 def test_missing_cutlass_gives_the_clear_message(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "cutlass_library", None)  # import fails
     monkeypatch.delenv("CUTLASS_DIR", raising=False)
-    with pytest.raises(imp.CutlassNotFound, match=r"pip install nvidia-cutlass.*CUTLASS_DIR"):
-        imp.cutlass_include_dirs()
+    with pytest.raises(toolchain.CutlassNotFound, match=r"pip install nvidia-cutlass.*CUTLASS_DIR"):
+        toolchain.cutlass_include_dirs()
     monkeypatch.setenv("CUTLASS_DIR", str(tmp_path))
-    with pytest.raises(imp.CutlassNotFound, match="has no include/cutlass/cutlass.h"):
-        imp.cutlass_include_dirs()
+    with pytest.raises(toolchain.CutlassNotFound, match="has no include/cutlass/cutlass.h"):
+        toolchain.cutlass_include_dirs()
     (tmp_path / "include" / "cutlass").mkdir(parents=True)
     (tmp_path / "include" / "cutlass" / "cutlass.h").write_text("")
-    assert imp.cutlass_include_dirs() == [tmp_path / "include", tmp_path / "tools" / "util" / "include"]
+    assert toolchain.cutlass_include_dirs() == [tmp_path / "include", tmp_path / "tools" / "util" / "include"]
     # and through load_kernel_dir: a structured failure, no compile attempted
     monkeypatch.delenv("CUTLASS_DIR")
     kdir = tmp_path / "kset"
@@ -210,19 +212,19 @@ def test_missing_cutlass_gives_the_clear_message(monkeypatch, tmp_path):
 def test_parse_build_log_nvcc_gcc_and_link():
     log = ("[1/3] /usr/local/cuda/bin/nvcc -c kernel.cu ...\n"
            "/cache/b/kernel.cu(12): error: expected a \";\"\n  int x = 1\n")
-    p = imp.parse_build_log(log, "/cache/b", "/k/64_64_64.cu")
+    p = toolchain.parse_build_log(log, "/cache/b", "/k/64_64_64.cu")
     assert p == {"stage": "compile", "file": "/k/64_64_64.cu", "line": 12, "message": 'expected a ";"'}
-    p = imp.parse_build_log("/cache/b/binding.cpp:7:3: error: 'foo' was not declared\n", "/cache/b", "/k/x.cu")
+    p = toolchain.parse_build_log("/cache/b/binding.cpp:7:3: error: 'foo' was not declared\n", "/cache/b", "/k/x.cu")
     assert (p["stage"], p["line"], p["message"]) == ("compile", 7, "'foo' was not declared")
     assert "binding.cpp (generated)" in p["file"]
-    p = imp.parse_build_log("ok\n/usr/bin/ld: cannot find -lc10_cuda: No such file\n", "/cache/b", "/k/x.cu")
+    p = toolchain.parse_build_log("ok\n/usr/bin/ld: cannot find -lc10_cuda: No such file\n", "/cache/b", "/k/x.cu")
     assert p["stage"] == "link" and "c10_cuda" in p["message"]
-    p = imp.parse_build_log("something odd happened\n")
+    p = toolchain.parse_build_log("something odd happened\n")
     assert p["stage"] == "build"
-    head = imp.log_head("[1/2] nvcc " + "x" * 50 + "\nline a\n\nline b\n")
+    head = toolchain.log_head("[1/2] nvcc " + "x" * 50 + "\nline a\n\nline b\n")
     assert head == "line a\nline b"
     noisy = "\n".join(f"warning {i}" for i in range(50)) + "\nk.cu(3): error: boom\nafter\n"
-    assert imp.log_head(noisy, n=5).splitlines() == ["warning 47", "warning 48", "warning 49", "k.cu(3): error: boom", "after"]
+    assert toolchain.log_head(noisy, n=5).splitlines() == ["warning 47", "warning 48", "warning 49", "k.cu(3): error: boom", "after"]
 
 
 def test_only_errors_in_the_kernel_source_are_cached():
@@ -239,7 +241,7 @@ def test_parse_ptxas():
             "0 bytes spill loads\n")
     text += ("ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
              "to wgmma pipeline crossing function boundary at a function call in the function '_Z1fv'\n")
-    assert imp.parse_ptxas(text) == {
+    assert toolchain.Ptxas.parse(text).as_record(smem=False) == {  # an imported kernel's build record
         "kernels": 2, "max_registers": 128, "spill_store_bytes": 8, "spill_load_bytes": 4,
         "perf_warnings": ["C7510: wgmma.mma_async instructions are serialized due to wgmma pipeline crossing "
                           "function boundary at a function call"]}
@@ -342,7 +344,7 @@ def test_slow_compile_good_and_broken_kernels_in_parallel(tmp_path, monkeypatch)
     which says compilation passed); a syntax error comes back structured; the second import is cached."""
     tc = _nvcc_or_skip()
     monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("GEMMRL_IMPORT_ARCH", "90a")
+    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
     kdir = tmp_path / "synthetic"
     kdir.mkdir()
     (kdir / "64_64_64.cu").write_text(_naive())

@@ -11,10 +11,11 @@ import pytest
 
 from conftest import assert_serves
 from gemmrl.kernels import cuda_source as cs
+from gemmrl.kernels import toolchain
 from gemmrl.adversarial.planted_cuda import PLANTED, planted_source
 from gemmrl.problem import GemmProblem
 
-HAS_NVCC = bool(cs.find_nvcc())
+HAS_NVCC = bool(toolchain.find_nvcc())
 needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="needs nvcc (the CUDA toolkit) to compile")
 
 
@@ -129,12 +130,10 @@ def test_no_nvcc_is_a_clear_error(cache, monkeypatch):
 
 def test_missing_headers_are_a_clear_error(cache):
     src = cs.CudaSource("int x;", includes=("cutlass",))
-    from gemmrl.kernels import cuda_l2_import
-
     try:
-        cuda_l2_import.cutlass_include_dirs()
+        toolchain.cutlass_include_dirs()
         pytest.skip("the CUTLASS headers are installed here")
-    except cuda_l2_import.CutlassNotFound:
+    except toolchain.CutlassNotFound:
         pass
     b = cs.build(src, "90a")
     assert not b.ok and b.error.stage == "headers" and "cutlass" in b.error.message.lower()

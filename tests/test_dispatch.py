@@ -17,7 +17,7 @@ import torch
 import gemmrl
 from conftest import have_cutlass_toolchain
 from gemmrl.serve import dispatch, launchers
-from gemmrl.kernels import cuda_source as cs
+from gemmrl.kernels import toolchain
 from gemmrl.library import Entry, Library
 from gemmrl.problem import GemmProblem
 
@@ -570,7 +570,7 @@ def test_cutlass_entry_serves_gpu(lib, hot_path, shape, impl, torch_v, monkeypat
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc")
+@pytest.mark.skipif(not toolchain.find_nvcc(), reason="needs nvcc")
 @pytest.mark.parametrize("shape, impl, dtype", [((64, 64, 1024), "32x32_s8_st4_fp16", torch.float16),
                                                 ((100, 72, 2056), "16x64_s16_st4_bf16", torch.bfloat16)])
 def test_tiny_entry_serves_gpu(lib, hot_path, shape, impl, dtype, monkeypatch):

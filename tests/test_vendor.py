@@ -23,7 +23,9 @@ import pytest
 
 from gemmrl.candidate import make_buffers
 from gemmrl.problem import GemmProblem
+from gemmrl.kernels import toolchain
 from gemmrl.kernels import vendor as V
+from gemmrl.kernels import vendor_common as VC
 
 P = GemmProblem(64, 48, 32)
 
@@ -107,7 +109,7 @@ def test_config_from_env(monkeypatch):
     monkeypatch.setenv("GEMMRL_CUBLASLT_BACKEND", "nvmath")
     monkeypatch.setenv("GEMMRL_VENDOR_STRICT_REDUCTION", "1")
     cfg = V.VendorConfig.from_env()
-    assert cfg.lt_backend == "nvmath" and cfg.strict_reduction and cfg.flags == V.FLAG_STRICT_REDUCTION
+    assert cfg.lt_backend == "nvmath" and cfg.strict_reduction and cfg.flags == VC.FLAG_STRICT_REDUCTION
     assert V.VendorConfig().flags == 0
 
 
@@ -130,11 +132,11 @@ def test_alignment_and_pretty_algo():
 
 # -- autotune cache ----------------------------------------------------------------------------------
 
-def _key(**kw) -> V.AutotuneKey:
+def _key(**kw) -> VC.AutotuneKey:
     base = dict(mnk="64_48_32", dtype="fp16", acc="fp32", layout="tn", protocol="graph", gpu="NVIDIA H100 80GB HBM3",
                 cc="9.0", cublaslt=130102, driver=13000, torch="2.11.0+cu130")
     base.update(kw)
-    return V.AutotuneKey(**base)
+    return VC.AutotuneKey(**base)
 
 
 def _other(v):
@@ -147,14 +149,14 @@ def _other(v):
 
 def test_cache_key_changes_with_each_field(cache):
     k = _key()
-    V.store_choice(k, {"algo": "id=1", "index": 0})
-    assert V.load_choice(k)["algo"] == "id=1"
+    VC.store_choice(k, {"algo": "id=1", "index": 0})
+    assert VC.load_choice(k)["algo"] == "id=1"
     seen = {k.digest()}
-    for f in dataclasses.fields(V.AutotuneKey):
+    for f in dataclasses.fields(VC.AutotuneKey):
         k2 = dataclasses.replace(k, **{f.name: _other(getattr(k, f.name))})
         assert k2.digest() not in seen, f.name
         seen.add(k2.digest())
-        assert V.load_choice(k2) is None, f.name
+        assert VC.load_choice(k2) is None, f.name
 
 
 def test_autotune_picks_fastest_and_second_run_hits_cache(cache):
@@ -179,25 +181,25 @@ def test_autotune_picks_fastest_and_second_run_hits_cache(cache):
                 out[name] = math.inf  # as gemmrl.timing does for a failing callable
         return out
 
-    idx, rec, hit = V.autotune(_key(), descs, make_call, timer)
+    idx, rec, hit = VC.autotune(_key(), descs, make_call, timer)
     assert (idx, hit) == (3, False)
     # screening runs every algorithm once here; the confirmation rounds run only the two finalists
     assert sorted(ran[:5]) == [0, 1, 2, 3, 4] and sorted(set(ran[5:])) == [0, 3]
-    assert len(ran) == 5 + 2 * V.AUTOTUNE_CONFIRM
+    assert len(ran) == 5 + 2 * VC.AUTOTUNE_CONFIRM
     assert rec["algo"] == "id=3" and rec["n_algos"] == 5 and rec["time_ms"] == 0.5
 
     def no_timer(fns, min_calls):
         raise AssertionError("a cache hit must not time anything")
 
-    idx2, rec2, hit2 = V.autotune(_key(), descs, make_call, no_timer)
+    idx2, rec2, hit2 = VC.autotune(_key(), descs, make_call, no_timer)
     assert (idx2, hit2) == (3, True)
     # the cached algorithm is matched by description, not by position
-    idx3, _, hit3 = V.autotune(_key(), ["id=9"] + descs, make_call, no_timer)
+    idx3, _, hit3 = VC.autotune(_key(), ["id=9"] + descs, make_call, no_timer)
     assert (idx3, hit3) == (4, True)
     # a cached algorithm the heuristic no longer returns is re-tuned
-    idx4, _, hit4 = V.autotune(_key(), ["id=0", "id=2"], make_call, lambda fns, n: {"algo000": 2.0, "algo001": 1.0})
+    idx4, _, hit4 = VC.autotune(_key(), ["id=0", "id=2"], make_call, lambda fns, n: {"algo000": 2.0, "algo001": 1.0})
     assert (idx4, hit4) == (1, False)
-    assert V.load_choice(_key())["algo"] == "id=2"
+    assert VC.load_choice(_key())["algo"] == "id=2"
 
 
 @pytest.mark.parametrize("blocker", ["file", "readonly"])
@@ -216,14 +218,14 @@ def test_autotune_without_a_writable_cache_still_chooses(tmp_path, monkeypatch, 
             raise PermissionError(13, "Permission denied")
 
         monkeypatch.setattr(V.tempfile, "mkstemp", denied)
-    assert V.store_choice(_key(), {"algo": "id=1", "index": 0}) is False
+    assert VC.store_choice(_key(), {"algo": "id=1", "index": 0}) is False
     calls = []
     for _ in range(2):
-        idx, rec, hit = V.autotune(_key(), ["id=0", "id=1"], lambda i: (lambda: None),
-                                   lambda fns, n: calls.append(1) or {"algo000": 2.0, "algo001": 1.0})
+        idx, rec, hit = VC.autotune(_key(), ["id=0", "id=1"], lambda i: (lambda: None),
+                                    lambda fns, n: calls.append(1) or {"algo000": 2.0, "algo001": 1.0})
         assert (idx, hit, rec["algo"]) == (1, False, "id=1")
     assert len(calls) > 2  # timed both times: nothing was cached
-    assert V.load_choice(_key()) is None
+    assert VC.load_choice(_key()) is None
     if blocker == "readonly":
         assert list((tmp_path / "cache" / "autotune").iterdir()) == []
 
@@ -231,10 +233,10 @@ def test_autotune_without_a_writable_cache_still_chooses(tmp_path, monkeypatch, 
 def test_autotune_keeps_heuristic_first_within_tie_margin(cache):
     descs = ["id=0", "id=1", "id=2"]
     near = {"algo000": 1.000, "algo001": 0.990, "algo002": 1.5}  # 1% faster: within the 2% tie margin
-    idx, rec, _ = V.autotune(_key(), descs, lambda i: (lambda: None), lambda fns, n: near, use_cache=False)
-    assert idx == 0 and rec["algo"] == "id=0" and rec["tie"] == V.AUTOTUNE_TIE
+    idx, rec, _ = VC.autotune(_key(), descs, lambda i: (lambda: None), lambda fns, n: near, use_cache=False)
+    assert idx == 0 and rec["algo"] == "id=0" and rec["tie"] == VC.AUTOTUNE_TIE
     far = {"algo000": 1.000, "algo001": 0.970, "algo002": 1.5}  # 3% faster: switches
-    idx, _, _ = V.autotune(_key(), descs, lambda i: (lambda: None), lambda fns, n: far, use_cache=False)
+    idx, _, _ = VC.autotune(_key(), descs, lambda i: (lambda: None), lambda fns, n: far, use_cache=False)
     assert idx == 1
 
 
@@ -257,22 +259,22 @@ def test_autotune_switch_needs_a_confirmed_head_to_head_win(cache):
 
     # lucky screening: the head-to-head rounds show a tie (median ratio 0.99): the heuristic stays
     timer, seen = timer_with([0.99, 1.01, 0.90])
-    idx, rec, _ = V.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
+    idx, rec, _ = VC.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
     assert idx == 0 and rec["screen_best"] == "algo001" and rec["confirm_ratios"] == [0.99, 1.01, 0.90]
-    assert seen[1:] == [["algo000", "algo001"]] * V.AUTOTUNE_CONFIRM
+    assert seen[1:] == [["algo000", "algo001"]] * VC.AUTOTUNE_CONFIRM
     # a real win (median 0.92) is kept
     timer, seen = timer_with([0.92, 0.91, 0.99])
-    idx, rec, _ = V.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
+    idx, rec, _ = VC.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
     assert idx == 1 and rec["algo"] == "id=1"
     # an algorithm that fails in the head-to-head is never picked
     timer, seen = timer_with([math.inf, math.inf, 0.5])
-    idx, _, _ = V.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
+    idx, _, _ = VC.autotune(_key(), descs, lambda i: (lambda: None), timer, use_cache=False)
     assert idx == 0
 
 
 def test_autotune_all_failing_is_an_error(cache):
     with pytest.raises(V.VendorError, match="none of 2"):
-        V.autotune(_key(), ["a", "b"], lambda i: (lambda: None), lambda fns, n: {k: math.inf for k in fns})
+        VC.autotune(_key(), ["a", "b"], lambda i: (lambda: None), lambda fns, n: {k: math.inf for k in fns})
 
 
 def test_autotune_without_cache_always_times(cache):
@@ -283,9 +285,9 @@ def test_autotune_without_cache_always_times(cache):
         return {k: 1.0 for k in fns}
 
     for _ in range(2):
-        V.autotune(_key(), ["a"], lambda i: (lambda: None), timer, use_cache=False)
+        VC.autotune(_key(), ["a"], lambda i: (lambda: None), timer, use_cache=False)
     assert len(calls) == 2
-    assert V.load_choice(_key()) is None
+    assert VC.load_choice(_key()) is None
 
 
 # -- the ctypes candidates against a fake library -----------------------------------------------------
@@ -355,7 +357,7 @@ def fake(monkeypatch, cache):
     monkeypatch.setattr(V, "check_buffers", lambda problem, bufs: 0)
     monkeypatch.setattr(V, "load_library", lambda: lib)
     monkeypatch.setattr(V, "raw_stream_getter", lambda: (lambda d: 0x5EED))
-    monkeypatch.setattr(V, "gpu_identity", lambda d: {"gpu": "FakeGPU", "cc": "9.0", "torch": "2.11"})
+    monkeypatch.setattr(VC, "gpu_identity", lambda d: {"gpu": "FakeGPU", "cc": "9.0", "torch": "2.11"})
     return lib
 
 
@@ -379,8 +381,8 @@ def test_autotuned_candidate_with_fake_lib(fake):
     times = {0: 1.0, 1: 0.1, 2: 0.7, 3: 0.4, 4: 0.9}  # 1 is fastest on paper but fails to run
     c = V.CtypesCandidate("cublaslt_autotuned_tn", "tn", "fp32", "autotuned")
     c.prepare(P, bufs, "graph", _timer(times, log))
-    n_tune = 1 + V.AUTOTUNE_CONFIRM  # screening, then head-to-head rounds against the heuristic's first
-    assert len(log) == n_tune and len(log[0]) == 5 and log[1:] == [["algo000", "algo003"]] * V.AUTOTUNE_CONFIRM
+    n_tune = 1 + VC.AUTOTUNE_CONFIRM  # screening, then head-to-head rounds against the heuristic's first
+    assert len(log) == n_tune and len(log[0]) == 5 and log[1:] == [["algo000", "algo003"]] * VC.AUTOTUNE_CONFIRM
     assert sorted(set(fake.index_runs)) == [0, 1, 2, 3, 4]
     assert fake.selected[-1] == 3
     assert c.info() == {"algo": "id=103 tile=128x128", "n_algos": 5}
@@ -453,15 +455,17 @@ def test_failing_call_raises_with_the_library_message(fake):
 
 @pytest.fixture
 def no_cuda_anywhere(tmp_path, monkeypatch):
-    monkeypatch.setattr(V, "DEFAULT_CUDA_ROOTS", (str(tmp_path / "nocuda"),))
+    monkeypatch.setattr(V, "DEFAULT_CUDA_ROOTS", (str(tmp_path / "nocuda"),))  # where cuBLAS is looked for
+    monkeypatch.setattr(toolchain, "DEFAULT_CUDA_ROOTS", (str(tmp_path / "nocuda"),))  # and nvcc
     monkeypatch.setattr(V, "_nvidia_paths", lambda: [])
     monkeypatch.setattr(V, "_loaded_libs", lambda stem: [])
     return tmp_path
 
 
 def test_missing_nvcc_is_a_clear_error(no_cuda_anywhere):
+    assert toolchain.find_nvcc({"PATH": ""}) == ""
     with pytest.raises(V.VendorBuildError) as e:
-        V.find_nvcc({"PATH": ""})
+        V.find_toolchain({"PATH": ""})
     msg = str(e.value)
     assert "nvcc was not found" in msg and "CUDA_HOME" in msg and "GEMMRL_VENDOR_LIB" in msg
 
@@ -703,7 +707,7 @@ def test_gpu_autotune_picks_an_algo_and_second_prepare_hits_cache(cache):
 
     def timer(fns, n):
         calls.append(len(fns))
-        return V.event_timer(fns, n)
+        return VC.event_timer(fns, n)
 
     for layout in ("tn", "nn"):
         c = V.CtypesCandidate(f"cublaslt_autotuned_{layout}", layout, "fp32", "autotuned")
@@ -712,7 +716,7 @@ def test_gpu_autotune_picks_an_algo_and_second_prepare_hits_cache(cache):
         d = c.details()
         # the screening times every algorithm; confirmation rounds (if any) time two
         assert d["cache_hit"] is False and d["n_algos"] == calls[first] >= 1 and d["algo"].startswith("id=")
-        assert all(n == 2 for n in calls[first + 1:]) and len(calls) - first in (1, 1 + V.AUTOTUNE_CONFIRM)
+        assert all(n == 2 for n in calls[first + 1:]) and len(calls) - first in (1, 1 + VC.AUTOTUNE_CONFIRM)
         c2 = V.CtypesCandidate(f"cublaslt_autotuned_{layout}", layout, "fp32", "autotuned")
         n_calls = len(calls)
         c2.prepare(prob, bufs, "graph", timer)

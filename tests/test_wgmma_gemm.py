@@ -10,10 +10,11 @@ dtypes; the global split bit-for-bit deterministic over repeated calls and graph
 import pytest
 
 from gemmrl.kernels import cuda_source as cs
+from gemmrl.kernels import toolchain
 from gemmrl.kernels import wgmma_gemm as wg
 from gemmrl.problem import GemmProblem
 
-needs_nvcc = pytest.mark.skipif(not cs.find_nvcc(), reason="needs nvcc (the CUDA toolkit) to compile")
+needs_nvcc = pytest.mark.skipif(not toolchain.find_nvcc(), reason="needs nvcc (the CUDA toolkit) to compile")
 
 
 @pytest.mark.parametrize("cfg", [wg.WgmmaConfig(), wg.WgmmaConfig(2, 256, 16, 2, "bf16"), wg.WgmmaConfig(1, 64, 8, 8),

@@ -16,8 +16,9 @@ Pipeline, per requested shape:
              verbatim plus a generated ``binding.cpp`` that declares the entry, checks shape, dtype,
              device and contiguity in C++ (nanoseconds, so host-timed protocols stay honest) and binds
              it as ``run``. Flags: CUDA-L2's (tools/utils.py), plus ``-DNDEBUG`` (``ndebug=False`` drops it;
-             see NDEBUG_FLAG), ``-gencode`` for the device arch (``sm_90a`` on H100), CUTLASS's include
-             dirs when the source includes cutlass/cute; the C++ standard is left to torch, whose headers
+             see NDEBUG_FLAG), ``-gencode`` for the device arch (``sm_90a`` on H100; ``GEMMRL_CUDA_ARCH``
+             overrides), CUTLASS's include dirs when the source includes cutlass/cute (arch and headers from
+             ``toolchain``, as for every native build); the C++ standard is left to torch, whose headers
              need it. Builds run in parallel in spawned processes and are cached under
              ``cache_dir("build", "import", <module>)``, keyed by a hash of source, flags, arch, entry,
              shape, dtype, torch, CUDA/nvcc and CUTLASS versions: a second import finds the ``.so`` and
@@ -31,14 +32,15 @@ Nothing happens at import time of this module: no CUDA initialisation, no compil
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import contextlib
 import hashlib
 import importlib.util
 import json
 import logging
+import multiprocessing as mp
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -49,6 +51,11 @@ from typing import Any, Iterable
 
 from ..paths import cache_dir
 from ..problem import GemmProblem, ProblemError
+from .toolchain import (
+    CutlassNotFound, Ptxas, arch_for, cuda_home, cutlass_include_dirs, cutlass_version, digest, gencode, log_head,
+    nvcc_version, parse_build_log,
+)
+from .vendor import raw_stream_getter
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +90,10 @@ CXX_FLAGS = ("-O3",)
 HIDDEN = "-fvisibility=hidden"
 MAX_JOBS_PER_BUILD = 2  # kernel.cu and binding.cpp compile side by side
 DTYPE_SCALAR = {"fp16": "at::kHalf", "bf16": "at::kBFloat16"}
-CUTLASS_HINT = ("CUTLASS headers not found: `pip install nvidia-cutlass` (or gemmrl[cutlass]) or set CUTLASS_DIR "
-                "to a CUTLASS checkout (v4.2, the one holding include/cutlass/cutlass.h)")
 
 
 class EntryError(ValueError):
     """The source has no usable entry point (or several, and no ``entry=`` was given)."""
-
-
-class CutlassNotFound(RuntimeError):
-    """The source includes CUTLASS/CuTe but no headers were found; the message says how to get them."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -432,91 +433,23 @@ def analyze(path: str | os.PathLike, entry: str | None = None) -> SourceInfo:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# toolchain, CUTLASS, cache key
+# toolchain, flags, cache key
 # ---------------------------------------------------------------------------------------------------------
-def cutlass_include_dirs() -> list[Path]:
-    """CUTLASS's ``include`` and ``tools/util/include``: from the installed ``cutlass_library`` package
-    (the nvidia-cutlass wheel ships them under ``source/``), else ``$CUTLASS_DIR``; else
-    :class:`CutlassNotFound` saying how to get them."""
-    try:
-        import cutlass_library  # noqa: PLC0415 - optional dependency
-
-        root = Path(cutlass_library.__file__).resolve().parent / "source"
-        if (root / "include" / "cutlass" / "cutlass.h").is_file():
-            return [root / "include", root / "tools" / "util" / "include"]
-    except ImportError:
-        pass
-    env = os.environ.get("CUTLASS_DIR")
-    if env:
-        root = Path(env).expanduser()
-        if (root / "include" / "cutlass" / "cutlass.h").is_file():
-            return [root / "include", root / "tools" / "util" / "include"]
-        raise CutlassNotFound(f"CUTLASS_DIR={env} has no include/cutlass/cutlass.h. " + CUTLASS_HINT)
-    raise CutlassNotFound(CUTLASS_HINT)
-
-
-def _cutlass_version(dirs: list[Path]) -> str:
-    if not dirs:
-        return ""
-    vh = dirs[0] / "cutlass" / "version.h"
-    ver = re.findall(r"#define\s+CUTLASS_(MAJOR|MINOR|PATCH)\s+(\d+)", vh.read_text()) if vh.is_file() else []
-    return ".".join(v for _, v in ver) + "@" + str(dirs[0])
-
-
-def _cuda_home() -> str:
-    """The CUDA root torch's builder uses; when torch has none (a CPU build of torch), the same guesses
-    torch makes: $CUDA_HOME / $CUDA_PATH, the nvcc on PATH, /usr/local/cuda."""
-    from torch.utils import cpp_extension
-
-    if cpp_extension.CUDA_HOME:
-        return cpp_extension.CUDA_HOME
-    guesses = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        guesses += [str(Path(nvcc).parent.parent), str(Path(nvcc).resolve().parent.parent)]
-    guesses.append("/usr/local/cuda")
-    for home in filter(None, guesses):
-        if (Path(home) / "bin" / "nvcc").exists() and (Path(home) / "include" / "cuda_runtime.h").exists():
-            return home
-    return ""
-
-
 @lru_cache(maxsize=1)
 def toolchain() -> dict[str, str]:
     """torch version, torch's CUDA version and the nvcc that torch's extension builder will use."""
-    import torch
+    import torch  # torch: seconds of start-up; importing this module must not load it
 
-    home = _cuda_home()
+    home = cuda_home()
     nvcc = os.path.join(home, "bin", "nvcc") if home else ""
     ver = ""
     if nvcc and os.path.exists(nvcc):
         try:
-            out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-            m = re.search(r"release [\d.]+, V([\d.]+)", out)
-            ver = m.group(1) if m else out.strip().splitlines()[-1]
-        except (OSError, subprocess.SubprocessError, IndexError):
+            ver = nvcc_version(nvcc)
+        except (OSError, subprocess.SubprocessError):
             ver = ""
     return {"torch": torch.__version__, "torch_cuda": str(torch.version.cuda), "cuda_home": home,
             "nvcc": nvcc if ver else "", "nvcc_version": ver}
-
-
-def device_arch(device: int | None = None) -> str:
-    """Arch string for -gencode from the GPU: ``90a`` for compute capability 9.0 (the 'a' variant carries
-    wgmma/TMA that SM90 kernels need; likewise for later majors), ``80`` for 8.0. ``GEMMRL_IMPORT_ARCH``
-    overrides (e.g. ``90a``), which also lets a machine without a GPU compile."""
-    env = os.environ.get("GEMMRL_IMPORT_ARCH")
-    if env:
-        return env.replace(".", "").replace("sm_", "")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError("no CUDA device to take the arch from: set GEMMRL_IMPORT_ARCH (e.g. 90a) or pass arch=")
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"{major}{minor}" + ("a" if major >= 9 else "")
-
-
-def gencode(arch: str) -> str:
-    return f"-gencode=arch=compute_{arch},code=sm_{arch}"
 
 
 def build_flags(arch: str, ndebug: bool = True) -> list[str]:
@@ -528,13 +461,9 @@ def build_flags(arch: str, ndebug: bool = True) -> list[str]:
 def cache_key(source: str | bytes, *, flags: Iterable[str], arch: str, torch_version: str, cuda_version: str,
               entry: str = "", mnk: str = "", dtype: str = "fp16", cutlass: str = "") -> str:
     """Hex digest identifying one build: any change to any input gives a different key (and module name)."""
-    h = hashlib.sha256()
     src = source.encode() if isinstance(source, str) else source
-    for part in (BUILDER_VERSION, hashlib.sha256(src).hexdigest(), "\0".join(flags), arch, torch_version,
-                 cuda_version, entry, mnk, dtype, cutlass, _BINDING_TEMPLATE):
-        h.update(part.encode())
-        h.update(b"\x1f")
-    return h.hexdigest()[:20]
+    return digest((BUILDER_VERSION, hashlib.sha256(src).hexdigest(), "\0".join(flags), arch, torch_version,
+                   cuda_version, entry, mnk, dtype, cutlass, _BINDING_TEMPLATE), 20)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -645,56 +574,6 @@ def _fds_to(path: Path):
             os.close(saved[1])
 
 
-_ERR_NVCC = re.compile(r"^(?P<file>[^\s(][^(\n]*)\((?P<line>\d+)\): (?:catastrophic )?error\b[^:\n]*: (?P<msg>.*)$", re.M)
-_ERR_GCC = re.compile(r"^(?P<file>[^\s:][^:\n]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$", re.M)
-_ERR_LINK = re.compile(r"^(?P<msg>.*(?:\bld(?:\.\w+)?: |collect2|undefined reference|cannot find -l).*)$", re.M)
-_ERR_ANY = re.compile(r"^(?P<msg>.*\berror\b.*)$", re.M | re.I)
-
-
-def parse_build_log(text: str, build_dir: str | Path = "", source: str = "") -> dict[str, Any]:
-    """First error in a build log: ``stage`` (compile | link | build), ``file``, ``line``, ``message``.
-    Paths to the copied kernel in ``build_dir`` are reported as ``source``."""
-    hits = []
-    for rx, stage in ((_ERR_NVCC, "compile"), (_ERR_GCC, "compile"), (_ERR_LINK, "link")):
-        m = rx.search(text)
-        if m:
-            hits.append((m.start(), stage, m))
-    if not hits:
-        m = _ERR_ANY.search(text)
-        return {"stage": "build", "file": source or None, "line": None,
-                "message": (m.group("msg").strip() if m else "build failed (no error line in the log)")[:500]}
-    _, stage, m = min(hits, key=lambda h: h[0])
-    gd = m.groupdict()
-    file = gd.get("file")
-    if file and Path(file).name == "kernel.cu" and (not build_dir or str(build_dir) in file or not os.path.isabs(file)):
-        file = source or file
-    elif file and Path(file).name == "binding.cpp":
-        file = f"{Path(build_dir) / 'binding.cpp'} (generated)" if build_dir else "binding.cpp (generated)"
-    return {"stage": stage, "file": file if stage == "compile" else (source or None),
-            "line": int(gd["line"]) if gd.get("line") else None, "message": gd["msg"].strip()[:500]}
-
-
-def log_head(text: str, n: int = 30) -> str:
-    """``n`` lines of compiler output from a build log, starting a few lines before the first error (from
-    the top when there is none), without ninja's long command lines."""
-    keep = [ln[:300] for ln in text.splitlines()
-            if ln.strip() and not re.match(r"^\[\d+/\d+\] ", ln) and len(ln) < 2000]
-    first = next((i for i, ln in enumerate(keep) if re.search(r"\berror\b|cannot find|undefined reference", ln)), 0)
-    start = max(0, first - 3)
-    return "\n".join(keep[start:start + n])
-
-
-def parse_ptxas(text: str) -> dict[str, Any]:
-    """From ``-Xptxas -v`` output: kernels compiled, max registers, summed spill bytes, and ptxas's
-    "Potential Performance Loss" notes (e.g. C7510: wgmma serialized), which cost a Hopper kernel dearly."""
-    regs = [int(x) for x in re.findall(r"ptxas info\s*: Used (\d+) registers", text)]
-    stores = sum(int(x) for x in re.findall(r"(\d+) bytes spill stores", text))
-    loads = sum(int(x) for x in re.findall(r"(\d+) bytes spill loads", text))
-    perf = sorted(set(re.findall(r"\((C\d+)\) Potential Performance Loss: ([^']*?)(?: in the function|$)", text, re.M)))
-    return {"kernels": len(regs), "max_registers": max(regs, default=0), "spill_store_bytes": stores,
-            "spill_load_bytes": loads, "perf_warnings": [f"{code}: {msg.strip()}" for code, msg in perf]}
-
-
 def build_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Build one kernel module (the process-pool task). ``spec`` holds plain data (see :func:`_spec`);
     returns ``{"ok": True, ...}`` or ``{"ok": False, "stage", "file", "line", "message", "log_head", ...}``."""
@@ -709,7 +588,7 @@ def build_one(spec: dict[str, Any]) -> dict[str, Any]:
     err = None
     with _fds_to(logf):
         try:
-            from torch.utils import cpp_extension
+            from torch.utils import cpp_extension  # torch: seconds of start-up, in the build worker only
 
             if not cpp_extension.CUDA_HOME:  # a CPU build of torch: compiles, cannot link (compile-only check)
                 cpp_extension.CUDA_HOME = spec["cuda_home"]
@@ -727,7 +606,7 @@ def build_one(spec: dict[str, Any]) -> dict[str, Any]:
     secs = round(time.perf_counter() - t0, 2)
     text = logf.read_text(errors="replace")
     res: dict[str, Any] = {"ok": err is None, "mnk": spec["mnk"], "build_s": secs, "log_path": str(logf),
-                           "ptxas": parse_ptxas(text)}
+                           "ptxas": Ptxas.parse(text).as_record(smem=False)}
     so = bdir / f"{spec['name']}{_so_suffix()}"
     if err is None and not so.is_file():
         err = f"build finished but {so.name} is missing"
@@ -793,7 +672,7 @@ _MODULES: dict[str, Any] = {}
 def _load_module(name: str, so: Path):
     """Import a built extension module by path (once per process)."""
     if name not in _MODULES:
-        import torch  # noqa: F401 - the module links against torch's libraries
+        import torch  # noqa: F401 - loads the libraries the module links against (not at the top: start-up cost)
 
         spec = importlib.util.spec_from_file_location(name, so)
         if spec is None or spec.loader is None:
@@ -851,7 +730,7 @@ def _spec(path: Path, mnk: str, info: SourceInfo, *, arch: str, dtype: str, tc: 
     flags = build_flags(arch, ndebug)
     key = cache_key(text, flags=flags, arch=arch, torch_version=tc["torch"],
                     cuda_version=f"{tc['torch_cuda']}/{tc['nvcc_version']}", entry=info.entry, mnk=mnk, dtype=dtype,
-                    cutlass=_cutlass_version(includes))
+                    cutlass=cutlass_version(includes))
     name = f"gemmrl_imp_{mnk}_{key}"
     return {"name": name, "mnk": mnk, "key": key, "source": str(path), "source_text": text, "flags": flags,
             "arch": arch, "include_dirs": [str(p) for p in includes], "dtype": dtype,
@@ -864,7 +743,7 @@ def _progress(total: int, enabled: bool):
     if not enabled or total == 0:
         return None
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # optional dependency, may be missing
 
         return tqdm(total=total, desc="building imported kernels", unit="file")
     except ImportError:
@@ -874,9 +753,6 @@ def _progress(total: int, enabled: bool):
 def build_specs(specs: list[dict[str, Any]], jobs: int | None = None, progress: bool = True) -> dict[str, dict]:
     """Build several kernel modules in parallel (spawned processes, one file each); results by mnk.
     A failing or crashing build yields a failure result; the others continue."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
     if not specs:
         return {}
     workers = max(1, min(len(specs), jobs or os.cpu_count() or 1))
@@ -915,9 +791,9 @@ def load_kernel_dir(kernel_dir: str | os.PathLike, problems: Iterable[GemmProble
     gets ``ImportFailure(stage="missing")``. Only files for requested shapes are built; cached builds are
     loaded without compiling; the rest build in parallel (``jobs`` processes, default the CPU count).
     ``acc`` is the accumulator the set claims (recorded, verified elsewhere); ``dtype`` the element type
-    the kernels are imported for (CUDA-L2's are fp16); ``arch`` defaults to the current GPU's
-    (:func:`device_arch`); ``entry`` overrides entry-point detection; ``force`` rebuilds cached failures;
-    ``ndebug=False`` drops ``-DNDEBUG`` to build exactly as CUDA-L2 did (see NDEBUG_FLAG).
+    the kernels are imported for (CUDA-L2's are fp16); ``arch`` defaults to ``$GEMMRL_CUDA_ARCH``, else the
+    current GPU's (``toolchain.arch_for``); ``entry`` overrides entry-point detection; ``force`` rebuilds cached
+    failures; ``ndebug=False`` drops ``-DNDEBUG`` to build exactly as CUDA-L2 did (see NDEBUG_FLAG).
     """
     kdir = Path(kernel_dir)
     found = discover(kdir)
@@ -944,7 +820,7 @@ def load_kernel_dir(kernel_dir: str | os.PathLike, problems: Iterable[GemmProble
             continue
         if tc is None:
             tc = toolchain()
-            arch = arch or device_arch()
+            arch = arch_for(arch=arch)
         if not tc["nvcc"]:
             out[mnk] = ImportFailure(mnk, str(path), "toolchain",
                                      "nvcc not found: install the CUDA toolkit or set CUDA_HOME")
@@ -986,13 +862,11 @@ def load_kernel_dir(kernel_dir: str | os.PathLike, problems: Iterable[GemmProble
                                if joins_legacy_stream(info) else ""),
             **{k: v for k, v in (tc or {}).items() if k != "cuda_home"},
         }
-        from .vendor import raw_stream_getter
-
         out[mnk] = ImportedCandidate(set_name, mnk, info.layout, fn, acc=acc, dtype=dtype, build=build_info,
                                      stream=raw_stream_getter())
     return {mnk: out[mnk] for mnk in wanted}
 
 
 __all__ = ["discover", "analyze", "analyze_source", "load_kernel_dir", "ImportedCandidate", "ImportFailure",
-           "SourceInfo", "Discovery", "cache_key", "cutlass_include_dirs", "device_arch", "build_flags",
-           "binding_source", "joins_legacy_stream", "build_one", "build_specs", "parse_build_log", "EntryError", "CutlassNotFound"]
+           "SourceInfo", "Discovery", "cache_key", "build_flags", "binding_source", "joins_legacy_stream", "build_one",
+           "build_specs", "EntryError"]

@@ -25,6 +25,8 @@ toolkit, include dirs' versions), so a second build of the same source compiles 
 rejected. A compile error comes back structured (:class:`BuildError`: stage, file, line, message, the log's
 first lines) so a proposer can learn from it; an error in the candidate's own source is cached too. Builds
 run as nvcc subprocesses with a timeout, in parallel threads (:func:`build_many`), apart from any GPU work.
+Finding nvcc, the arch (``GEMMRL_CUDA_ARCH``), the include dirs, the ptxas report and nvcc's first error are
+``toolchain``'s, shared with the other native builders (``cuda_l2_import``, ``vendor``).
 
 Serving safety (:func:`graph_safety`): the call is captured in a CUDA graph on a side stream (global capture
 mode); a candidate that launches on the legacy default stream, synchronizes the device or allocates in its
@@ -46,10 +48,15 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ..paths import cache_dir
 from ..problem import GemmProblem
+from .cuda_l2_import import load_kernel_dir
+from .toolchain import (
+    Ptxas, arch_for, digest, find_nvcc, gencode, include_dirs, include_version, log_head, nvcc_version, parse_build_log,
+)
+from .vendor import raw_stream_getter
 
 BUILDER_VERSION = "1"
 ABIS = ("gemmrl", "cuda_l2")
@@ -196,25 +203,6 @@ class CudaSource(DeclaredSource):
 # build results
 # ---------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Ptxas:
-    kernels: int = 0
-    max_registers: int = 0
-    spill_store_bytes: int = 0
-    spill_load_bytes: int = 0
-    smem_bytes: int = 0
-    perf_warnings: tuple[str, ...] = ()
-
-    @classmethod
-    def parse(cls, text: str) -> "Ptxas":
-        from .cuda_l2_import import parse_ptxas
-
-        p = parse_ptxas(text)
-        smem = [int(x) for x in re.findall(r"ptxas info\s*: Used \d+ registers[^\n]*?(\d+) bytes smem", text)]
-        return cls(p["kernels"], p["max_registers"], p["spill_store_bytes"], p["spill_load_bytes"], max(smem, default=0),
-                   tuple(p["perf_warnings"]))
-
-
-@dataclass(frozen=True)
 class BuildError:
     """``stage``: compile | link | build | timeout | spills | toolchain | headers | load; ``file``/``line`` where
     the compiler pointed (``<candidate>`` is the candidate's own source)."""
@@ -254,86 +242,19 @@ class Build:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# toolchain
+# command, key, errors
 # ---------------------------------------------------------------------------------------------------------
-def find_nvcc() -> str:
-    """The nvcc the vendor baselines are built with (``vendor.find_nvcc``'s search); '' if there is none."""
-    from .vendor import VendorBuildError, find_nvcc as vendor_nvcc
-
-    try:
-        return vendor_nvcc()
-    except VendorBuildError:
-        return ""
-
-
-_NVCC_VERSION: dict[str, str] = {}
-
-
-def nvcc_version(nvcc: str) -> str:
-    if nvcc not in _NVCC_VERSION:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-        m = re.search(r"release [\d.]+, V([\d.]+)", out)
-        _NVCC_VERSION[nvcc] = m.group(1) if m else out.strip()[-80:]
-    return _NVCC_VERSION[nvcc]
-
-
-def arch_for(device: int | None = None) -> str:
-    """``90a`` on Hopper (wgmma/TMA need the 'a' target), ``80`` on A100; ``GEMMRL_CUDA_ARCH`` (or the older
-    ``GEMMRL_IMPORT_ARCH``) overrides, which lets a machine with no GPU compile."""
-    env = os.environ.get("GEMMRL_CUDA_ARCH") or os.environ.get("GEMMRL_IMPORT_ARCH")
-    if env:
-        return env.replace(".", "").replace("sm_", "")
-    from .cuda_l2_import import device_arch
-
-    return device_arch(device)
-
-
-def include_dirs(names: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for n in names:
-        if n == "cutlass":
-            from .cuda_l2_import import cutlass_include_dirs
-
-            out += [str(p) for p in cutlass_include_dirs()]
-        else:
-            out.append(str(Path(n).resolve()))
-    return out
-
-
-def _include_version(dirs: Sequence[str]) -> str:
-    """What of the include dirs goes into the cache key: CUTLASS's version.h, else the dir paths. A dir inside the
-    ``nvidia-cutlass`` wheel (its tools/util headers) counts by its path within the wheel, so that objects built
-    where the wheel sits elsewhere (a carried build cache) still hit."""
-    parts = []
-    for d in dirs:
-        vh = Path(d) / "cutlass" / "version.h"
-        pp = Path(d).parts
-        if vh.is_file():
-            parts.append(hashlib.sha256(vh.read_bytes()).hexdigest()[:12])
-        elif "cutlass_library" in pp:
-            parts.append("/".join(pp[pp.index("cutlass_library"):]))
-        else:
-            parts.append(d)
-    return ";".join(parts)
-
-
 def nvcc_command(nvcc: str, src: CudaSource, arch: str, incs: Sequence[str], cu: str, so: str) -> list[str]:
-    return [nvcc, *BASE_FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}", *src.flags,
+    return [nvcc, *BASE_FLAGS, gencode(arch), *src.flags,
             *(f"-I{d}" for d in incs), cu, "-o", so, "-Xlinker", "-Bsymbolic"]
 
 
 def build_key(src: CudaSource, arch: str, nvcc: str, incs: Sequence[str]) -> str:
-    h = hashlib.sha256()
-    for part in (BUILDER_VERSION, src.code, "\0".join(BASE_FLAGS), "\0".join(src.flags), arch, nvcc_version(nvcc),
-                 _include_version(incs)):
-        h.update(part.encode())
-        h.update(b"\x1f")
-    return h.hexdigest()[:24]
+    return digest((BUILDER_VERSION, src.code, "\0".join(BASE_FLAGS), "\0".join(src.flags), arch, nvcc_version(nvcc),
+                   include_version(incs)), 24)
 
 
 def _structured_error(log: str, cu: str, timeout: bool = False) -> BuildError:
-    from .cuda_l2_import import log_head, parse_build_log
-
     if timeout:
         return BuildError("timeout", "nvcc did not finish in time", log_head=log_head(log))
     p = parse_build_log(log)
@@ -353,7 +274,7 @@ def build(src: CudaSource, arch: str | None = None, *, timeout_s: float = DEFAUL
     if src.abi != "gemmrl":
         raise CudaSourceError("build() compiles the gemmrl ABI; a cuda_l2-ABI source is built by "
                               "load_candidate (a torch extension through cuda_l2_import)")
-    arch = arch or arch_for()
+    arch = arch_for(arch=arch)
     nvcc = find_nvcc()
     if not nvcc:
         return Build("", arch, error=BuildError("toolchain", "nvcc not found: install the CUDA toolkit, set CUDA_HOME "
@@ -410,7 +331,7 @@ def build_many(srcs: Sequence[CudaSource], arch: str | None = None, *, jobs: int
     bar = None
     if progress:
         try:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # optional dependency, may be missing
 
             bar = tqdm(total=len(srcs), desc="nvcc", unit="kernel")
         except ImportError:
@@ -457,7 +378,7 @@ class PerDtype:
                           flags=(f"-DGEMMRL_BF16={int(dtype == 'bf16')}",))
 
     def build(self, dtype: str = "fp16", arch: str | None = None) -> Build:
-        key = (dtype, arch or arch_for())
+        key = (dtype, arch_for(arch=arch))
         if key not in self.built:
             self.built[key] = build(self.source(dtype), key[1])
         b = self.built[key]
@@ -487,7 +408,7 @@ class Workspace:
 
     def ensure(self, need: int, device) -> None:
         if need > self.bytes:
-            import torch
+            import torch  # torch: seconds of start-up, needed only once a candidate runs
 
             self._buf = torch.empty(need, dtype=torch.uint8, device=device)
             self.ptr, self.bytes = self._buf.data_ptr(), need
@@ -524,8 +445,6 @@ class CudaCandidate:
         if not self.src.admits(problem):
             raise CudaSourceError(f"{self.name} declares {self.src.dtype}/{self.src.acc} shapes {self.src.shapes}; "
                                   f"{problem.mnk} {problem.dtype}/{problem.acc} is outside it")
-        from .vendor import raw_stream_getter
-
         self._dims = (problem.M, problem.N, problem.K)
         self._ws.ensure(int(self._ws_fn(*self._dims)) if self._ws_fn else 0, bufs.a.device)
         self._stream = raw_stream_getter()
@@ -552,8 +471,6 @@ def load_candidate(src: CudaSource, arch: str | None = None, *, max_spill_bytes:
     """Build (or find) and load ``src``: ``(candidate, build record)``; candidate is None when the build failed,
     and the record then says why (``error``: stage, file, line, message)."""
     if src.abi == "cuda_l2":
-        from .cuda_l2_import import load_kernel_dir
-
         (M, N, K), = src.shapes.exact
         mnk = f"{M}_{N}_{K}"
         d = cache_dir("build", "cuda_l2_src", src.source_hash)
@@ -584,7 +501,7 @@ def graph_safety(cand, bufs) -> tuple[bool, str]:
     path invalidates it), C changes during capture (work ran outside the graph), or the replay leaves C
     unwritten (work that was not captured). ``(True, "")`` otherwise. Run it in a sandbox worker: a failed
     capture can leave a CUDA context in a state only a new process clears."""
-    import torch
+    import torch  # torch: seconds of start-up, needed only once a candidate runs
 
     a, b, bt, c = bufs.args()
     c.fill_(float("nan"))
@@ -614,5 +531,5 @@ def graph_safety(cand, bufs) -> tuple[bool, str]:
     return True, ""
 
 
-__all__ = ["ShapeRange", "CudaSource", "Ptxas", "BuildError", "Build", "build", "build_many", "load_candidate",
-           "CudaCandidate", "Workspace", "graph_safety", "find_nvcc", "arch_for", "CudaSourceError"]
+__all__ = ["ShapeRange", "CudaSource", "BuildError", "Build", "build", "build_many", "load_candidate",
+           "CudaCandidate", "Workspace", "graph_safety", "CudaSourceError"]

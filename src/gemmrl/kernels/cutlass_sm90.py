@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 from ..problem import GemmProblem
 from .cuda_source import Build, CudaSource, ShapeRange, Workspace, build, build_many, load_library
+from .toolchain import arch_for
 
 TEMPLATE = Path(__file__).with_name("csrc") / "cutlass_sm90_gemm.cu"
 SCHEDULES = ("coop", "pingpong")
@@ -421,8 +422,6 @@ class CutlassCandidate:
 
     def _load(self):
         if self._built is None:
-            from .cuda_source import arch_for
-
             self._built = build_config(self.cfg, arch_for())
         if not self._built.ok:
             raise CutlassConfigError(f"{self.cfg} did not build: {self._built.error}")

@@ -18,7 +18,8 @@ current stream. cuBLAS's split-K reduction policy is the library default (as in 
 The C++ side (csrc/vendor_blas.cu) is built with nvcc on first use into ``cache_dir("build", ...)``, keyed by
 a hash of the source, flags, nvcc version and the cuBLAS include/lib files, and loaded with ctypes after torch
 has loaded its own libcublas (same soname, so the loader reuses it). ``GEMMRL_VENDOR_LIB=/path/to.so`` uses a
-prebuilt library instead; ``GEMMRL_CUBLAS_DIR`` names a root with include/ and lib/ holding cuBLAS.
+prebuilt library instead; ``GEMMRL_CUBLAS_DIR`` names a root with include/ and lib/ holding cuBLAS. nvcc is
+found as for every native build (``toolchain.find_nvcc``).
 
 The call path is lean: one ctypes call with argtypes bound once (plan pointer, three data pointers, the raw
 current stream from ``torch._C._cuda_getCurrentRawStream``, the exact value of
@@ -32,15 +33,17 @@ Where CUDA-L2's own baselines differ (on purpose): they run cuBLAS with its defa
 cuBLASLt heuristic with 0 bytes (``20 * 1024 * 1024 * 1024`` overflows int) and the autotuned one with 20 GiB;
 on the legacy default stream; with CUBLAS_GEMM_DEFAULT_TENSOR_OP (deprecated, same as DEFAULT); their
 autotuning is its own CUDA-event loop, ours the harness's timer in the measured protocol.
+The configuration, errors, buffer checks and autotuning (with its cache) are in vendor_common.py, shared with the
+nvmath-python path (vendor_nvmath.py), whose candidates this module serves for ``lt_backend="nvmath"``.
 Importing this module does no CUDA work and compiles nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import glob
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -56,53 +59,26 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..candidate import Buffers, Timer
+from ..candidate import Buffers, Timer, make_buffers
 from ..paths import cache_dir
 from ..problem import GemmProblem
 from ..summary import AGGREGATES, BASELINES  # noqa: F401 - one definition, shared with the summaries
+from .toolchain import DEFAULT_CUDA_ROOTS, find_nvcc, nvcc_version_text
+from .vendor_common import (
+    MAX_ALIGN, VendorConfig, VendorError, alignment, autotune, autotune_key, check_buffers, event_timer, require_cuda,
+)
+from .vendor_common import VendorUnavailable  # noqa: F401 - what this module's candidates raise without a GPU: its API
+from .vendor_nvmath import NvmathCandidate  # imports nvmath only in its prepare
 
 CSRC = Path(__file__).with_name("csrc") / "vendor_blas.cu"
-WORKSPACE_BYTES = 32 << 20
 FLAGS = ("-x", "c++", "-std=c++17", "-O2", "-shared", "-Xcompiler", "-fPIC,-fvisibility=hidden")
-DEFAULT_CUDA_ROOTS = ("/usr/local/cuda",)
-MAX_ALIGN = 256
 
 LAYOUTS_BY_NAME = {"tn": 1, "nn": 0}
 DTYPE_CODES = {"fp16": 0, "bf16": 1}
 ACC_CODES = {"fp32": 0, "fp16": 1}
-FLAG_STRICT_REDUCTION = 1
-
-class VendorError(RuntimeError):
-    """A vendor call or plan failed; the message carries cuBLAS's / CUDA's own words."""
-
 
 class VendorBuildError(VendorError):
     """vendor_blas.cu cannot be built here: says what is missing and what to do."""
-
-
-class VendorUnavailable(VendorError):
-    """No CUDA GPU (or no CUDA build of torch) in this process."""
-
-
-@dataclass(frozen=True)
-class VendorConfig:
-    """How the vendor baselines are set up (DESIGN.md defaults)."""
-
-    requested_algos: int = 100          # cuBLASLt heuristic results asked for
-    autotune_min_calls: int = 20        # timed calls per algorithm, interleaved, in the protocol
-    strict_reduction: bool = False      # True: split-K partial sums only in the compute type
-    lt_backend: str = "ctypes"          # "ctypes" (vendor_blas.cu) or "nvmath" (nvmath-python)
-    use_autotune_cache: bool = True
-
-    @classmethod
-    def from_env(cls) -> "VendorConfig":
-        """``GEMMRL_CUBLASLT_BACKEND`` (ctypes|nvmath) and ``GEMMRL_VENDOR_STRICT_REDUCTION`` (0|1)."""
-        return cls(lt_backend=os.environ.get("GEMMRL_CUBLASLT_BACKEND", "ctypes"),
-                   strict_reduction=os.environ.get("GEMMRL_VENDOR_STRICT_REDUCTION", "0") == "1")
-
-    @property
-    def flags(self) -> int:
-        return FLAG_STRICT_REDUCTION if self.strict_reduction else 0
 
 
 # -- finding nvcc and cuBLAS -------------------------------------------------------------------------
@@ -124,32 +100,8 @@ def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def find_nvcc(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    tried = []
-    for var in ("GEMMRL_NVCC",):
-        if env.get(var):
-            tried.append(env[var])
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if env.get(var):
-            tried.append(os.path.join(env[var], "bin", "nvcc"))
-    which = shutil.which("nvcc", path=env.get("PATH", ""))
-    if which:
-        tried.append(which)
-    tried += [os.path.join(r, "bin", "nvcc") for r in DEFAULT_CUDA_ROOTS]
-    for p in tried:
-        if p and os.path.isfile(p) and os.access(p, os.X_OK):
-            return p
-    raise VendorBuildError(
-        "cannot build the cuBLAS/cuBLASLt baselines: nvcc was not found (looked at $GEMMRL_NVCC, $CUDA_HOME/bin, "
-        f"$CUDA_PATH/bin, PATH and {', '.join(DEFAULT_CUDA_ROOTS)}). Install the CUDA toolkit (nvcc) and set "
-        "CUDA_HOME, or set GEMMRL_VENDOR_LIB to a prebuilt vendor_blas .so.")
-
-
 def _nvidia_paths() -> list[str]:
     """Directories of the ``nvidia`` namespace package (pip wheels: nvidia/cu13/..., nvidia/cublas/...)."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec("nvidia")
     except (ImportError, ValueError):
@@ -235,10 +187,17 @@ def find_cublas(env: Mapping[str, str] | None = None, nvcc: str | None = None) -
 
 
 def find_toolchain(env: Mapping[str, str] | None = None) -> Toolchain:
+    """nvcc (``toolchain.find_nvcc``'s search) and the cuBLAS it builds vendor_blas.cu against (:func:`find_cublas`);
+    VendorBuildError saying what is missing and what to do."""
     env = os.environ if env is None else env
     nvcc = find_nvcc(env)
+    if not nvcc:
+        raise VendorBuildError(
+            "cannot build the cuBLAS/cuBLASLt baselines: nvcc was not found (looked at $GEMMRL_NVCC, $CUDA_HOME/bin, "
+            f"$CUDA_PATH/bin, PATH and {', '.join(DEFAULT_CUDA_ROOTS)}). Install the CUDA toolkit (nvcc) and set "
+            "CUDA_HOME, or set GEMMRL_VENDOR_LIB to a prebuilt vendor_blas .so.")
     try:
-        ver = _run([nvcc, "--version"]).stdout.strip()
+        ver = nvcc_version_text(nvcc)
     except (OSError, subprocess.SubprocessError) as e:
         raise VendorBuildError(f"{nvcc} --version failed ({e}); check the CUDA toolkit install") from e
     inc, ld, lt, bl = find_cublas(env, nvcc)
@@ -431,23 +390,6 @@ _LIB: VendorLib | None = None
 _LIB_LOCK = threading.Lock()
 
 
-def require_cuda(device: int | None = None):
-    """Import torch and initialise CUDA (so torch's own libcublas is loaded first); clear error without a GPU."""
-    try:
-        import torch
-    except ImportError as e:
-        raise VendorUnavailable("the vendor baselines need PyTorch with CUDA; install torch") from e
-    if not torch.cuda.is_available():
-        raise VendorUnavailable(
-            "the vendor baselines (cuBLAS, cuBLASLt, torch.matmul) need a CUDA GPU, and torch.cuda.is_available() "
-            f"is False here (torch {torch.__version__}, CUDA build: {torch.version.cuda}). Run on a machine with an "
-            "NVIDIA GPU and a CUDA build of PyTorch.")
-    torch.cuda.init()
-    if device is not None and device >= torch.cuda.device_count():
-        raise VendorUnavailable(f"cuda:{device} does not exist; {torch.cuda.device_count()} GPU(s) visible")
-    return torch
-
-
 _BUILD_ERROR: VendorBuildError | None = None
 
 
@@ -496,165 +438,14 @@ def library_info() -> dict[str, Any]:
             "single_cublaslt": same and len({os.path.realpath(p) for p in torch_lt}) == 1, **lib.versions()}
 
 
-# -- autotune cache ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class AutotuneKey:
-    """Everything the autotuned choice depends on; a change in any field is a cache miss."""
-
-    mnk: str
-    dtype: str
-    acc: str
-    layout: str
-    protocol: str
-    gpu: str
-    cc: str
-    cublaslt: int
-    driver: int
-    torch: str
-    backend: str = "ctypes"
-    requested: int = 100
-    workspace: int = WORKSPACE_BYTES
-    strict_reduction: bool = False
-    align: int = MAX_ALIGN
-    method: str = "screen+confirm3"  # how the choice was made (a change of method re-tunes)
-
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _cache_file(key: AutotuneKey) -> Path:
-    return cache_dir("autotune") / f"cublaslt-{key.digest()}.json"
-
-
-def load_choice(key: AutotuneKey) -> dict | None:
-    try:
-        rec = json.loads(_cache_file(key).read_text())
-    except (OSError, ValueError):
-        return None
-    return rec if rec.get("key") == asdict(key) else None
-
-
-def store_choice(key: AutotuneKey, record: dict) -> bool:
-    """Write the choice to the autotune cache; False (nothing written, nothing raised) where the cache cannot
-    be written. A sandbox worker is such a place by design: Landlock keeps the cache read-only there, so a
-    candidate running in the same process cannot plant a slow algorithm for the vendor baseline it is
-    measured against; the choice is then made afresh per process, which costs time, not correctness."""
-    tmp = None
-    try:
-        path = _cache_file(key)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"key": asdict(key), **record}, fh, indent=1)
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        return False
-
-
-AUTOTUNE_TIE = 0.02
-AUTOTUNE_CONFIRM = 3
-
-
-def autotune(key: AutotuneKey, descriptions: list[str], make_call: Callable[[int], Callable[[], None]],
-             timer: Timer, min_calls: int = 20, use_cache: bool = True,
-             confirm: int = AUTOTUNE_CONFIRM) -> tuple[int, dict, bool]:
-    """Pick the fastest of ``descriptions`` (heuristic order) with ``timer``; (index, record, cache_hit).
-
-    Screening times every algorithm (``min_calls`` interleaved calls each). The heuristic's first
-    algorithm is the incumbent: the screening's fastest replaces it only if it is faster by more than
-    AUTOTUNE_TIE (2%) there AND in ``confirm`` fresh head-to-head rounds (median of the per-round ratios).
-    Picking the screening's minimum outright is a winner's curse: among algorithms within noise of each
-    other it picks one that re-measures slower than the heuristic (seen on the H100: 14 of 180 pairs, and
-    56 of 174 with no tie rule at all).
-
-    A cached choice is used when its algorithm is still among the heuristic's results."""
-    if use_cache:
-        rec = load_choice(key)
-        if rec is not None and rec.get("algo") in descriptions:
-            return descriptions.index(rec["algo"]), rec, True
-    names = [f"algo{i:03d}" for i in range(len(descriptions))]
-    calls = {n: make_call(i) for i, n in enumerate(names)}
-    times = dict(timer(calls, min_calls))
-    finite = {n: t for n, t in times.items() if n in names and t is not None and math.isfinite(t) and t > 0}
-    if not finite:
-        raise VendorError(f"autotuning {key.mnk} {key.layout}: none of {len(names)} cuBLASLt algorithms ran "
-                          f"(timer returned {times})")
-    best = min(finite, key=lambda n: (finite[n], names.index(n)))
-    inc = names[0]
-    confirm_ratios: list[float] = []
-    if inc in finite and best != inc:
-        if finite[best] > finite[inc] * (1.0 - AUTOTUNE_TIE):
-            best = inc
-        else:
-            for _ in range(confirm):
-                t = timer({inc: calls[inc], best: calls[best]}, min_calls)
-                ok = all(math.isfinite(t.get(n, math.inf)) and t.get(n, 0) > 0 for n in (inc, best))
-                confirm_ratios.append(t[best] / t[inc] if ok else math.inf)
-            if statistics.median(confirm_ratios) > 1.0 - AUTOTUNE_TIE:
-                best = inc
-    idx = names.index(best)
-    rec = {"index": idx, "algo": descriptions[idx], "n_algos": len(descriptions), "time_ms": finite[best],
-           "times_ms": {n: t for n, t in sorted(times.items())}, "screen_best": min(finite, key=finite.get),
-           "confirm_ratios": confirm_ratios, "min_calls": min_calls, "tie": AUTOTUNE_TIE,
-           "created": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    if use_cache:
-        store_choice(key, rec)
-    return idx, rec, False
-
-
-def gpu_identity(device: int) -> dict[str, str]:
-    import torch
-
-    cc = torch.cuda.get_device_capability(device)
-    return {"gpu": torch.cuda.get_device_name(device), "cc": f"{cc[0]}.{cc[1]}", "torch": torch.__version__}
-
-
-def autotune_key(problem: GemmProblem, layout: str, protocol: str, device: int, backend: str, cublaslt: int,
-                 driver: int, config: VendorConfig, align: int) -> AutotuneKey:
-    g = gpu_identity(device)
-    return AutotuneKey(problem.mnk, problem.dtype, problem.acc, layout, protocol, g["gpu"], g["cc"], int(cublaslt),
-                       int(driver), g["torch"], backend, config.requested_algos, WORKSPACE_BYTES,
-                       config.strict_reduction, align)
-
-
 # -- candidates --------------------------------------------------------------------------------------
 
 def raw_stream_getter() -> Callable[[int], int]:
     """``device -> cudaStream_t`` of torch's current stream, as cheaply as torch allows."""
-    import torch
+    import torch  # torch: seconds of start-up; importing this module must not load it
 
     f = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return f if f is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
-
-
-def alignment(*ptrs: int) -> int:
-    """The largest power of two (at most 256) dividing every pointer."""
-    a = MAX_ALIGN
-    for p in ptrs:
-        while a > 1 and p % a:
-            a //= 2
-    return a
-
-
-def check_buffers(problem: GemmProblem, bufs: Buffers) -> int:
-    """Validate harness buffers for ``problem``; returns the CUDA device index."""
-    from ..candidate import torch_dtype
-
-    M, N, K = problem.M, problem.N, problem.K
-    dt = torch_dtype(problem.dtype)
-    want = {"a": (M, K), "b": (K, N), "bt": (N, K), "c": (M, N)}
-    for name, shape in want.items():
-        t = getattr(bufs, name)
-        if tuple(t.shape) != shape or t.dtype != dt or not t.is_contiguous():
-            raise VendorError(f"buffer {name} must be a contiguous {problem.dtype} tensor of shape {shape}, got "
-                              f"{tuple(t.shape)} {t.dtype} contiguous={t.is_contiguous()}")
-        if not t.is_cuda:
-            raise VendorUnavailable(f"the vendor baselines run on CUDA tensors; buffer {name} is on {t.device}")
-    return bufs.a.device.index if bufs.a.device.index is not None else 0
 
 
 class TorchCandidate:
@@ -809,36 +600,6 @@ class _Plan:
             pass
 
 
-def event_timer(fns: Mapping[str, Callable[[], None]], min_calls: int = 20) -> dict[str, float]:
-    """Fallback timer when ``prepare`` gets none: CUDA events around single calls, interleaved, median ms."""
-    import random
-
-    import torch
-
-    names = list(fns)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    out: dict[str, float] = {}
-    for n in names:  # warm-up; drop the failures
-        try:
-            fns[n]()
-        except Exception:  # noqa: BLE001
-            out[n] = math.inf
-    torch.cuda.synchronize()
-    live = [n for n in names if n not in out]
-    rng = random.Random(0)
-    for _ in range(min_calls):
-        rng.shuffle(live)
-        for n in live:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fns[n]()
-            e.record()
-            e.synchronize()
-            samples[n].append(s.elapsed_time(e))
-    out.update({n: statistics.median(samples[n]) for n in live})
-    return out
-
-
 def vendor_candidates(problem: GemmProblem, config: VendorConfig | None = None) -> list:
     """The baselines for ``problem``: 7 for acc fp32, 6 for acc fp16 (torch has no fp16-accumulate mode).
 
@@ -853,8 +614,6 @@ def vendor_candidates(problem: GemmProblem, config: VendorConfig | None = None) 
         for layout in ("tn", "nn"):
             name = f"cublaslt_{mode}_{layout}"
             if config.lt_backend == "nvmath":
-                from .vendor_nvmath import NvmathCandidate
-
                 out.append(NvmathCandidate(name, layout, acc, mode, config))
             elif config.lt_backend == "ctypes":
                 out.append(CtypesCandidate(name, layout, acc, mode, config))
@@ -871,8 +630,6 @@ def host_cost(problem: GemmProblem, n: int = 2000, device: int = 0, extra: dict 
     the call returns (no synchronize) and call + synchronize (what CUDA-L2's offline mode measures),
     medians over ``n`` calls, paths interleaved. A path that cannot run gets a row with its ``reason``.
     ``extra``: more paths, {name: candidate or zero-arg factory} (e.g. our Triton kernels' launch paths)."""
-    from ..candidate import make_buffers
-
     torch = require_cuda(device)
     with torch.cuda.device(device):
         bufs = make_buffers(problem, device=f"cuda:{device}")
@@ -882,8 +639,6 @@ def host_cost(problem: GemmProblem, n: int = 2000, device: int = 0, extra: dict 
                                                "heuristic", cfg),
             "cublas_ctypes": CtypesCandidate("cublas_" + problem.layout, problem.layout, problem.acc, "cublas", cfg),
         }
-        from .vendor_nvmath import NvmathCandidate  # imports nvmath only in prepare
-
         paths["cublaslt_nvmath"] = NvmathCandidate("cublaslt_heuristic_" + problem.layout, problem.layout,
                                                    problem.acc, "heuristic", cfg)
         if problem.acc == "fp32":

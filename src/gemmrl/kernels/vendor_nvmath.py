@@ -8,18 +8,20 @@ from torch's allocator). It runs in place into ``c`` (``inplace=True``, beta = 0
 stream (nvmath's default for torch operands), compute type COMPUTE_32F (float scalars) or COMPUTE_16F.
 Operands are re-bound only when the caller passes different tensors (``reset_operands``).
 ``heuristic`` runs the plan's first algorithm; ``autotuned`` times each with the harness's timer, as
-vendor.py does, with the same on-disk cache (``backend="nvmath"`` in the key).
+vendor.py does, with the same on-disk cache (``backend="nvmath"`` in the key): both take what they share from
+vendor_common.py, and vendor.py serves these candidates when ``VendorConfig.lt_backend`` is ``"nvmath"``.
 Nothing is imported from nvmath until ``prepare``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from typing import Any, Callable
 
 from ..candidate import Buffers, Timer
 from ..problem import GemmProblem
-from .vendor import (
+from .vendor_common import (
     MAX_ALIGN, WORKSPACE_BYTES, VendorConfig, VendorError, VendorUnavailable, alignment, autotune, autotune_key,
     check_buffers, event_timer, require_cuda,
 )
@@ -29,8 +31,8 @@ _LOG = logging.getLogger("gemmrl.nvmath")  # nvmath logs to the root logger unle
 
 def import_nvmath():
     try:
-        import nvmath  # noqa: F401
-        from nvmath.linalg import advanced
+        import nvmath  # noqa: F401 - optional dependency (gemmrl[nvmath]), may be missing
+        from nvmath.linalg import advanced  # optional dependency, as above
     except ImportError as e:
         raise VendorUnavailable(
             "the nvmath cuBLASLt path needs nvmath-python: `pip install nvmath-python` (gemmrl[nvmath]), "
@@ -40,8 +42,8 @@ def import_nvmath():
 
 def nvmath_versions() -> dict[str, Any]:
     """nvmath-python's version and the cuBLASLt version its bindings load."""
-    import nvmath
-    from nvmath.bindings import cublasLt
+    import nvmath  # optional dependency (gemmrl[nvmath]), may be missing
+    from nvmath.bindings import cublasLt  # optional dependency, as above
 
     return {"nvmath": getattr(nvmath, "__version__", "?"), "cublaslt": int(cublasLt.get_version())}
 
@@ -88,7 +90,7 @@ class NvmathCandidate:
             raise VendorError("bf16 has no fp16-accumulate GEMM in cuBLAS (CUBLAS_COMPUTE_16F takes fp16 data only)")
         require_cuda()
         advanced = import_nvmath()
-        from nvmath.linalg import ComputeType
+        from nvmath.linalg import ComputeType  # optional dependency; import_nvmath above says if it is missing
 
         device = check_buffers(problem, bufs)
         self._execute, self._info = _unprepared, {}  # a failed prepare leaves nothing callable
@@ -149,8 +151,6 @@ def _unprepared(*_args, **_kw):
 
 
 def _driver_version() -> int:
-    import ctypes
-
     try:
         lib = ctypes.CDLL("libcuda.so.1")
         v = ctypes.c_int()
