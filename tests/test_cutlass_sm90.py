@@ -312,8 +312,8 @@ def test_call_goes_through_the_prepared_plan(monkeypatch, layout, mnk):
     monkeypatch.setattr(cs, "check", lambda *a: None)
     monkeypatch.setattr(cs, "_cc", lambda device: 90)
 
-    def load():
-        cand._lib = fake  # what _load does, less the build
+    def load(device):
+        cand._lib = fake  # what _load does, less the build (and its refusal of CPU tensors)
         return fake
 
     monkeypatch.setattr(cand, "_load", load)

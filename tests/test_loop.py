@@ -351,8 +351,8 @@ def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path):
 def test_tune_uses_every_visible_gpu_unless_one_is_named(monkeypatch, argv, gpus):
     """`gemmrl tune` gives the sandbox pool every visible GPU (one worker, one group in flight, each) by default;
     --gpu-device-id pins it to one (bench's default of GPU 0 once made a 2-GPU tune use one)."""
-    from gemmrl import sandbox
     from gemmrl.cli import tune as tune_cli
+    from gemmrl.search import executor
     from gemmrl.cli.main import build_parser
 
     seen = {}
@@ -365,7 +365,7 @@ def test_tune_uses_every_visible_gpu_unless_one_is_named(monkeypatch, argv, gpus
         def close(self):
             pass
 
-    monkeypatch.setattr(sandbox, "SandboxPool", Pool)
+    monkeypatch.setattr(executor, "SandboxPool", Pool)
     args = build_parser().parse_args(["tune", "--mnk", "64_64_64", *argv])
     ex = tune_cli.make_executor(args, ("graph",))
     assert seen["gpus"] == gpus and ex.slots == (2 if gpus is None else 1)

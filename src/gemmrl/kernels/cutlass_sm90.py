@@ -420,7 +420,9 @@ class CutlassCandidate:
         self._lib = None
         self._plan: int | None = None
 
-    def _load(self):
+    def _load(self, device):
+        if device.type != "cuda":  # nothing is built for CPU tensors
+            raise RuntimeError("CUTLASS kernels run on CUDA tensors only")
         if self._built is None:
             self._built = build_config(self.cfg, arch_for())
         if not self._built.ok:
@@ -446,9 +448,7 @@ class CutlassCandidate:
         from .vendor import raw_stream_getter
 
         check(self.cfg, self.knobs, problem, _cc(bufs.a.device))  # why it cannot serve this shape, before a build
-        if bufs.a.device.type != "cuda":
-            raise RuntimeError("CUTLASS kernels run on CUDA tensors only")
-        lib = self._load()
+        lib = self._load(bufs.a.device)
         M, N, K = problem.M, problem.N, problem.K
         ldb = K if self.layout == "tn" else N
         if lib.gemmrl_cutlass_can_implement(M, N, K, K, ldb, N) != 0:

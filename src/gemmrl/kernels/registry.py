@@ -24,6 +24,7 @@ from ..adversarial.planted import planted_candidates
 from ..problem import GemmProblem
 from ..summary import BASELINES
 from . import cuda_source, cutlass_sm90, tiny_gemm, triton_source, vendor, wgmma_gemm
+from .toolchain import arch_for
 from .triton_gemm import TritonGemm
 from .triton_gemm import configs as triton_configs
 
@@ -123,7 +124,7 @@ def _cutlass_fixed(cfg) -> tuple[str, str]:
 def _cutlass_build(payload, problem: GemmProblem, name: str | None) -> tuple[Any, Record]:
     """Compiled before the candidate exists (cached by source, flags, arch and toolkit), so a failure is a record."""
     config, knobs = cutlass_sm90.parse_name(payload) if isinstance(payload, str) else payload
-    built = cutlass_sm90.build_config(config, cuda_source.arch_for())
+    built = cutlass_sm90.build_config(config, arch_for())
     if not built.ok:
         return None, built.record()
     return cutlass_sm90.CutlassCandidate(config, knobs, built, name=name or None), built.record()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from ..kernels import cutlass_sm90
-from ..kernels.cuda_source import arch_for
+from ..kernels.toolchain import arch_for
 from ..kernels.registry import family
 from ..kernels.vendor import prebuild_for
 from ..measure.evaluate import CandidateSpec, GroupRequest, evaluate_group

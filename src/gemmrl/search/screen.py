@@ -41,7 +41,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..candidate import make_buffers
 from ..kernels import cutlass_sm90, tiny_gemm, wgmma_gemm
-from ..kernels.cuda_source import arch_for
+from ..kernels.toolchain import arch_for
 from ..kernels.registry import family
 from ..kernels.triton_gemm import TritonGemm
 from ..kernels.triton_gemm.configs import Arch, Config, ConfigError, parse_config, valid
