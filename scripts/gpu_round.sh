@@ -111,33 +111,12 @@
 # tests), SKIP_HOTPATH=1 (no gemmrl.mm hot-path build: a round that times no gemmrl.mm call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export GEMMRL_OUT=${GEMMRL_OUT:-${OUT:-/tmp/gemmrl_out}}
-export PYTHONUNBUFFERED=1
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-export GEMMRL_CACHE_DIR=${GEMMRL_CACHE_DIR:-/tmp/gemmrl_cache}
-export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}
-mkdir -p "$GEMMRL_OUT"
-: "${GEMMRL_GIT_SHA:=unknown}"
-export GEMMRL_GIT_SHA
+# shellcheck source=scripts/gpu_env.sh
+. scripts/gpu_env.sh
 tree=$PWD
-
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,temperature.gpu,power.draw --format=csv,noheader
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(pip install -e . failed; using PYTHONPATH=src)"
-if ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then  # CUTLASS headers for the CUTLASS family and imported kernels
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/nvidia_cutlass-*.whl \
-    && export PYTHONPATH=$PYTHONPATH:/tmp/site
-fi
-if [ -d .carry/gemmrl_cache ]; then mkdir -p "$GEMMRL_CACHE_DIR" && cp -r .carry/gemmrl_cache/. "$GEMMRL_CACHE_DIR"/; fi
-if [ -f .carry/pack/cache.tgz ]; then  # the same, packed (the tree that travels is limited to 64 MiB)
-  mkdir -p "$GEMMRL_CACHE_DIR" && tar xzf .carry/pack/cache.tgz -C "$GEMMRL_CACHE_DIR" --strip-components=1
-fi
-if ls .whl/dask/*.whl >/dev/null 2>&1; then  # Dask distributed (issue 9), pure-Python wheels carried in
-  python3 -m pip install -q --no-index --find-links .whl/dask distributed >/dev/null 2>&1 || echo "(dask install failed)"
-fi
-echo "nvcc $(nvcc --version | grep -o 'V[0-9.]*'), $(nproc) CPUs, $(nvidia-smi -L | wc -l) GPUs"
 # gemmrl.mm's hot path built against this torch (fastpath_torch.cpp, ~20 s once), so no timed run pays for it
 # (SKIP_HOTPATH=1: a round that times no gemmrl.mm call)
-[ "${SKIP_HOTPATH:-0}" = 1 ] || python3 -c "import time; from gemmrl import fastpath as f; t = time.time(); m = f.load_kind('torch'); \
+[ "${SKIP_HOTPATH:-0}" = 1 ] || python3 -c "import time; from gemmrl.serve import fastpath as f; t = time.time(); m = f.load_kind('torch'); \
 print(f'hot path torch: {\"built\" if m else f.why(\"torch\")[:300]} in {time.time() - t:.0f} s')"
 
 day=$(date +%F)
@@ -445,8 +424,8 @@ if [ "${ISSUE5:-0}" = 1 ]; then
       # GPU i (the only one it sees), each to its own CSV (resumed when T5REM_DIR carries the earlier shards in)
       # shellcheck disable=SC2086
       # (a shard file holds M_N_K only: the dtype and accumulator ISSUE5_SHAPES_ARGS named go to every shard's bench)
-      python3 -c "import sys; from gemmrl.cli.main import build_parser, _problems
-a = build_parser().parse_args(['bench'] + sys.argv[2:]); ps, _ = _problems(a); n = int(sys.argv[1])
+      python3 -c "import sys; from gemmrl.cli.main import build_parser; from gemmrl.cli.common import problems_from
+a = build_parser().parse_args(['bench'] + sys.argv[2:]); ps, _ = problems_from(a); n = int(sys.argv[1])
 for i in range(n):
     open(f'$GEMMRL_OUT/shard{i}.txt', 'w').write(''.join(p.mnk + chr(10) for p in ps[i::n]))
 open('$GEMMRL_OUT/shard_args.txt', 'w').write(f'--dtype {a.dtype} --acc {a.acc}')

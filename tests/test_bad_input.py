@@ -603,14 +603,14 @@ def test_warmup_bad_arguments(hot, kw, err, match):
 
 def test_results_columns_are_what_the_out_check_compares(tmp_path):
     """bench/select --out refuse a CSV whose header is not COLUMNS; a file this version wrote must pass that check."""
-    from gemmrl.cli.main import CliError, _check_out
+    from gemmrl.cli.common import CliError, check_out
 
     p = tmp_path / "r.csv"
     ResultsWriter(p).write_batch([_result_row()])
-    _check_out(p)  # no error: resumable
+    check_out(p)  # no error: resumable
     p.write_text(",".join(COLUMNS[:-1]) + "\n")
     with pytest.raises(CliError, match="not a results CSV"):
-        _check_out(p)
+        check_out(p)
 
 
 def test_tune_model_part_refuses_more_parts_than_shapes(capsys, tmp_path):

@@ -12,10 +12,14 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
+from ..kernels.touch import CONFIGS, TouchError, parse
+from ..measure.headroom import CLASSES, VENDOR_DEFAULT, HeadroomError, bounds, by_class, measure_shape
+from ..results import ResultsWriter, collect_meta, read_rows
+from ..timing import TimingConfig
+from .common import CliError, check_out, gpu_slug, parse_protocols, problems_from, shape_args
 
-def add_parser(sub, shape_args) -> None:
-    from ..measure.headroom import VENDOR_DEFAULT
 
+def add_parser(sub) -> None:
     h = sub.add_parser("headroom", help="the fastest any GEMM could run per shape (a probe that only reads A, B and "
                                         "writes C, and the tensor-core peak), against the vendor paths timed beside it")
     shape_args(h)
@@ -42,12 +46,7 @@ def format_table(hs) -> str:
 
 
 def cmd_headroom(args) -> int:
-    from .main import CliError, _check_out, _gpu_slug, _problems, _protocols
-    from ..measure.headroom import CLASSES, bounds, by_class
-
     if args.table:
-        from ..results import read_rows
-
         missing = [p for p in args.table if not Path(p).is_file()]
         if missing:
             raise CliError(f"--table: no such file(s): {', '.join(missing)}")
@@ -57,22 +56,18 @@ def cmd_headroom(args) -> int:
                            "row; give the CSVs of a gemmrl headroom run")
         print(format_table(by_class(bs, CLASSES)))
         return 0
-    import torch
+    import torch  # start-up cost: torch (not needed by --table)
 
-    from ..measure.bench import _progress, require_cuda
-    from ..measure.headroom import HeadroomError, measure_shape
-    from ..kernels.touch import CONFIGS, TouchError, parse
-    from ..results import ResultsWriter, collect_meta
-    from ..timing import TimingConfig
+    from ..measure.bench import _progress, require_cuda  # start-up cost: the bench, not needed by --help
 
     if args.kernel_dir:
         raise CliError("--kernel-dir: headroom times the vendor paths and the probe only; measure imported kernels "
                        "with gemmrl bench --kernel-dir")
-    protocols = _protocols(args.protocol)
+    protocols = parse_protocols(args.protocol)
     bad = [p for p in protocols if p not in ("graph", "cold")]
     if bad:
         raise CliError(f"--protocol {','.join(bad)}: headroom is measured in device time; use graph and/or cold")
-    problems, what = _problems(args)
+    problems, what = problems_from(args)
     vendor = tuple(v.strip() for v in args.vendor.split(",") if v.strip())
     if not vendor:
         raise CliError("--vendor names no path; give at least one (e.g. cublaslt_heuristic_tn)")
@@ -82,7 +77,7 @@ def cmd_headroom(args) -> int:
         raise CliError(f"--touch: {e}") from None
     if not touch:
         raise CliError("--touch names no config; leave it out for all of them")
-    _check_out(Path(args.out))
+    check_out(Path(args.out))
     require_cuda(args.gpu_device_id)
     torch.cuda.set_device(args.gpu_device_id)
     torch.set_grad_enabled(False)
@@ -91,7 +86,7 @@ def cmd_headroom(args) -> int:
         cfg = cfg.quick()
     out = Path(args.out)
     if out.suffix != ".csv":
-        out = out / f"{_gpu_slug()}_headroom_{what}_{'-'.join(protocols)}_{date.today().isoformat()}.csv"
+        out = out / f"{gpu_slug()}_headroom_{what}_{'-'.join(protocols)}_{date.today().isoformat()}.csv"
     writer = ResultsWriter(out)
     meta = collect_meta(args.gpu_device_id).row()
     bar = None if args.no_progress else _progress(len(problems), "headroom")
@@ -114,8 +109,6 @@ def cmd_headroom(args) -> int:
     finally:
         if bar:
             bar.close()
-    from ..results import read_rows
-
     bs = bounds(read_rows([out]))
     print(f"\nrows: {out}\n")
     if bs:

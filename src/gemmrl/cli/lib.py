@@ -1,14 +1,26 @@
-"""``gemmrl lib list|show|build|export|import|verify`` and ``gemmrl warmup``: the library from the command line."""
+"""``gemmrl lib list|show|build|export|import|verify`` and ``gemmrl warmup``: the library from the command line.
+
+    gemmrl lib list
+    gemmrl lib show 64_4096_64 --dtype bf16
+    gemmrl lib build benchmarks/results/h100_*.csv --out library.json
+    gemmrl warmup --shapes shapes.txt --layouts tn,nn
+"""
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from ..candidate import make_buffers
 from ..library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default,
                       stale_before, unjudged_repins, user_library_path)
+from ..problem import GemmProblem, parse_mnk
+from ..results import ResultsError, read_rows
+from ..summary import BASELINES, usable
+from .common import CliError, comma_list, problems_from, shape_args
 
 
 class LibCliError(Exception):
@@ -57,8 +69,6 @@ def _generated(fam: Counter) -> str:
 
 
 def cmd_show(args) -> int:
-    from ..problem import parse_mnk
-
     lib = _load(args.library)
     p = parse_mnk(args.mnk, dtype=args.dtype)
     gpus = [args.gpu] if args.gpu else sorted({e.gpu for e in lib.entries}) or ["(none)"]
@@ -77,8 +87,6 @@ def cmd_show(args) -> int:
 def torch_only_shapes(rows) -> list[str]:
     """Shapes whose verified vendor rows are all ``torch`` (a run whose cuBLAS baselines failed, e.g. grid parts 3-5
     of session 19): a library built from them alone claims speedups over torch, not over vendor_best."""
-    from ..summary import BASELINES, usable
-
     seen: dict[str, set] = {}
     for r in rows:
         if r.get("candidate") in BASELINES and usable(r):
@@ -87,10 +95,6 @@ def torch_only_shapes(rows) -> list[str]:
 
 
 def cmd_build(args) -> int:
-    from ..results import ResultsError, read_rows
-
-    import sqlite3
-
     if args.generated_only and args.replace:
         raise LibCliError("--generated-only merges these rows' generated winners into an existing library; drop "
                           "--replace (or drop --generated-only to build a library from these rows alone)")
@@ -189,12 +193,10 @@ def cmd_import(args) -> int:
 
 def cmd_verify(args) -> int:
     """Run the battery on every entry of this GPU (at its measured shapes); exit 1 if any fails."""
-    import torch
+    import torch  # start-up cost: torch
 
-    from ..serve import dispatch
-    from ..candidate import make_buffers
-    from ..problem import GemmProblem
-    from ..verify import verify
+    from ..serve import dispatch  # start-up cost: imports torch
+    from ..verify import verify  # start-up cost: the battery, not needed by --help
 
     if not torch.cuda.is_available():
         raise LibCliError("gemmrl lib verify runs the correctness battery on the GPU; no CUDA device here")
@@ -221,21 +223,26 @@ def cmd_verify(args) -> int:
     return 1 if bad else 0
 
 
-def cmd_warmup(args, problems) -> int:
-    from ..serve import dispatch
+def cmd_warmup(args) -> int:
+    """`gemmrl warmup`: build what serves these shapes now (compiles into the on-disk caches)."""
+    problems, _ = problems_from(args)
+    layouts = comma_list(args.layouts)
+    if not layouts or set(layouts) - {"tn", "nn"}:
+        raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
+    from ..serve import dispatch  # start-up cost: imports torch
 
-    import torch
+    import torch  # start-up cost: torch
 
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
-    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
     for r in dispatch.warmup([(p.M, p.N, p.K) for p in problems], dtype=dt, layouts=layouts):
         print(f"{r['mnk']:>20} {r['layout']}  eager: {r['eager']}\n{'':>23} graph: {r['graph']}")
     return 0
 
 
-def add_parsers(sub, entry) -> None:
+def add_parser(sub) -> None:
+    """`gemmrl lib ...` and `gemmrl warmup`."""
     lib = sub.add_parser("lib", help="the library of winners: list, show, build, export, import, verify")
-    lib.set_defaults(func=entry)
+    lib.set_defaults(func=cmd_lib)
     ls = lib.add_subparsers(dest="lib_cmd", required=True)
     p = ls.add_parser("list", help="entries per GPU, dtype, protocol and family")
     p.add_argument("--library", help="a library JSON (default: the package's, overridden by the user's)")
@@ -275,9 +282,13 @@ def add_parsers(sub, entry) -> None:
     p = ls.add_parser("verify", help="run the correctness battery on this GPU's entries")
     p.add_argument("--library")
     p.set_defaults(lib_func=cmd_verify)
+    w = sub.add_parser("warmup", help="build what serves these shapes now (compiles into the on-disk caches)")
+    shape_args(w)
+    w.add_argument("--layouts", default="tn,nn")
+    w.set_defaults(func=cmd_warmup)
 
 
-def run(args) -> int:
+def cmd_lib(args) -> int:
     try:
         return args.lib_func(args)
     except LibCliError as e:

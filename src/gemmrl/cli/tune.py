@@ -1,7 +1,7 @@
 """`gemmrl tune`: the tuning loop from the command line (search/loop.py does the work).
 
     gemmrl tune --grid cuda-l2 --sample 50 --seed 2 --proposer rl --budget-gpu-minutes 5
-    gemmrl tune --model llama-3-8b --dtype fp16,bf16 --proposer both --resume
+    gemmrl tune --model llama-3-8b --dtypes fp16,bf16 --proposer both --resume
 
 Outcomes go to the trials store (``--trials``, default the user cache's trials.sqlite) as they arrive; ``--resume``
 continues a run (same ``--run``) where it stopped. The policy (``--policy``; default the shipped H100 policy, saved to
@@ -14,12 +14,23 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sqlite3
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
+from ..kernels import cutlass_sm90 as cs
+from ..kernels.toolchain import arch_for
+from ..kernels.triton_gemm.configs import H100, parse_config
+from ..library import Library, TrialsStore
+from ..paths import cache_dir
 from ..problem import GemmProblem
+from ..results import ResultsWriter
+from ..summary import BASELINES
 from ..timing import TimingConfig
+from .common import CliError, apply_part, parse_protocols, problems_from, shape_args
 
 PROPOSERS = ("rl", "llm", "both", "costmodel", "random")
 EXECUTORS = ("sandbox", "inline", "model")
@@ -30,16 +41,14 @@ class TuneError(ValueError):
 
 
 def packaged_policy() -> Path:
-    return Path(__file__).with_name("policies") / "h100.json"
+    return Path(__file__).parent.parent / "policies" / "h100.json"   # gemmrl/policies, package data
 
 
 def user_policy() -> Path:
-    from ..paths import cache_dir
-
     return cache_dir() / "policy.json"
 
 
-def add_parser(sub, shape_args) -> None:
+def add_parser(sub) -> None:
     t = sub.add_parser("tune", help="the tuning loop: propose, build, verify, time, reward, update; winners to the library")
     shape_args(t)
     # tune spreads its groups over every visible GPU (one sandbox worker each) unless --gpu-device-id names one
@@ -86,8 +95,7 @@ def add_parser(sub, shape_args) -> None:
 
 
 def problems_for(args) -> list[GemmProblem]:
-    from .main import CliError, _problems, apply_part
-    from ..models import model_shapes
+    from ..models import model_shapes  # start-up cost: the model tables, not needed by --help
 
     dtypes = [d.strip() for d in (args.dtypes or args.dtype).split(",") if d.strip()]
     bad = [d for d in dtypes if d not in ("fp16", "bf16")]
@@ -105,14 +113,13 @@ def problems_for(args) -> list[GemmProblem]:
             out += apply_part(ps, args.part) if args.part else ps
         else:
             ns = argparse.Namespace(**{**vars(args), "dtype": dt})
-            out += _problems(ns)[0]
+            out += problems_from(ns)[0]
     return out
 
 
 def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
     """(proposers, the RL policy or None)."""
-    from functools import partial
-
+    # start-up cost: the policy imports numpy
     from ..search.policy import LIVE_ADV_EPS, LIVE_LR, CostModelProposer, RandomProposer, RLPolicy, candidate_set
 
     cands = partial(candidate_set, layouts=layouts)
@@ -133,8 +140,7 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
             policy = RLPolicy(candidates=cands, **live)
         out.append(policy)
     if args.proposer in ("llm", "both"):
-        from ..search.llm import LLMConfig, LLMProposer
-        from ..paths import cache_dir
+        from ..search.llm import LLMConfig, LLMProposer  # start-up cost: only with --proposer llm/both
 
         try:
             cfg = LLMConfig.from_env()
@@ -149,10 +155,11 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
 
 
 def make_executor(args, protocols: tuple[str, ...]):
+    # start-up cost: the executors, not needed by --help
     from ..search.executor import InlineExecutor, ModelExecutor, PrebuildExecutor, RequestTemplate, SandboxExecutor
 
     if args.scheduler:
-        from ..search.dask_executor import DaskExecutor
+        from ..search.dask_executor import DaskExecutor  # start-up cost: only with --scheduler
 
         baselines = tuple(b.strip() for b in args.baselines.split(",")) if args.baselines else None
         template = RequestTemplate(protocols=protocols, baselines=baselines, seed=args.seed)
@@ -160,8 +167,6 @@ def make_executor(args, protocols: tuple[str, ...]):
             ex = DaskExecutor(args.scheduler, args.worker_executor, template, args.timeout_s, args.gpu_model,
                               shared_triton=shared_triton_cache(args))
         except (OSError, TimeoutError, RuntimeError, ValueError) as e:
-            from .main import CliError
-
             raise CliError(f"--scheduler {args.scheduler}: {e}") from None
         if ex.gpu_model == "cpu":   # CPU workers: the Triton interpreter, no vendor baselines, a host protocol
             ex.template = RequestTemplate(protocols=("offline",), baselines=(), seed=args.seed, device="cpu",
@@ -188,8 +193,6 @@ def shared_triton_cache(args) -> bool:
 
 
 def triton_cache() -> Path:
-    from ..paths import cache_dir
-
     d = cache_dir("triton-shared")
     d.mkdir(parents=True, exist_ok=True)
     return d
@@ -201,11 +204,8 @@ def precompile_first_round(args, problems, policy) -> None:
     workers' first groups find them built. Without the second, each group waited for its own new configs: the
     bf16 model shapes on the H100 (22 CUTLASS configs, none in the carried cache) stood 40-140 s per group
     behind nvcc, most of the 41 minutes that tune took."""
-    import os
-
-    from ..kernels.triton_gemm.configs import H100, parse_config
-    from ..kernels.triton_gemm.precompile import precompile
-    from ..search.proposer import Context
+    from ..kernels.triton_gemm.precompile import precompile  # start-up cost: the compile pool
+    from ..search.proposer import Context  # start-up cost: the proposers, not needed by --help
 
     if policy is None:
         return
@@ -224,14 +224,10 @@ def prebuild_cutlass(specs, progress: bool = False) -> int:
     """Build the CUTLASS configs among ``specs`` (deduplicated; cached ones are found, not rebuilt) with parallel
     nvcc; returns how many built. A failure is reported and left to the group that proposes the config (its
     worker records the build error as that candidate's verdict), never raised here."""
-    from ..kernels import cutlass_sm90 as cs
-
     names = list(dict.fromkeys(str(s.payload) for s in specs if s.family == "cutlass"))
     if not names:
         return 0
     try:
-        from ..kernels.cuda_source import arch_for
-
         cfgs = list(dict.fromkeys(cs.parse_name(n)[0] for n in names))
         built = cs.build_family(cfgs, arch_for(), progress=progress)
     except Exception as e:  # noqa: BLE001 - no nvcc, no GPU to name the arch, an invalid config: groups build their own
@@ -246,9 +242,6 @@ def prebuild_cutlass(specs, progress: bool = False) -> int:
 def check_flags(args) -> None:
     """The numeric flags, --baselines and the output paths, checked before the trials store is opened or anything
     runs (a path that cannot be written would otherwise fail only after the whole run)."""
-    from .main import CliError
-    from ..summary import BASELINES
-
     for flag, v, want in (("--group", args.group, 1), ("--rounds", args.rounds, 1)):
         if v < want:
             raise CliError(f"{flag} must be >= {want}, got {v}")
@@ -275,11 +268,6 @@ def check_flags(args) -> None:
 
 def open_store(path: str | None):
     """The trials store at ``path`` (default: the user cache's), or a CliError saying why it cannot be used."""
-    import sqlite3
-
-    from .main import CliError
-    from ..library import TrialsStore
-
     try:
         return TrialsStore(path)
     except (sqlite3.Error, OSError) as e:
@@ -288,14 +276,12 @@ def open_store(path: str | None):
 
 
 def cmd_tune(args) -> int:
-    from .main import CliError, _protocols
-    from ..library import Library
-    from ..search.loop import Tuner, TuneSpec, run_rows, summary_rows, winners, write_summary
-    from ..search.proposer import Hardware
+    from ..search.loop import Tuner, TuneSpec, run_rows, summary_rows, winners, write_summary  # start-up cost
+    from ..search.proposer import Hardware  # start-up cost: the proposers, not needed by --help
 
     t_start = time.monotonic()   # --budget-wall-minutes counts from here: the warm-up and precompile are inside it
     problems = problems_for(args)
-    protocols = _protocols(args.protocol)
+    protocols = parse_protocols(args.protocol)
     layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
     if not layouts or any(x not in ("tn", "nn") for x in layouts):
         raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
@@ -364,8 +350,6 @@ def cmd_tune(args) -> int:
     if args.summary_out:
         write_summary(summary_rows(store, gpu, args.run), Path(args.summary_out))
     if args.rows_out:
-        from ..results import ResultsWriter
-
         rows = run_rows(store, gpu, args.run)
         ResultsWriter(Path(args.rows_out)).write_batch(rows)
         print(f"tune: {len(rows)} result rows -> {args.rows_out} (re-measure the winners with gemmrl bench "
@@ -384,12 +368,10 @@ def cmd_tune(args) -> int:
 
 
 def _hardware(device: int | None):
-    from ..search.proposer import Hardware
+    from ..search.proposer import Hardware  # start-up cost: the proposers, not needed by --help
 
     try:
         return Hardware.from_device(device or 0)
     except Exception as e:  # noqa: BLE001 - no GPU: say what to do
-        from .main import CliError
-
         raise CliError(f"no CUDA GPU to tune on ({type(e).__name__}: {e}); --executor model runs the loop "
                        "against the cost model without one") from None

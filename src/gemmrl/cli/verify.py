@@ -1,6 +1,10 @@
 """`gemmrl verify`: the battery (and CUDA-L2's own 0/1 check, reported beside it) over vendor paths,
 planted wrong kernels and an imported kernel set; or, with ``--calibrate``, the error statistics the
-tolerance constants are calibrated on. Rows carry the machine metadata of the results schema."""
+tolerance constants are calibrated on. Rows carry the machine metadata of the results schema.
+
+    gemmrl verify --mnk 64_4096_64 --planted --out benchmarks/results/verify.csv
+    gemmrl verify --grid cuda-l2 --sample 20 --calibrate --seeds 5
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,45 @@ import csv
 from pathlib import Path
 from typing import Iterable
 
+from ..adversarial.planted import planted_candidates
+from ..kernels.vendor import vendor_candidates
 from ..problem import GemmProblem
+from ..results import collect_meta, now
+from .common import CliError, problems_from, shape_args
+
+
+def add_parser(sub) -> None:
+    v = sub.add_parser("verify", help="run the correctness battery (and CUDA-L2's own check) on candidates")
+    shape_args(v)
+    v.add_argument("--planted", action="store_true", help="also the planted wrong kernels (must all be rejected)")
+    v.add_argument("--no-vendor", action="store_true", help="skip the vendor paths")
+    v.add_argument("--seeds", type=int, default=3, help="random trials per candidate (calibration: seeds per shape)")
+    v.add_argument("--calibrate", action="store_true", help="write the error statistics the tolerance is calibrated on")
+    v.add_argument("--out", default="benchmarks/results/verify.csv")
+    v.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args) -> int:
+    problems, _ = problems_from(args)
+    if args.seeds < 1:
+        raise CliError(f"--seeds must be >= 1 (random trials per candidate), got {args.seeds}")
+    if args.kernel_dir and not Path(args.kernel_dir).is_dir():
+        raise CliError(f"--kernel-dir {args.kernel_dir}: not a directory of M_N_K.cu files")
+    if Path(args.out).is_dir():
+        raise CliError(f"--out {args.out}: a directory; give a .csv path")
+    out = run_verify(problems, out=Path(args.out), planted=args.planted, vendor=not args.no_vendor,
+                     kernel_dir=args.kernel_dir, kernel_acc=args.kernel_acc, seeds=args.seeds,
+                     calibrate=args.calibrate, device=args.gpu_device_id)
+    print(out)
+    return 0
 
 
 def _factory(vendor: bool, planted: bool, imported: dict | None, kernel_dir: str | None):
     def make(problem: GemmProblem) -> list:
         out: list = []
         if vendor:
-            from ..kernels.vendor import vendor_candidates
-
             out += vendor_candidates(problem)
         if planted:
-            from ..verify import planted_candidates
-
             out += planted_candidates("nn") + planted_candidates("tn")
         if imported is not None:
             got = imported.get(problem.mnk)
@@ -62,18 +92,17 @@ def run_verify(problems: list[GemmProblem], *, out: Path, planted: bool = False,
                kernel_dir: str | None = None, kernel_acc: str = "fp32", seeds: int = 3, calibrate: bool = False,
                device: int = 0) -> str:
     """Run and write ``out``; returns a short text table."""
-    import torch
+    import torch  # start-up cost: torch
 
-    from .. import verify as V
-    from ..measure.bench import require_cuda
-    from ..results import collect_meta, now
+    from .. import verify as V  # start-up cost: the battery, not needed by --help
+    from ..measure.bench import require_cuda  # start-up cost: the bench, not needed by --help
 
     require_cuda(device)
     torch.cuda.set_device(device)
     meta = {**collect_meta(device).row(), "timestamp": now()}
     imported = None
     if kernel_dir:
-        from ..kernels.cuda_l2_import import load_kernel_dir
+        from ..kernels.cuda_l2_import import load_kernel_dir  # start-up cost: only with --kernel-dir
 
         imported = load_kernel_dir(kernel_dir, problems, acc=kernel_acc)
     make = _factory(vendor, planted, imported, kernel_dir)

@@ -24,6 +24,10 @@ import socket
 import time
 from pathlib import Path
 
+from ..kernels.vendor import prebuild_for
+from ..paths import cache_dir
+from .common import CliError
+
 
 def add_parser(sub) -> None:
     w = sub.add_parser("worker", help="a Dask worker that owns one GPU and runs tuning groups (gemmrl tune --scheduler)")
@@ -44,8 +48,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_worker(args) -> int:
-    from .main import CliError
-    from ..search.dask_executor import gpu_name, model_resource
+    from ..search.dask_executor import gpu_name, model_resource  # start-up cost: the Dask executor
 
     if not str(args.scheduler).startswith(("tcp://", "tls://", "inproc://")):
         raise CliError(f"--scheduler {args.scheduler!r}: give the scheduler's address, e.g. tcp://10.0.0.5:8786")
@@ -63,15 +66,12 @@ def cmd_worker(args) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu_device_id)
         dev = str(args.gpu_device_id)
     os.environ["GEMMRL_WORKER_GPU"] = model
-    from ..paths import cache_dir
-    from ..search.dask_executor import TRITON_CACHE_ENV, warm_worker
+    from ..search.dask_executor import TRITON_CACHE_ENV, warm_worker  # start-up cost: the Dask executor
 
     os.environ[TRITON_CACHE_ENV] = str(Path(args.triton_cache).resolve() if args.triton_cache
                                        else cache_dir("triton-shared"))
     name = args.name or f"{model}|{socket.gethostname()}|{dev}"
     if not args.cpu:   # the sandbox cannot write the build cache: vendor_blas.so is built here, before it starts
-        from ..kernels.vendor import prebuild_for
-
         why = prebuild_for(None)
         if why:
             print(f"gemmrl worker {name}: the cuBLAS baselines cannot be built here ({why}); groups will fail on them",
@@ -80,7 +80,7 @@ def cmd_worker(args) -> int:
         w = warm_worker()
         print(f"gemmrl worker {name}: sandbox warm in {w['seconds']} s ({w['status']}{': ' + w['error'][:200] if w['error'] else ''})",
               flush=True)
-    import dask
+    import dask  # optional dependency: gemmrl[distributed]
 
     dask.config.set({"distributed.worker.daemon": False})
     resources = {"GPU": 1, model_resource(model): 1}
@@ -103,7 +103,7 @@ def cmd_worker(args) -> int:
 async def _serve(scheduler: str, name: str, resources: dict, host: str | None) -> str:
     """Serve until SIGINT/SIGTERM ("stopped") or until the worker closes, as Dask workers do when they lose the
     scheduler ("lost")."""
-    from distributed import Worker
+    from distributed import Worker  # optional dependency: gemmrl[distributed]
 
     loop = asyncio.get_running_loop()
     async with Worker(scheduler, nthreads=1, name=name, resources=resources, host=host, validate=False) as w:
