@@ -1,5 +1,5 @@
 """The README's adversarial table, from the CSVs the test run wrote (``GEMMRL_ADVERSARIAL_CSV=FILE pytest
-tests/test_adversarial.py``, once on the CPU tier and once on a GPU):
+tests/adversarial/test_adversarial.py``, once on the CPU tier and once on a GPU):
 
     python scripts/adversarial_table.py "CPU (interpreter)=benchmarks/results/cpu_adversarial_2026-11-23.csv" \
         "H100=benchmarks/results/h100_adversarial_2026-11-23.csv" --readme README.md

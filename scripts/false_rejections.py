@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         gpu = "cpu"
     elif not torch.cuda.is_available():
-        print("needs a CUDA GPU (--device cpu for a smoke run; the CPU tier is tests/test_verify_sweep.py)")
+        print("needs a CUDA GPU (--device cpu for a smoke run; the CPU tier is tests/adversarial/test_false_rejections.py)")
         return 2
     else:
         name = torch.cuda.get_device_name().lower()

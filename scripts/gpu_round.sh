@@ -57,7 +57,7 @@
 #   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
 #      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
 #  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
-#      adversarial  tests/test_adversarial.py on the GPU (every planted cheat and fault through the sandbox;
+#      adversarial  tests/adversarial/test_adversarial.py on the GPU (every planted cheat and fault through the sandbox;
 #                   GEMMRL_ADVERSARIAL_CSV -> <gpu>_adversarial_<date>.csv) and the battery's gpu tests
 #      falserej     scripts/false_rejections.py: every vendor path and our families, 100 seeds on 30 shapes
 #      faults       scripts/fault_survival.py: 200 candidates with 10% planted faults, then kill -9 and resume
@@ -468,7 +468,7 @@ if [ "${ISSUE7:-0}" = 1 ]; then
   stages=${ISSUE7_STAGES:-adversarial,falserej,faults}
   if [[ $stages == *adversarial* ]]; then
     GEMMRL_ADVERSARIAL_CSV="$GEMMRL_OUT/${gpu}_adversarial_${day}.csv" timeout "${ISSUE7_ADV_S:-300}" \
-      python3 -m pytest -q -p no:cacheprovider tests/test_adversarial.py >"$GEMMRL_OUT/issue7_adversarial.log" 2>&1
+      python3 -m pytest -q -p no:cacheprovider tests/adversarial/test_adversarial.py >"$GEMMRL_OUT/issue7_adversarial.log" 2>&1
     echo "adversarial suite: exit $? ; $(tail -n 1 "$GEMMRL_OUT/issue7_adversarial.log")"
     # the battery's gpu tier (its interpreter tier cannot run there: numpy 2.5 breaks Triton 3.6's interpreter)
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu ${ISSUE7_GPU_TESTS:-tests/test_verify.py} \

@@ -13,7 +13,7 @@ interpreter tier and the GPU), ``gpu`` (CUDA only: streams, C++ threads, real de
 :func:`run_catalogue` evaluates every attack of a tier in a :class:`~gemmrl.sandbox.SandboxPool` and returns one
 plain row per attack (verdict, check, reason, the sandbox's isolation and, for the numerical attacks, what
 CUDA-L2's own 0/1 check says of the same kernel). :func:`markdown_table` renders rows of one or more tiers as
-the README's table. ``tests/test_adversarial.py`` asserts every verdict (``GEMMRL_ADVERSARIAL_CSV=FILE`` writes
+the README's table. ``tests/adversarial/test_adversarial.py`` asserts every verdict (``GEMMRL_ADVERSARIAL_CSV=FILE`` writes
 the rows); ``scripts/adversarial_table.py`` puts the table into the README.
 
 Nothing runs at import time.
@@ -311,7 +311,7 @@ def read_csv(path: str | Path) -> list[dict]:
     missing = [k for k in ("attack", "device", "verdict", "check", "reason") if rows and k not in rows[0]]
     if missing:
         raise ValueError(f"{path}: not an adversarial-suite CSV (no column {', '.join(missing)}); "
-                         "write one with GEMMRL_ADVERSARIAL_CSV=FILE pytest tests/test_adversarial.py")
+                         "write one with GEMMRL_ADVERSARIAL_CSV=FILE pytest tests/adversarial/test_adversarial.py")
     return rows
 
 

@@ -16,7 +16,7 @@ for all candidates. A correct kernel that fails any of these is a false rejectio
 A candidate whose ``prepare`` fails is reported as not run (``status='not_run'``), never as a rejection.
 
 Run on a GPU: ``python scripts/false_rejections.py --out DIR`` (rows and summary CSVs, a table last).
-Tests: ``pytest tests/test_verify_sweep.py`` (interpreter tier: planted and Triton-family kernels on CPU tensors).
+Tests: ``pytest tests/adversarial/test_false_rejections.py`` (interpreter tier: planted and Triton-family kernels on CPU tensors).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ must survive. Each is a :class:`~gemmrl.kernels.cuda_source.CudaSource` made fro
   ``syntax_error``     does not compile (a structured compile error with file and line)
   ``spills``           compiles with -maxrregcount=24 so ptxas spills (rejected by the spill limit)
 
-Tests: tests/test_cuda_source.py (compile-only CPU tier) and tests/test_sandbox_gpu.py (the sandbox pool
+Tests: tests/kernels/test_cuda_source.py (compile-only CPU tier) and tests/test_sandbox_gpu.py (the sandbox pool
 survives every fault and finishes the rest of its work).
 """
 

@@ -32,7 +32,7 @@ Serving safety (:func:`graph_safety`): the call is captured in a CUDA graph on a
 mode); a candidate that launches on the legacy default stream, synchronizes the device or allocates in its
 call path breaks the capture or leaves the replayed graph without its work: rejected for serving, with why.
 
-Tests: ``pytest tests/test_cuda_source.py`` (compile-only where nvcc exists; ``-m gpu`` runs the kernels).
+Tests: ``pytest tests/kernels/test_cuda_source.py`` (compile-only where nvcc exists; ``-m gpu`` runs the kernels).
 Nothing here runs at import time.
 """
 

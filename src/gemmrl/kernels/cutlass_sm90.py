@@ -19,7 +19,7 @@ these; an invalid config is never built or launched. ``FAMILY`` is the set of co
 Candidates are named ``cutlass:<config>:<knobs>``; a selection (``gemmrl select --family cutlass``) is
 re-measured as ``cutlass-sel:<protocols>`` (``gemmrl bench --cutlass-from``).
 
-Tests: ``pytest tests/test_cutlass_sm90.py`` (predicates and rendering on the CPU tier, a compile where nvcc
+Tests: ``pytest tests/kernels/test_cutlass_sm90.py`` (predicates and rendering on the CPU tier, a compile where nvcc
 and the CUTLASS headers exist; ``-m gpu`` runs the kernels through the battery).
 """
 

@@ -19,7 +19,7 @@ Candidates are named ``tiny:<config>``; a selection (``gemmrl select --family ti
 ``tiny-sel:<protocols>`` (``gemmrl bench --tiny-from``); the library serves ``tiny`` entries (dispatch's hot path
 calls the prepared plan, spec kind 2, as for CUTLASS).
 
-Tests: ``pytest tests/test_tiny_gemm.py`` (predicates, names, screen lists, a compile without spills on the CPU tier
+Tests: ``pytest tests/kernels/test_tiny_gemm.py`` (predicates, names, screen lists, a compile without spills on the CPU tier
 where nvcc exists; ``-m gpu`` runs configs through the battery and graph capture).
 """
 

@@ -18,7 +18,7 @@ entry comes back as a structured record ``{"ok": False, "error": {"stage": "load
 device (or ``TRITON_INTERPRET=1``) the kernels are decorated under the Triton interpreter and run on CPU
 tensors.
 
-Tests: ``pytest tests/test_llm.py -k triton_source`` (Triton interpreter, CPU). Nothing runs at import time.
+Tests: ``pytest tests/search/test_llm.py -k triton_source`` (Triton interpreter, CPU). Nothing runs at import time.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ clusters of the config fit at once (``cudaOccupancyMaxActiveClusters``) and refu
 Candidates are named ``wgmma:<config>``; a selection (``gemmrl select --family wgmma``) is re-measured as
 ``wgmma-sel:<protocols>`` (``gemmrl bench --wgmma-from``).
 
-Tests: ``pytest tests/test_wgmma_gemm.py`` (predicates, names and a compile without spills on the CPU tier where nvcc
+Tests: ``pytest tests/kernels/test_wgmma_gemm.py`` (predicates, names and a compile without spills on the CPU tier where nvcc
 exists; ``-m gpu`` runs configs through the battery and graph capture).
 """
 

@@ -19,7 +19,7 @@ Failure classes, in ``failure`` (empty when the candidate earned its reward):
   ``error``     anything else it raised
 The sandbox adds its own (``crash``, ``timeout``, ``cuda_fault``) when the worker did not survive the job.
 
-Tests: tests/test_evaluate.py (CPU tier, Triton interpreter), tests/test_sandbox_gpu.py (``-m gpu``).
+Tests: tests/measure/test_evaluate.py (CPU tier, Triton interpreter), tests/test_sandbox_gpu.py (``-m gpu``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Trajectories: every (prompt, completion, reward, verdict) is appended to a JSONL
 prompt/completion format of TRL's GRPOTrainer: ``{"prompt": [messages], "completion": [{"role": "assistant",
 "content": ...}], "reward", "verdict", "reason", "mnk", ...}``; ``reward`` is ``reward_rule.training_reward``.
 
-Tests: ``pytest tests/test_llm.py`` (a local scripted OpenAI-compatible server; Triton interpreter on CPU).
+Tests: ``pytest tests/search/test_llm.py`` (a local scripted OpenAI-compatible server; Triton interpreter on CPU).
 Nothing runs at import time: ``openai`` (an optional dependency) is imported inside the proposer's methods.
 """
 

@@ -9,7 +9,7 @@ both). The same scoring over HTTP is ``reward_server.py``.
 The reward rule itself (:func:`training_reward`, ``FAIL_REWARD``, ``MIN_OK_REWARD``, ``NO_BASELINE_REWARD``: one
 number per completion, never NaN) lives in ``reward_rule.py`` and is re-exported here.
 
-Tests: ``pytest tests/test_llm.py`` (Triton interpreter on CPU). Nothing runs at import time: the default
+Tests: ``pytest tests/search/test_llm.py`` (Triton interpreter on CPU). Nothing runs at import time: the default
 executor is made on first use.
 """
 

@@ -6,7 +6,7 @@ server's executor (default ``reward.default_executor``: sandboxed workers on the
 executor's ``slots`` at a time; GET /health describes the server. It listens on the loopback interface unless
 told otherwise (it builds and runs the code it is sent), with a request-size limit (413) and a time limit (504).
 
-Tests: ``pytest tests/test_llm.py -k serve_reward`` (Triton interpreter on CPU). Nothing runs at import time:
+Tests: ``pytest tests/search/test_llm.py -k serve_reward`` (Triton interpreter on CPU). Nothing runs at import time:
 no socket is opened until a server is made.
 """
 

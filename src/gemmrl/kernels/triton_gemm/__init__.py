@@ -14,7 +14,7 @@ Variants, each a frozen config type with one validity predicate (``configs.valid
 Layout: ``jit/`` Triton source (loaded per mode by ``runtime``), ``configs`` (configs, predicates),
 ``plans`` (check -> allocate -> grid -> bound arguments), ``runtime`` (loading, TMA scratch, direct launch),
 ``candidate`` (the candidate protocol). The space and the cost model are in ``gemmrl.search``.
-Importing this package imports neither torch nor triton. Tests: ``pytest tests/test_triton_gemm.py``
+Importing this package imports neither torch nor triton. Tests: ``pytest tests/kernels/test_triton_gemm.py``
 (interpreter tier on CPU; ``-m gpu`` on a GPU machine).
 """
 

@@ -507,7 +507,7 @@ def compiled():
 
     pytest.importorskip("triton")
     cases = [(cfg, P(shape, dtype=dtype, layout=layout, acc=acc)) for cfg, shape, dtype, layout, acc in COMPILE_CASES]
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     path = os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", _COMPILE_ALL], input=pickle.dumps(cases), capture_output=True,

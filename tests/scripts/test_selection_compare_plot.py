@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import script_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 R = ROOT / "benchmarks" / "results"
 S29 = R / "h100_issue3_small72_tiny12-gemv_triton-selected-remeasure_graph-cold_bc80862926af_2026-11-26.csv.gz"
 S30 = R / "h100_issue3_small72_tiny12-cm30_triton-selected-remeasure_graph-cold_afd0b7355f79_2026-11-26.csv.gz"

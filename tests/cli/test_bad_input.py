@@ -11,7 +11,7 @@ CPU tier, no GPU needed: every failure here happens before any GPU work, so the 
   do not already cover (they cover fp32 and mixed fp16/bf16, K mismatch, 1-D a, batched b, a non-tensor operand and
   a wrong-shape/dtype/non-contiguous out), on the C hot path and the Python one.
 
-Run: python -m pytest -q tests/test_bad_input.py
+Run: python -m pytest -q tests/cli/test_bad_input.py
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import script_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCREEN = ROOT / "benchmarks" / "results" / "h100_probe38_triton-select-top24-explore24_2026-11-22.csv.gz"
 
 

@@ -694,7 +694,7 @@ def test_example_block_patched_matches_stock_on_cpu(lib):
     from pathlib import Path
 
     lib()
-    path = Path(__file__).resolve().parents[1] / "examples" / "transformer_block.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "transformer_block.py"
     spec = importlib.util.spec_from_file_location("transformer_block", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -29,7 +29,7 @@ from conftest import script_module
 
 SMALL = partial(candidate_set, top=8, explore=4)
 SHAPES = [GemmProblem(*s) for s in [(64, 4096, 4096), (128, 256, 64), (1, 4096, 4096), (33, 65, 129)]]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Fixed:

@@ -11,7 +11,7 @@ from gemmrl.kernels.triton_gemm.configs import H100, SplitKConfig, TiledConfig, 
 from gemmrl.problem import parse_mnk
 from conftest import script_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "benchmarks" / "results" / "h100_grid1000_library_selection-every-vendor_2026-11-26.json.gz"
 
 

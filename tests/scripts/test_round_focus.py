@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "round_focus.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "round_focus.sh"
 STAGE_VARS = ("PDL_PROBE", "COLD_ANATOMY", "PACE_PROBE", "ISSUE4", "ISSUE5", "ISSUE7", "ISSUE9", "HEADROOM", "WGMMA",
               "TINY", "EFFREM", "NCU_SPECS", "PROBE_SPECS", "TRITON_SHAPES", "SERVE_SHAPES", "CUDA_SOURCE",
               "MERGE_LIB", "GPU_TESTS", "PYTEST_K", "SWEEP", "REPEAT", "SKIP_SWEEP", "SKIP_REPEAT")
@@ -31,7 +31,7 @@ def test_plain_round_runs_sweep_and_repeat():
 
 @pytest.mark.parametrize("env", [{"ISSUE4": "1"}, {"TRITON_SHAPES": "benchmarks/shapes/models114_m16.txt"},
                                  {"TINY": "1", "MERGE_LIB": "lib.json.gz"}, {"NCU_SPECS": "64_64_64:vendor:x"},
-                                 {"GPU_TESTS": "tests/test_tiny_gemm.py"}], ids=lambda e: "+".join(e))
+                                 {"GPU_TESTS": "tests/kernels/test_tiny_gemm.py"}], ids=lambda e: "+".join(e))
 def test_targeted_round_skips_sweep_and_repeat(env):
     got, sweep, repeat = focus(**env)
     assert got.split() == [k for k in STAGE_VARS if k in env]

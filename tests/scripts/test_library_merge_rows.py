@@ -11,7 +11,7 @@ import pytest
 from gemmrl.results import COLUMNS, ResultsWriter
 from conftest import script_module
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 @pytest.fixture(scope="module")

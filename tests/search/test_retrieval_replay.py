@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from conftest import script_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 R = ROOT / "benchmarks" / "results"
 HELD50 = [R / "h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz",
           R / "h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz"]
@@ -27,7 +27,7 @@ def test_retrieved_arms_lead_and_the_policy_row_is_the_pinned_one(tmp_path):
     assert {m for m, _ in rows} == {"exhaustive", "policy", "retrieved1+policy", "random"}
     assert int(rows[("policy", "arms:4")]["shapes"]) == 50
     assert int(rows[("policy", "arms:4")]["retrieved_from_shapes"]) == 21   # the two probes' shapes, none held out
-    # the shipped policy alone, as tests/test_policy.py pins it on these screens
+    # the shipped policy alone, as tests/search/test_policy.py pins it on these screens
     assert float(rows[("policy", "arms:4")]["share_of_sweep_log_gain"]) == pytest.approx(0.780, abs=0.002)
     for r in rows.values():
         assert 0.0 <= float(r["share_of_sweep_log_gain"]) <= 1.0 + 1e-9
