@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # The environment every GPU run of this tree sets up first (sourced by gpu_round.sh and gpu_tier.sh): the package
 # installed from the tree, the CUTLASS headers (.whl/nvidia_cutlass-*.whl) and prebuilt objects (.carry/gemmrl_cache
-# or .carry/pack/cache.tgz) that travel with it, one cache and output folder, the machine printed once.
+# or .carry/pack/cache.tgz) that travel with it, one cache and output folder, the machine printed once. A caller that
+# has sourced it already and starts several runs at once sets GEMMRL_ENV_READY=1: they then share its set-up.
 export GEMMRL_OUT=${GEMMRL_OUT:-${OUT:-/tmp/gemmrl_out}}
 export PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
@@ -11,6 +12,10 @@ mkdir -p "$GEMMRL_OUT"
 : "${GEMMRL_GIT_SHA:=unknown}"
 export GEMMRL_GIT_SHA
 
+if [ "${GEMMRL_ENV_READY:-0}" = 1 ]; then  # set up already by the caller (runs sharing one machine at once)
+  [ -d /tmp/site ] && export PYTHONPATH=$PYTHONPATH:/tmp/site
+  return 0 2>/dev/null || exit 0
+fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version,temperature.gpu,power.draw --format=csv,noheader
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 || echo "(pip install -e . failed; using PYTHONPATH=src)"
 if ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then  # CUTLASS headers for the CUTLASS family and imported kernels

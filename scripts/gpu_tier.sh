@@ -3,7 +3,8 @@
 # gpu tests (a file's weight in GPU_TIER_WEIGHTS multiplies it: CUTLASS batteries build and run many configs), each
 # share in its own pytest process with its own build cache (CUDA_VISIBLE_DEVICES=i), each limited to GPU_TIER_S
 # seconds. The CUTLASS configs the CUTLASS tests run are built first, in parallel on every core (GPU_TIER_PREBUILD=0
-# skips it). Writes gpu-tier_<tag>_part<i>of<n>.xml (JUnit) and .log per share to $GEMMRL_OUT and prints the counts.
+# skips it). Writes gpu-tier_<tag>_part<i>of<n>.xml (JUnit) and .log per share to $GEMMRL_OUT (GPU_TIER_TAG, default
+# the git sha, names a run) and prints the counts.
 #
 #     GEMMRL_OUT=DIR GEMMRL_GIT_SHA=SHA bash scripts/gpu_tier.sh [TESTS...]        (default: tests)
 #     GPU_TIER_GPUS="1"  use only these GPUs (e.g. GPU 0 busy with a measurement)
@@ -17,7 +18,7 @@ n=${#gpus[@]}
 if [ "${GPU_TIER_PREBUILD:-1}" = 1 ]; then
   python3 - <<'PY'
 import os, sys, time
-sys.path.insert(0, "tests")
+sys.path[:0] = ["tests", "tests/kernels"]
 from gemmrl.kernels import cutlass_sm90 as cs
 from test_cutlass_sm90 import GPU_CONFIGS, WIDE_CONFIGS
 t = time.time()
@@ -25,7 +26,7 @@ built = cs.build_family(list(dict.fromkeys(GPU_CONFIGS + WIDE_CONFIGS)), jobs=os
 print(f"prebuilt {sum(b.ok for b in built.values())} of {len(built)} CUTLASS test configs in {time.time() - t:.0f} s")
 PY
 fi
-python3 - "$n" "$GEMMRL_OUT/shares.txt" "${@:-tests}" <<'PY'
+python3 - "$n" "$GEMMRL_OUT/shares_$tag.txt" "${@:-tests}" <<'PY'
 import collections, os, subprocess, sys
 n, out, paths = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
 ids = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p", "no:cacheprovider",
@@ -52,6 +53,6 @@ while read -r share; do
     timeout ${GPU_TIER_S:-540} python3 -m pytest -q -m gpu -p no:cacheprovider -rfE $share \
     --junitxml=$GEMMRL_OUT/$name.xml >$GEMMRL_OUT/$name.log 2>&1; echo \"GPU $g: exit \$? \$(tail -n 1 $GEMMRL_OUT/$name.log)\"" &
   i=$((i + 1))
-done <"$GEMMRL_OUT/shares.txt"
+done <"$GEMMRL_OUT/shares_$tag.txt"
 wait
 grep -h "^FAILED\|^ERROR" "$GEMMRL_OUT"/gpu-tier_"${tag}"_part*.log | cut -c1-200 | head -n 30
