@@ -195,7 +195,7 @@ def cmd_verify(args) -> int:
     """Run the battery on every entry of this GPU (at its measured shapes); exit 1 if any fails."""
     import torch  # start-up cost: torch
 
-    from ..serve import dispatch  # start-up cost: imports torch
+    from ..serve import dispatch, launchers  # start-up cost: imports torch
     from ..verify import verify  # start-up cost: the battery, not needed by --help
 
     if not torch.cuda.is_available():
@@ -212,8 +212,7 @@ def cmd_verify(args) -> int:
         p = GemmProblem(e.M, e.N, e.K, dtype=e.dtype, acc=e.acc, layout=e.layout)
         bufs = make_buffers(p, dev)
         try:
-            _, cand, _ = dispatch.maker(e.family)(e, p, bufs)
-            v = verify(cand, p, "cuda")
+            v = verify(launchers.launch(e, p, bufs).candidate, p, "cuda")
             ok, why = v.passed, v.reason
         except Exception as ex:  # noqa: BLE001
             ok, why = False, f"{type(ex).__name__}: {ex}"
