@@ -109,7 +109,7 @@ def test_per_seed_calls_catch_what_the_first_seed_misses():
 
     r = S.false_rejection_rows([p], [LateBug()], range(5), CPU)[0]
     assert r["status"] == "rejected" and r["first_fail_seed"] == 3 and r["failures"] == 4, r  # seeds 3, 4 x 2 calls
-    assert r["first_fail_check"] == "accuracy" and r["family"] == "test_verify_sweep"
+    assert r["first_fail_check"] == "accuracy" and r["family"] == "test_false_rejections"  # the candidate class's module
 
 
 def test_prepare_failure_is_not_run_not_a_rejection():
