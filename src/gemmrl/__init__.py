@@ -9,6 +9,8 @@ timed against the vendor libraries, and served to PyTorch.
 Importing gemmrl does no CUDA work and compiles nothing (torch is imported on first use of the serving API).
 """
 
+import importlib
+
 __version__ = "0.1.0"
 
 _LAZY = {"mm": "serve.dispatch", "linear": "serve.dispatch", "warmup": "serve.dispatch", "served_by": "serve.dispatch",
@@ -20,8 +22,6 @@ def __getattr__(name):
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'gemmrl' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
     globals()[name] = value  # resolved once: later `gemmrl.mm` is a plain attribute (this hook cost ~2.5 us a call)
     return value

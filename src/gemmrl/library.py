@@ -613,7 +613,8 @@ def bucketize(entries: list[Entry]) -> list[Entry]:
         group.sort(key=lambda e: e.M)
         run: list[Entry] = []
         for e in group + [None]:
-            if e is not None and run and e.family == "triton" and run[-1].family == "triton" and e.impl == run[-1].impl:
+            if (e is not None and run and family(e.family).buckets
+                    and (e.family, e.impl) == (run[-1].family, run[-1].impl)):
                 run.append(e)
                 continue
             if len(run) > 1:

@@ -37,6 +37,7 @@ from typing import Any, Iterable
 from ..problem import GemmProblem
 from .cuda_source import Build, CudaSource, ShapeRange, Workspace, build, build_many, load_library
 from .toolchain import arch_for
+from .vendor import raw_stream_getter
 
 TEMPLATE = Path(__file__).with_name("csrc") / "cutlass_sm90_gemm.cu"
 SCHEDULES = ("coop", "pingpong")
@@ -445,8 +446,6 @@ class CutlassCandidate:
         """Checks, builds (cached), sizes the workspace and makes the plan of this problem (host memory only): every
         call then passes the plan, the operands and the stream, 5 ctypes arguments, as the vendor's cuBLASLt plans
         do (the plan of an earlier prepare is freed with the candidate)."""
-        from .vendor import raw_stream_getter
-
         check(self.cfg, self.knobs, problem, _cc(bufs.a.device))  # why it cannot serve this shape, before a build
         lib = self._load(bufs.a.device)
         M, N, K = problem.M, problem.N, problem.K
@@ -492,7 +491,7 @@ class CutlassCandidate:
 
 
 def _cc(device) -> int:
-    import torch
+    import torch  # start-up cost: torch loads on first use, not on import
 
     if getattr(device, "type", "cuda") != "cuda":
         return 90

@@ -49,7 +49,8 @@ class Family:
     record)``; ``prebuild(payload, arch)`` compiles it ahead into the build cache, where the family compiles with
     nvcc (a tuner runs it in threads while the GPU works). ``fixed(config)`` is the (layout, dtype) a config is
     compiled for, None where it serves any.
-    ``served``: a library entry may name it; ``selectable``: ``gemmrl select --family`` screens it and ``gemmrl
+    ``served``: a library entry may name it; ``buckets``: one config that won at neighbouring measured M of an (N, K)
+    may serve the M between them (its launch takes any M); ``selectable``: ``gemmrl select --family`` screens it and ``gemmrl
     bench --<name>-from`` re-measures its selection; ``declared``: its payload declares the shapes it handles."""
 
     name: str
@@ -60,6 +61,7 @@ class Family:
     builder: Callable[[Any, GemmProblem, str | None], tuple[Any, Record]] | None = None
     prebuild: Callable[[Any, str], Any] | None = None
     served: bool = False
+    buckets: bool = False
     selectable: bool = False
     declared: bool = False
 
@@ -205,7 +207,8 @@ def _planted_parse(mode: str) -> str:
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (
-    Family("triton", triton_configs.parse_config, _triton_candidate, _triton_valid, served=True, selectable=True),
+    Family("triton", triton_configs.parse_config, _triton_candidate, _triton_valid, served=True, buckets=True,
+           selectable=True),
     Family("cutlass", _cutlass_parse, _cutlass_candidate, _cutlass_valid, _cutlass_fixed, _cutlass_build,
            _cutlass_prebuild, served=True, selectable=True),
     Family("tiny", tiny_gemm.TinyConfig.parse, _tiny_candidate, tiny_gemm.valid, _fixed_config, served=True,

@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 from ..problem import GemmProblem
 from .cuda_source import Build, CudaSource, PerDtype, load_library
+from .vendor import raw_stream_getter
 
 SOURCE = Path(__file__).with_name("csrc") / "tiny_splitk.cu"
 # the .cu's instantiated tiles (BM, BN, KW K groups) and their warp grids: keep in step with its GEMMRL_TILE lines.
@@ -253,9 +254,7 @@ class TinyCandidate:
         self._args = (cfg.bm, cfg.bn, cfg.split, cfg.stages, cfg.kw)
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
-        import torch
-
-        from .vendor import raw_stream_getter
+        import torch  # start-up cost: torch loads on first use, not on import
 
         dev = bufs.a.device
         if dev.type != "cuda":

@@ -124,14 +124,14 @@ def _write(d: Path, src: TritonSource) -> Path:
 def _interpret() -> bool:
     """Decorate under the Triton interpreter: asked for (TRITON_INTERPRET) or no CUDA device to compile for."""
     try:
-        import triton
+        import triton  # optional dependency (the triton extra), loaded on first use
 
         if triton.knobs.runtime.interpret:
             return True
     except (ImportError, AttributeError):
         return False
     try:
-        import torch
+        import torch  # start-up cost: torch loads on first use, not on import
 
         return not torch.cuda.is_available()
     except ImportError:
@@ -162,7 +162,7 @@ def _import(src: TritonSource, path: Path, interpret: bool) -> Any:
     sys.modules[modname] = mod  # dataclasses and Triton look modules up by name
     try:
         if interpret:
-            import triton
+            import triton  # optional dependency (the triton extra), loaded on first use
 
             with triton.knobs.runtime.scope():
                 triton.knobs.runtime.interpret = True

@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 from ..problem import GemmProblem
 from .cuda_source import Build, CudaSource, PerDtype, load_library
+from .vendor import raw_stream_getter
 
 SOURCE = Path(__file__).with_name("csrc") / "wgmma_splitk.cu"
 WGS = (1, 2)
@@ -265,9 +266,7 @@ class WgmmaCandidate:
         self._ws_ptr, self._ws_bytes = None, 0
 
     def prepare(self, problem: GemmProblem, bufs, protocol: str, timer) -> None:
-        import torch
-
-        from .vendor import raw_stream_getter
+        import torch  # start-up cost: torch loads on first use, not on import
 
         dev = bufs.a.device
         props = torch.cuda.get_device_properties(dev)
