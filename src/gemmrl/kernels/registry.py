@@ -168,31 +168,26 @@ def _source(text: str):
     raise FamilyError("a source family takes its source object (CudaSource / TritonSource), not a config string")
 
 
-def _cuda_build(payload, problem: GemmProblem, name: str | None) -> tuple[Any, Record]:
-    return cuda_source.load_candidate(payload)
+def _source_family(load: Callable[[Any], tuple[Any, Record]]):
+    """(builder, candidate) of a source family whose ``load(source)`` gives ``(candidate or None, build record)``."""
+    def build(payload, problem: GemmProblem, name: str | None) -> tuple[Any, Record]:
+        return load(payload)
+
+    def candidate(payload, problem: GemmProblem, name: str | None):
+        cand, record = load(payload)
+        if cand is None:
+            raise FamilyError(f"{payload.name}: did not build or load: {record.get('error')}")
+        return cand
+    return build, candidate
 
 
-def _cuda_candidate(payload, problem: GemmProblem, name: str | None):
-    cand, record = cuda_source.load_candidate(payload)
-    if cand is None:
-        raise FamilyError(f"{payload.name}: did not build: {record.get('error')}")
-    return cand
+_cuda_build, _cuda_candidate = _source_family(cuda_source.load_candidate)
+_triton_source_build, _triton_source_candidate = _source_family(triton_source.load_candidate)
 
 
 def _cuda_prebuild(payload, arch: str):
     # a CUDA-L2-ABI source is built by its importer in the worker (one shape, its own binding)
     return cuda_source.build(payload, arch) if payload.abi == "gemmrl" else None
-
-
-def _triton_source_build(payload, problem: GemmProblem, name: str | None) -> tuple[Any, Record]:
-    return triton_source.load_candidate(payload)
-
-
-def _triton_source_candidate(payload, problem: GemmProblem, name: str | None):
-    cand, record = triton_source.load_candidate(payload)
-    if cand is None:
-        raise FamilyError(f"{payload.name}: did not load: {record.get('error')}")
-    return cand
 
 
 def _planted_candidate(mode: str, problem: GemmProblem, name: str | None):
