@@ -31,6 +31,7 @@ import os
 import re
 import sqlite3
 import statistics
+import warnings
 import zlib
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
@@ -291,15 +292,24 @@ def packaged() -> Library:
     return lib
 
 
-def load_default(user: bool = True) -> Library:
-    """The package's libraries, overridden by the user's (``GEMMRL_LIBRARY=FILE`` replaces both)."""
+def load_default(user: bool = True, skip_unusable: bool = False) -> Library:
+    """The package's libraries, overridden by the user's (``GEMMRL_LIBRARY=FILE`` replaces both). A user library that
+    cannot be read raises LibraryError, or with ``skip_unusable`` (what serving asks for: an implicit file must not
+    stop every call) is skipped with one warning; a file named in ``GEMMRL_LIBRARY`` always raises."""
     env = os.environ.get("GEMMRL_LIBRARY")
     if env:
         return Library.load(env)
     lib = packaged()
     up = user_library_path()
     if user and up.is_file():
-        lib = lib.merge(Library.load(up))
+        try:
+            lib = lib.merge(Library.load(up))
+        except LibraryError as e:
+            if not skip_unusable:
+                raise
+            warnings.warn(f"gemmrl: the user library {up} is not usable, serving without it ({str(e)[:200]}); "
+                          "rebuild it with `gemmrl lib build` / `gemmrl lib import`, or delete it",
+                          RuntimeWarning, stacklevel=2)
     return lib
 
 

@@ -765,3 +765,27 @@ def test_no_entry_spec_is_torch_matmul_kind(hot_path):
             assert {e[4][0] for e in dispatch._CFAST.values()} == {3}
     finally:
         dispatch.use_library(Library())
+
+
+def test_a_corrupt_user_library_is_skipped_with_one_warning(tmp_path, monkeypatch):
+    """An unreadable library in the user cache must not stop every gemmrl.mm call: serving goes on without it and
+    says so once; a library named in GEMMRL_LIBRARY is the user's explicit choice and still raises."""
+    from gemmrl import library as L
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("GEMMRL_LIBRARY", raising=False)
+    L.user_library_path().write_text("{corrupt")
+    try:
+        with pytest.warns(RuntimeWarning, match="user library .* is not usable, serving without it"):
+            served = dispatch.use_library(None)
+        assert served.entries == L.packaged().entries
+        a, w = rnd(5, 24), rnd(8, 24, seed=1)
+        assert (gemmrl.mm(a, w.t()).float() - ref(a, w.t())).abs().max() <= tol(24)
+        assert L.user_library_path().read_text() == "{corrupt"  # nothing overwritten
+        with pytest.raises(L.LibraryError):
+            L.load_default()  # the CLI's lib commands refuse it, with what to do
+        monkeypatch.setenv("GEMMRL_LIBRARY", str(L.user_library_path()))
+        with pytest.raises(L.LibraryError):
+            dispatch.use_library(None)
+    finally:
+        dispatch.use_library(Library())

@@ -101,7 +101,7 @@ def use_library(lib: Library | str | os.PathLike | None) -> Library:
         raise TypeError(f"use_library takes a Library, a library JSON path or None; got {type(lib).__name__}")
     with _S.lock:
         _S.library = Library.load(lib) if isinstance(lib, (str, os.PathLike)) else (
-            lib if lib is not None else load_default())
+            lib if lib is not None else load_default(skip_unusable=True))
         _S.warned.clear()
         reset()
         return _S.library
@@ -111,7 +111,7 @@ def library() -> Library:
     if _S.library is None:
         with _S.lock:
             if _S.library is None:
-                _S.library = load_default()
+                _S.library = load_default(skip_unusable=True)
     return _S.library
 
 
