@@ -164,6 +164,20 @@ def test_worker_cli_checks_its_arguments(tmp_path):
     assert r.returncode == 2 and "tcp://" in r.stderr
 
 
+def test_worker_gives_up_on_a_scheduler_that_never_answers(tmp_path):
+    """A Dask worker waits for its scheduler forever; gemmrl worker says it cannot reach it after --connect-s."""
+    env = {**os.environ, "GEMMRL_CACHE_DIR": str(tmp_path / "cache")}
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "gemmrl.cli", "worker", "--scheduler", f"tcp://127.0.0.1:{_port()}",
+                        "--cpu", "--no-warmup", "--connect-s", "3"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "cannot reach the scheduler" in r.stderr and "--connect-s" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 60
+    r = subprocess.run([sys.executable, "-m", "gemmrl.cli", "worker", "--scheduler", "tcp://127.0.0.1:1", "--cpu",
+                        "--connect-s", "0"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--connect-s must be > 0" in r.stderr, r.stderr
+
+
 @pytest.mark.interpreter
 def test_a_scheduler_restart_loses_nothing_stored(tmp_path):
     """The scheduler is killed mid-run and started again at the same address: the workers (warm sandboxes kept)

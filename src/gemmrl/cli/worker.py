@@ -42,6 +42,8 @@ def add_parser(sub) -> None:
                         "(default: gemmrl's cache dir/triton-shared); LLM-written code never gets it")
     w.add_argument("--no-warmup", action="store_true",
                    help="join the scheduler at once instead of first starting the sandbox and running one small group")
+    w.add_argument("--connect-s", type=float, default=60.0,
+                   help="seconds to reach the scheduler the first time before giving up (default 60)")
     w.add_argument("--reconnect-s", type=float, default=600.0,
                    help="after losing the scheduler, keep trying to rejoin it this long (keeping the warm sandbox)")
     w.set_defaults(func=cmd_worker)
@@ -52,6 +54,8 @@ def cmd_worker(args) -> int:
 
     if not str(args.scheduler).startswith(("tcp://", "tls://", "inproc://")):
         raise CliError(f"--scheduler {args.scheduler!r}: give the scheduler's address, e.g. tcp://10.0.0.5:8786")
+    if not args.connect_s > 0:
+        raise CliError(f"--connect-s must be > 0 seconds, got {args.connect_s}")
     if not args.reconnect_s >= 0:
         raise CliError(f"--reconnect-s must be >= 0 seconds (0: do not rejoin), got {args.reconnect_s}")
     if not args.cpu and args.gpu_device_id < 0:
@@ -87,7 +91,8 @@ def cmd_worker(args) -> int:
     deadline, joined = time.monotonic() + args.reconnect_s, False
     while True:
         try:
-            outcome = asyncio.run(_serve(args.scheduler, name, resources, args.host))
+            outcome = asyncio.run(_serve(args.scheduler, name, resources, args.host,
+                                         args.connect_s if not joined else args.reconnect_s))
             joined = True
         except (OSError, TimeoutError) as e:
             if not joined or time.monotonic() > deadline:
@@ -100,13 +105,20 @@ def cmd_worker(args) -> int:
         deadline = time.monotonic() + args.reconnect_s
 
 
-async def _serve(scheduler: str, name: str, resources: dict, host: str | None) -> str:
+async def _serve(scheduler: str, name: str, resources: dict, host: str | None, connect_s: float) -> str:
     """Serve until SIGINT/SIGTERM ("stopped") or until the worker closes, as Dask workers do when they lose the
-    scheduler ("lost")."""
+    scheduler ("lost"). TimeoutError when the scheduler does not answer within ``connect_s`` (a Dask worker would
+    wait for it forever)."""
     from distributed import Worker  # optional dependency: gemmrl[distributed]
 
     loop = asyncio.get_running_loop()
-    async with Worker(scheduler, nthreads=1, name=name, resources=resources, host=host, validate=False) as w:
+    w = Worker(scheduler, nthreads=1, name=name, resources=resources, host=host, validate=False)
+    try:
+        await asyncio.wait_for(w.start(), connect_s)
+    except asyncio.TimeoutError:
+        await w.close(timeout=5)
+        raise TimeoutError(f"no answer in {connect_s:.0f} s (--connect-s)") from None
+    async with w:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
