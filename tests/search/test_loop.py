@@ -223,6 +223,9 @@ def test_tune_cli_dry_run_resume_and_errors(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "2 groups, 8 candidates" in r.stdout
     assert len((tmp_path / "s.csv").read_text().splitlines()) == 9
+    # a dry run says so, claims no measurement, and leaves the user's policy as it was
+    assert "dry run" in r.stdout and "verified candidate" not in r.stdout and "not saved" in r.stdout, r.stdout
+    assert not list((tmp_path / "cache").rglob("policy*.json"))
     r = subprocess.run(base, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "--resume" in r.stderr
     r = subprocess.run(base + ["--resume", "--rounds", "2"], env=env, capture_output=True, text=True, timeout=300)

@@ -314,8 +314,10 @@ def cmd_tune(args) -> int:
     spec = TuneSpec(tuple(problems), group=args.group, rounds=args.rounds,
                     budget_gpu_s=args.budget_gpu_minutes * 60.0, budget_wall_s=args.budget_wall_minutes * 60.0,
                     run=args.run, gpu=gpu, seed=args.seed, more_below=args.more_below)
-    policy_out = Path(args.policy) if args.policy else user_policy()
-    save = (lambda: policy.save(policy_out)) if policy is not None else None
+    dry = gpu.startswith("model:")  # the cost model stands in for the GPU: nothing is measured
+    # a dry run keeps the user's policy as it is unless --policy names where its own goes
+    policy_out = Path(args.policy) if args.policy else (None if dry else user_policy())
+    save = (lambda: policy.save(policy_out)) if policy is not None and policy_out is not None else None
     try:
         tuner = Tuner(spec, proposers, None, store, hardware, save_policy=save, progress=not args.no_progress)
     except BaseException:
@@ -345,8 +347,9 @@ def cmd_tune(args) -> int:
     finally:
         executor.close()
         store.checkpoint()
-    print(f"tune: policy {'-> ' + str(policy_out) if policy is not None else 'none'} "
-          f"({policy.state.updates if policy is not None else 0} updates)", flush=True)
+    where = ("none" if policy is None else f"-> {policy_out}" if policy_out is not None
+             else "not saved (a dry run; --policy FILE saves it)")
+    print(f"tune: policy {where} ({policy.state.updates if policy is not None else 0} updates)", flush=True)
     if args.summary_out:
         write_summary(summary_rows(store, gpu, args.run), Path(args.summary_out))
     if args.rows_out:
@@ -359,10 +362,17 @@ def cmd_tune(args) -> int:
         lib.save(args.library_out)
         print(f"tune: library of {len(lib.entries)} entries -> {args.library_out}")
     geo = math.exp(sum(math.log(max(1.0, v)) for v in report.best.values()) / max(1, len(problems)))
-    print(f"tune: {report.groups} groups, {report.evaluated} candidates ({report.failures or 'no failures'}), "
-          f"{report.gpu_s:.1f} device-s, {report.wall_s:.1f} s wall, stopped: {report.stopped}; "
-          f"{len(report.best)} shapes with a verified candidate, library geomean over vendor_best {geo:.3f}x "
-          f"(selection-run numbers: re-measure with gemmrl bench --library)")
+    if dry:
+        print(f"tune (dry run: the cost model's guesses, nothing built or measured): {report.groups} groups, "
+              f"{report.evaluated} candidates predicted, {report.wall_s:.1f} s wall, stopped: {report.stopped}; "
+              f"{len(report.best)} shapes where the model predicts a candidate faster than its vendor estimate, "
+              f"predicted geomean {geo:.3f}x (shapes without one count as 1)")
+    else:
+        print(f"tune: {report.groups} groups, {report.evaluated} candidates ({report.failures or 'no failures'}), "
+              f"{report.gpu_s:.1f} device-s, {report.wall_s:.1f} s wall, stopped: {report.stopped}; "
+              f"{len(report.best)} shapes with a verified candidate; best per shape over vendor_best, geomean "
+              f"{geo:.3f}x (shapes without a winner count as 1; selection-run numbers: re-measure with gemmrl bench "
+              f"--library)")
     store.close()
     return 0
 
