@@ -91,6 +91,9 @@ class Entry:
         bad = []
         if self.family not in FAMILIES:
             bad.append(f"family {self.family!r} (use {FAMILIES})")
+        for what, text in (("gpu", self.gpu), ("impl", self.impl)):  # names end up in file names and messages
+            if not text or len(text) > 200 or ".." in text or any(c in text for c in "/\\\0\n\r"):
+                bad.append(f"{what} {text[:80]!r} (a name: no path separators, '..' or control characters)")
         if self.layout not in ("nn", "tn"):
             bad.append(f"layout {self.layout!r}")
         if self.dtype not in ("fp16", "bf16") or self.acc not in ("fp32", "fp16"):
@@ -274,7 +277,10 @@ class Library:
         if doc.get("sha256") != _digest(ents):
             raise LibraryError(f"{what}: its checksum does not match its entries (edited or truncated); rebuild it "
                                "with `gemmrl lib build`, or restore it")
-        return Library((Entry.from_dict(d) for d in ents), (str(path),))
+        try:
+            return Library((Entry.from_dict(d) for d in ents), (str(path),))
+        except LibraryError as e:
+            raise LibraryError(f"{what}: {e}; rebuild it with `gemmrl lib build`, or restore it") from None
 
 
 # -- where libraries live --------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ def data(tmp_path, monkeypatch):
     edited = dict(doc, entries=[dict(doc["entries"][0], time_ms=0.001)] + doc["entries"][1:])
     put("lib_checksum", "lib_checksum.json", json.dumps(edited))
     put("lib_schema2", "lib_schema2.json", json.dumps(dict(doc, schema=2)))
+    for key, field, value in (("lib_bad_gpu", "gpu", "../../etc/" + GPU_H100), ("lib_bad_impl", "impl", "a/../b")):
+        ents = [dict(doc["entries"][0], **{field: value})]  # checksummed as written: refused for what it says
+        put(key, f"{key}.json", json.dumps(dict(doc, entries=ents, sha256=L._digest(ents))))
     put("shapes_bad", "shapes_bad.txt", "64_64_64\n# a comment\n\n12_x_3\n")
     put("shapes_bad_csv", "shapes_bad.csv", "mnk,label\n64_64_64,a\n0_64_64,b\n")
     put("shapes_empty", "shapes_empty.txt", "# nothing here\n\n")
@@ -423,7 +426,8 @@ BAD_LIBS = [("lib_truncated", "not a usable gemmrl library"), ("lib_checksum", "
             ("lib_schema2", "schema 2, this gemmrl reads schema 1"), ("results", "not a usable gemmrl library"),
             ("policy", "no \"format\": \"gemmrl-library\" header"), ("list_json", "header"),
             ("binary", "not a usable gemmrl library"), ("tmp", "not a usable gemmrl library"),
-            ("missing", "no such library file")]
+            ("missing", "no such library file"), ("lib_bad_gpu", "no path separators"),
+            ("lib_bad_impl", "no path separators")]
 
 
 @pytest.mark.parametrize("user_lib", [True, False], ids=["user-lib", "no-user-lib"])
@@ -464,9 +468,10 @@ def test_use_library_takes_a_path_and_refuses_other_types(data):
         dispatch.use_library(Library())
 
 
-@pytest.mark.parametrize("name", ["lib_truncated", "lib_checksum", "lib_schema2"])
+@pytest.mark.parametrize("name", ["lib_truncated", "lib_checksum", "lib_schema2", "lib_bad_gpu"])
 def test_a_broken_default_library_is_an_error_not_silence(data, monkeypatch, name):
-    """GEMMRL_LIBRARY (or a broken user library) is refused at the first call, naming the file, not skipped."""
+    """GEMMRL_LIBRARY naming a broken library is refused at the first call, naming the file; a broken user library
+    (implicit, in the cache) is not silence either: serving goes on without it, with one warning naming the file."""
     for how in ("env", "user"):
         if how == "env":
             monkeypatch.setenv("GEMMRL_LIBRARY", data[name])
@@ -474,10 +479,16 @@ def test_a_broken_default_library_is_an_error_not_silence(data, monkeypatch, nam
             monkeypatch.delenv("GEMMRL_LIBRARY")
             shutil.copy(data[name], data["user_lib"])
         dispatch._S.library = None  # what a fresh process starts with
+        a, b = torch.randn(4, 8).half(), torch.randn(8, 3).half()
         try:
-            with pytest.raises(LibraryError, match="gemmrl lib build|gemmrl lib import") as ei:
-                gemmrl.mm(torch.randn(4, 8).half(), torch.randn(8, 3).half())
-            assert (data[name] if how == "env" else data["user_lib"]) in str(ei.value)
+            if how == "env":
+                with pytest.raises(LibraryError, match="gemmrl lib build|gemmrl lib import") as ei:
+                    gemmrl.mm(a, b)
+                assert data[name] in str(ei.value)
+            else:
+                with pytest.warns(RuntimeWarning, match="gemmrl lib build|gemmrl lib import") as rec:
+                    assert torch.equal(gemmrl.mm(a, b), torch.matmul(a, b))
+                assert len(rec) == 1 and data["user_lib"] in str(rec[0].message)
         finally:
             dispatch.use_library(Library())
 
