@@ -789,3 +789,16 @@ def test_a_corrupt_user_library_is_skipped_with_one_warning(tmp_path, monkeypatc
             dispatch.use_library(None)
     finally:
         dispatch.use_library(Library())
+
+
+def test_building_the_hot_path_says_so_once(tmp_path, monkeypatch, capfd):
+    """The first call of a new install waits for the hot path's compile: it says so (on stderr), and only then."""
+    from gemmrl.serve import fastpath
+
+    if fastpath._compiler() is None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    fastpath.build()
+    assert "building gemmrl.mm's compiled hot path (c)" in capfd.readouterr().err
+    fastpath.build()  # found in the cache: not a word
+    assert "building" not in capfd.readouterr().err

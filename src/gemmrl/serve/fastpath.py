@@ -74,6 +74,9 @@ def _compile(kind: str, cmd_for, key_parts: list[bytes | str], force: bool) -> P
     out = cache_dir("build", f"fastpath-{kind}-{h.hexdigest()[:16]}") / f"{NAMES[kind]}{suffix}"
     if out.exists() and not force:
         return out
+    # said once, where it happens: the first call of a new install waits for this (gemmrl warmup does it ahead)
+    print(f"gemmrl: building gemmrl.mm's compiled hot path ({kind}) for this {'torch' if kind == 'torch' else 'Python'},"
+          f" once per install ({'~20 s' if kind == 'torch' else 'a few s'}) into {out.parent}", file=sys.stderr, flush=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     cmd = cmd_for(str(tmp))
     try:
