@@ -16,7 +16,9 @@ from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import torch
 
+from gemmrl.cli.main import main
 from gemmrl.measure.evaluate import CandidateSpec
 from gemmrl.kernels.cuda_source import CudaSource, ShapeRange
 from gemmrl.kernels.triton_source import TritonSource, load_candidate
@@ -487,6 +489,36 @@ def test_serve_reward_time_limit():
         assert status == 504 and "--time-limit-s" in got["error"] and time.monotonic() - t0 < 10
     for f in ex.futures:
         f.set_result(GroupResult(PROBLEM, ({"failure": "", "reward": 0.0},)))
+
+
+def test_serve_reward_drops_clients_that_stop_mid_body(capfd):
+    """Clients that send part of a body and stall are dropped after the read timeout, quietly, and the server keeps
+    answering the others."""
+    import socket
+    import urllib.request
+
+    with serve_reward(executor=cpu_executor(), read_timeout_s=0.5) as srv:
+        host, port = srv.httpd.server_address[:2]
+        stalled = []
+        for _ in range(20):
+            s = socket.create_connection((host, port))
+            s.sendall(b"POST /score HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"completion\"")
+            stalled.append(s)
+        time.sleep(1.5)
+        for s in stalled:
+            s.settimeout(5)
+            assert s.recv(100) == b""  # closed by the server, nothing sent back
+            s.close()
+        with urllib.request.urlopen(f"{srv.url}/health", timeout=10) as r:
+            assert json.loads(r.read())["ok"] is True
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_cli_serve_reward_needs_a_gpu_for_cuda(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    assert main(["serve-reward", "--port", "0"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
 def test_serve_reward_refuses_a_remote_address_unless_allowed():

@@ -45,6 +45,12 @@ def cmd_serve_reward(args) -> int:
     from ..search.executor import InlineExecutor, RequestTemplate, SandboxExecutor  # start-up cost: the executors
 
     cpu = args.device == "cpu"
+    if not cpu:
+        import torch  # start-up cost: torch, asked only to check for a GPU before anything starts
+
+        if not torch.cuda.is_available():
+            raise CliError("serve-reward --device cuda needs a CUDA GPU (torch.cuda.is_available() is False here): every "
+                           "kernel would score -1.0; --device cpu serves the Triton interpreter's reward, for tests")
     template = RequestTemplate(protocols=parse_protocols(args.protocol or ("offline" if cpu else "graph,cold")),
                                baselines=() if cpu else None, graph_check=not cpu, device=args.device,
                                timing=TimingConfig(warmup_s=0.0, benchmark_s=0.05) if cpu else None)

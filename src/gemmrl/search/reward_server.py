@@ -46,9 +46,10 @@ class RewardServer:
     GET /health. 413 for a body over ``max_request_bytes``, 400 for bad JSON or fields, 504 past ``time_limit_s``."""
 
     def __init__(self, executor: Any, host: str = "127.0.0.1", port: int = 0, max_request_bytes: int = 256 * 1024,
-                 time_limit_s: float = 600.0, allow_remote: bool = False):
+                 time_limit_s: float = 600.0, allow_remote: bool = False, read_timeout_s: float = 30.0):
         check_host(host, allow_remote)
         self.executor, self.max_request_bytes, self.time_limit_s = executor, max_request_bytes, time_limit_s
+        self.read_timeout_s = read_timeout_s  # a client that stops mid-request loses its connection after this
         self._pool = ThreadPoolExecutor(max_workers=max(1, int(getattr(executor, "slots", 1) or 1)),
                                         thread_name_prefix="gemmrl-score")
         self.httpd = ThreadingHTTPServer((host, port), _handler(self))
@@ -101,6 +102,7 @@ class RewardServer:
 def _handler(server: RewardServer):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = server.read_timeout_s  # every read of a request (line, headers, body) gives up after this
 
         def _reply(self, status: int, obj: dict) -> None:
             data = json.dumps(obj, allow_nan=False).encode()
@@ -137,7 +139,15 @@ def _handler(server: RewardServer):
                 return self._reply(413, {"error": f"request body of {size} bytes is over the server's limit of "
                                                   f"{server.max_request_bytes}"})
             try:
-                body = json.loads(self.rfile.read(size) or b"null")
+                raw = self.rfile.read(size)
+            except (TimeoutError, ConnectionError):  # stopped mid-body: drop it, quietly (no traceback, no thread held)
+                self.close_connection = True
+                return None
+            if len(raw) < size:  # the client closed before the whole body came
+                self.close_connection = True
+                return None
+            try:
+                body = json.loads(raw or b"null")
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 return self._reply(400, {"error": f"the body is not JSON ({e}); send "
                                                   '{"completion": "...", "mnk": "M_N_K"}'})
@@ -157,11 +167,11 @@ def _handler(server: RewardServer):
 
 
 def serve_reward(host: str = "127.0.0.1", port: int = 0, executor: Any = None, max_request_bytes: int = 256 * 1024,
-                 time_limit_s: float = 600.0, allow_remote: bool = False) -> RewardServer:
+                 time_limit_s: float = 600.0, allow_remote: bool = False, read_timeout_s: float = 30.0) -> RewardServer:
     """Start the reward server in a background thread and return it (``.url``, ``.wait()``, ``.close()``).
     ``executor`` defaults to :func:`default_executor` (sandboxed workers on the local GPUs)."""
     return RewardServer(executor if executor is not None else default_executor(), host, port, max_request_bytes,
-                        time_limit_s, allow_remote).start()
+                        time_limit_s, allow_remote, read_timeout_s).start()
 
 
 __all__ = ["serve_reward", "RewardServer", "RewardServerError", "check_host"]
