@@ -304,7 +304,6 @@ def test_call_goes_through_the_prepared_plan(monkeypatch, layout, mnk):
     """A bench call passes the plan, the operands and the stream (5 ctypes arguments, as the vendor's cuBLASLt plans
     do), not gemmrl_cutlass_gemm's 16: host-timed protocols (offline, server) time CUTLASS and cuBLASLt alike."""
     from gemmrl.candidate import make_buffers
-    from gemmrl.kernels import vendor
     from gemmrl.problem import parse_mnk
 
     fake = _FakePlanLib()
@@ -317,7 +316,7 @@ def test_call_goes_through_the_prepared_plan(monkeypatch, layout, mnk):
         return fake
 
     monkeypatch.setattr(cand, "_load", load)
-    monkeypatch.setattr(vendor, "raw_stream_getter", lambda: (lambda index: 77))
+    monkeypatch.setattr(cs, "raw_stream_getter", lambda: (lambda index: 77))
     problem = parse_mnk(mnk).with_(layout=layout)
     bufs = make_buffers(problem, "cpu")
     cand.prepare(problem, bufs, "offline", None)
