@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from .candidate import Buffers, refill
+from .clocks import max_sm_mhz
 from .problem import GemmProblem
 
 PROTOCOLS = ("graph", "cold", "offline", "server")
@@ -151,26 +152,7 @@ def _estimate_ms(fn: Callable[[], None], reps: int = 3) -> float:
     return s.elapsed_time(e) / reps
 
 
-_MAX_SM_MHZ: dict[int, float] = {}
 BUSY_US = 60.0
-FALLBACK_MAX_SM_MHZ = 2100.0  # above every current datacenter GPU's boost clock
-
-
-def max_sm_mhz(device: int) -> float:
-    """The SM clock ceiling (NVML's max clock; read-only). A busy-wait of ``us * max_sm_mhz`` cycles lasts at
-    least ``us`` at any clock. Calibrating against the current clock is fragile: the H100 idles at 435 MHz,
-    so a calibration made then gives waits 4.5x too short at 1980 MHz (a likely cause of the launch-latency
-    outliers left in the first cold sweep at the smallest shapes)."""
-    if device not in _MAX_SM_MHZ:
-        try:
-            import pynvml  # optional dependency: NVML where installed
-
-            pynvml.nvmlInit()
-            h = pynvml.nvmlDeviceGetHandleByIndex(device)
-            _MAX_SM_MHZ[device] = float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)) or FALLBACK_MAX_SM_MHZ
-        except Exception:  # noqa: BLE001 - no NVML: the safe ceiling
-            _MAX_SM_MHZ[device] = FALLBACK_MAX_SM_MHZ
-    return _MAX_SM_MHZ[device]
 
 
 def _busy(us: float = BUSY_US) -> None:

@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .candidate import Candidate, make_buffers, torch_dtype
 from .problem import GemmProblem
-from .timing import max_sm_mhz
+from .clocks import max_sm_mhz
 
 # Unit roundoff of the output dtypes (half an ulp at 1.0), half the smallest subnormal, and the largest
 # integer L such that every integer in [-L, L] is exact.

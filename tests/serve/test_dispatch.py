@@ -642,7 +642,7 @@ def test_lookup_host_cost_gpu(lib, hot_path, record_property):
     b = w.t()
     s = dispatch._mm_served(a, b)
     assert s.eager_desc.startswith("triton"), s.eager_desc
-    from gemmrl.timing import max_sm_mhz
+    from gemmrl.clocks import max_sm_mhz
 
     hot = dispatch._hot  # the hot path alone against the full path (each without gemmrl.mm's wrapper)
     fns = {"direct": lambda: s.eager(a, b, out), "through": lambda: gemmrl.mm(a, b, out=out),

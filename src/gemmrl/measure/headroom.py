@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ..candidate import make_buffers
+from ..clocks import max_sm_mhz
 from ..kernels.touch import TouchCandidate
 from ..kernels.vendor import vendor_candidates
 from ..problem import GemmProblem
 from ..results import now, sm_clock_mhz
-from ..timing import below_floor, floor_ms, l2_bytes, make_timer, max_sm_mhz, measure
+from ..timing import below_floor, floor_ms, l2_bytes, make_timer, measure
 
 # dense fp16/bf16 tensor-core FLOPs per SM per clock (2 x FMAs): A100 1024 FMA, H100 2048 FMA (989.4 TFLOPS =
 # 132 SMs x 4096 x 1830 MHz). Other architectures: no compute bound (the headroom then rests on the probe alone).
