@@ -223,6 +223,25 @@ def table(summ: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def timed_table(timed: list[dict]) -> str:
+    """The timed-output check per family and protocol: candidate-seeds run, outputs checked, false rejections."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for r in timed:
+        if r["status"] == "not_run":
+            continue
+        for key in ((r["family"], r["protocol"]), ("all", r["protocol"])):
+            g = groups.setdefault(key, [0, 0, 0, 0])
+            g[0] += 1
+            g[1] += int(r["seeds"])
+            g[2] += int(r["output_checks"])
+            g[3] += int(r["failures"])
+    lines = ["| family | protocol | candidates | candidate-seeds | outputs checked | false rejections |",
+             "|---|---|---|---|---|---|"]
+    for (fam, proto), g in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
+        lines.append(f"| {fam} | {proto} | {g[0]} | {g[1]} | {g[2]} | {g[3]} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory for the rows and summary CSVs")
@@ -232,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=150.0,
                     help="stop adding shapes when the next one would end past this many seconds since start")
     ap.add_argument("--full-battery-seeds", type=int, default=1, help="full battery runs per candidate and shape")
+    ap.add_argument("--timed-seeds", type=int, default=5,
+                    help="seeds per shape for the timed-output check (every candidate timed in graph, cold and "
+                         "offline per seed, its C checked after timed calls); 0: none")
     ap.add_argument("--no-cutlass", action="store_true", help="leave the CUTLASS family out")
     ap.add_argument("--cutlass-build", action="store_true", help="build CUTLASS configs missing from the cache")
     ap.add_argument("--workers", type=int, default=None, help="Triton compile processes (default CPUs - 1)")
@@ -310,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     rows_csv, summary_csv = out / f"{stem}_{day}.csv", out / f"{stem}_summary_{day}.csv"
     say = bar.write if bar is not None else print
     rows: list[dict] = []
+    timed: list[dict] = []
+    timed_csv = out / f"{stem}_timed-output-{args.timed_seeds}seeds_{day}.csv"
     errors: list[str] = []
     done, scale = 0, 1.0
     spent_model = spent_real = 0.0
@@ -327,6 +351,13 @@ def main(argv: list[str] | None = None) -> int:
             say(f"ERROR: shape {errors[-1]}")
             new = []
         rows += new
+        if args.timed_seeds:
+            try:
+                timed += S.timed_output_rows([p], factory, seeds[:args.timed_seeds], args.device)
+            except Exception as e:  # noqa: BLE001 - as above: the other shapes go on
+                errors.append(f"{p.mnk} {p.dtype} (timed-output check): {type(e).__name__}: {e}")
+                say(f"ERROR: shape {errors[-1]}")
+            write_csv(timed_csv, timed, meta)
         dt = time.perf_counter() - t1
         spent_real += dt
         spent_model += est_shapes[i]
@@ -352,7 +383,13 @@ def main(argv: list[str] | None = None) -> int:
         if r["status"] != "passed":
             print(f"  {r['status']:8} {r['mnk']} {r['dtype']} {r['candidate']}: {r['reason'][:200]}")
     print(table(summ))
-    return 0 if not errors and all(g["false_rejections"] == 0 for g in summ) else 1
+    bad_timed = [r for r in timed if r["status"] == "rejected"]
+    if args.timed_seeds:
+        write_csv(timed_csv, timed, meta)
+        for r in bad_timed:
+            print(f"  timed-output {r['protocol']} {r['mnk']} {r['dtype']} {r['candidate']}: {r['reason'][:200]}")
+        print(timed_table(timed))
+    return 0 if not errors and not bad_timed and all(g["false_rejections"] == 0 for g in summ) else 1
 
 
 if __name__ == "__main__":

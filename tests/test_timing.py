@@ -117,10 +117,14 @@ def test_selection_timer_uses_fresh_rounds_and_the_median(monkeypatch):
         return {k: timing._summary(protocol, [1.0, 1.0, 100.0], 2e9, mean=True) for k in fns}
 
     monkeypatch.setattr(timing, "time_host", fake_host)
-    timer = make_timer(b, "offline", TimingConfig(settle_ms=500.0))
+    timer = make_timer(b, "offline", TimingConfig(settle_ms=500.0, seed=5))
     t1, t2 = timer({"x": lambda: None}, 20), timer({"x": lambda: None}, 20)
     assert t1 == t2 == {"x": 1.0}  # the median, not the mean (34.0) that one outlier drags
     assert seen[0][0] != seen[1][0] and seen[0][1] == timing.SELECT_SETTLE_MS and seen[0][2:] == (0.0, 20)
+    seen.clear()
+    fresh = make_timer(b, "offline", TimingConfig())  # no seed given: each round's is drawn when it runs
+    fresh({"x": lambda: None}, 20)
+    assert seen[0][0] is None
 
 
 # -- GPU tier ------------------------------------------------------------------------------------

@@ -22,6 +22,18 @@
               candidates a head start whenever they ran first after the refill.
 - ``server``  as offline, with an exponential sleep of mean 1/QPS between iterations.
 
+Every timed call sees new inputs, and what it wrote is checked (a kernel that remembers an output and replays it
+when its inputs look unchanged is right in every battery check and fast in any loop that reuses inputs):
+- ``graph``: each captured call is preceded by a device-side refill of A and of the form of B the path reads (torch's
+  CUDA generator, which draws new numbers on every replay), the same for every path of that layout; the refill's own
+  time is measured in fill-only graphs timed in the same rounds and subtracted round by round (row info ``fill_us``);
+- ``cold``: A and both forms of B refilled before each call, in the untimed hook, before the L2 flush;
+- ``offline``/``server``: refilled every iteration (CUDA-L2's loop).
+After timed calls, outside the timed window, random rows of C are compared with an fp64 recompute of that call's
+inputs (outputs.py; ``output_checks`` calls per path, drawn at random, and the first replay of every graph): a path
+that fails is rejected with a reason starting ``timed_output:``, never timed. The seed of inputs, order and checked
+rows is drawn fresh for every measurement unless one is given, and recorded (row info ``timing_seed``).
+
 Every protocol interleaves the candidates in a fresh random order on every round, on identical
 inputs. A candidate that fails (raises, cannot be captured) gets ``inf`` and a reason; it never stops
 the others. Floors: ``floor_ok`` flags a time under 0.95 x T_floor (a measurement or correctness
@@ -32,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import random
 import statistics
 import time
@@ -40,6 +53,7 @@ from typing import Callable, Mapping
 
 from .candidate import Buffers, refill
 from .clocks import max_sm_mhz
+from .outputs import check_output
 from .problem import GemmProblem
 
 PROTOCOLS = ("graph", "cold", "offline", "server")
@@ -71,7 +85,12 @@ class TimingConfig:
     warmup_s: float = 5.0
     benchmark_s: float = 10.0
     qps: float = 100.0
-    seed: int = 0
+    # None: drawn fresh for every measurement (os.urandom) and recorded in its rows: inputs a kernel cannot predict
+    seed: int | None = None
+    # every timed call sees new inputs (see the module docstring). False only to measure what that costs and the bias
+    # it leaves (scripts/fresh_inputs_cost.py); rows say fresh_inputs=0 then
+    fresh_inputs: bool = True
+    output_checks: int = 3  # timed calls per path whose C is checked (outputs.py), drawn at random
 
     def for_sweep(self) -> "TimingConfig":
         """Short host-protocol durations for sweeps (recorded in the rows)."""
@@ -104,8 +123,22 @@ class Timing:
         return math.isfinite(self.time_ms) and not self.reason
 
 
-def failed(protocol: str, reason: str) -> Timing:
-    return Timing(protocol, math.inf, 0.0, 0, math.inf, math.inf, None, reason)
+def failed(protocol: str, reason: str, extra: dict | None = None) -> Timing:
+    return Timing(protocol, math.inf, 0.0, 0, math.inf, math.inf, None, reason, dict(extra or {}))
+
+
+def wrong_output(protocol: str, reason: str, seed: int) -> Timing:
+    """A path whose C after a timed call was not the product of that call's inputs: rejected, not slow."""
+    return failed(protocol, reason, {"output_wrong": True, "seed": seed})
+
+
+def fresh_seed() -> int:
+    """A timing seed no kernel can know in advance."""
+    return int.from_bytes(os.urandom(4), "little") >> 1
+
+
+def resolve_seed(cfg: "TimingConfig") -> int:
+    return fresh_seed() if cfg.seed is None else cfg.seed
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -288,56 +321,167 @@ def _unwritten_by_replay(g, c) -> int:
     return int(torch.isnan(c).sum())
 
 
-def time_graph(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: TimingConfig,
-               replays: int | None = None, c=None) -> dict[str, Timing]:
-    """``c``: the output every callable writes. Each captured graph must write all of it when replayed: work
-    launched outside torch's current stream runs during the capture instead and leaves an empty graph,
-    whose replays would time nothing."""
+# -- fresh inputs and checked outputs ---------------------------------------------------------------
+
+def _fill(bufs: Buffers, layout: str | None) -> Callable[[], None]:
+    """A device-side refill of the inputs a ``layout`` candidate reads (A and ``b`` for nn, A and ``bt`` for tn; both
+    forms, consistent, when the layout is not known), from torch's CUDA generator: captured in a graph, each replay
+    draws new numbers (torch advances the generator's offset per replay)."""
+    s = bufs.problem.K ** -0.25
+    a, b, bt = bufs.a, bufs.b, bufs.bt
+
+    def fill() -> None:
+        a.normal_(0.0, s)
+        if layout == "tn":
+            bt.normal_(0.0, s)
+        elif layout == "nn":
+            b.normal_(0.0, s)
+        else:
+            b.normal_(0.0, s)
+            bt.copy_(b.t())
+    return fill
+
+
+def _fill_key(layouts: Mapping[str, str] | None, name: str) -> str | None:
+    lay = (layouts or {}).get(name)
+    return lay if lay in ("nn", "tn") else None
+
+
+class _Checks:
+    """Which timed calls of each path get their C checked (``n`` per path, at random among ``calls``) and the
+    verdicts: the first wrong output of a path is its reason."""
+
+    def __init__(self, names, n: int, calls: int, rng: random.Random):
+        self.at = {k: set(rng.sample(range(calls), min(n, calls))) for k in names}
+        self.rng = rng
+        self.wrong: dict[str, str] = {}
+        self.done = {k: 0 for k in names}
+
+    def due(self, name: str, i: int) -> bool:
+        return i in self.at.get(name, ()) and name not in self.wrong
+
+    def run(self, name: str, bufs: Buffers, layout: str | None, where: str) -> None:
+        why = check_output(bufs, layout, self.rng, where)
+        self.done[name] += 1
+        if why:
+            self.wrong[name] = why
+
+
+def _seeded_cuda_rng(seed: int):
+    """Seed torch's CUDA generator for the in-graph fills; returns the state to restore."""
     import torch  # start-up cost: torch loads on first use, not on import
 
-    rng = random.Random(cfg.seed)
+    state = torch.cuda.get_rng_state()
+    torch.cuda.manual_seed(seed)
+    return state
+
+
+def time_graph(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingConfig,
+               replays: int | None = None, layouts: Mapping[str, str] | None = None) -> dict[str, Timing]:
+    """Graph protocol. Every captured call is preceded by a device-side refill of the inputs (``_fill``: the same for
+    every path of one layout, ``layouts`` naming each path's), so no two timed calls see the same inputs; the refill's
+    own cost is timed in fill-only graphs of the same refill, interleaved with the paths, and subtracted round by
+    round. Each captured graph must write all of C when replayed (work launched outside torch's current stream runs
+    during the capture instead and leaves an empty graph), and C is checked against an fp64 recompute after the
+    first replay and after ``cfg.output_checks`` random timed replays (outputs.py)."""
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    problem, c = bufs.problem, bufs.c
+    seed = resolve_seed(cfg)
+    rng = random.Random(seed)
+    fresh = cfg.fresh_inputs
+    rng_state = _seeded_cuda_rng(seed) if fresh else None
     out: dict[str, Timing] = {}
     graphs: dict[str, tuple[object, int]] = {}
-    for name, fn in fns.items():
-        try:
+    fill_graphs: dict[str | None, tuple[object, int]] = {}
+    checks = _Checks(fns, 0, 1, random.Random(rng.getrandbits(32)))
+    try:
+        def with_fill(fn, key):
+            if not fresh:
+                return fn
+            fill = _fill(bufs, key)
+            return lambda: (fill(), fn())
+
+        def sized(fn):
             est = max(_estimate_ms(fn), 1e-4)
             n = int(min(cfg.graph_max_calls, max(1, math.ceil(cfg.graph_min_work_ms / est))))
             g = _capture(fn, n)
-            for _ in range(2):  # the estimate above can be inflated by host launch gaps: size by a measured replay
+            for _ in range(2):  # the estimate can be inflated by host launch gaps: size by a measured replay
                 t = _replay_ms(g)
                 if t >= 0.9 * cfg.graph_min_work_ms or n >= cfg.graph_max_calls:
                     break
                 n = int(min(cfg.graph_max_calls, math.ceil(n * 1.1 * cfg.graph_min_work_ms / max(t, 1e-4))))
                 del g
                 g = _capture(fn, n)
-            left = _unwritten_by_replay(g, c) if c is not None else 0
-            if left:
-                out[name] = failed("graph", f"a replay of the captured graph left {left} of {c.numel()} elements of C "
-                                            f"unwritten: the work was not captured (launched outside torch's "
-                                            f"current stream?)")
+            return g, n
+
+        for name, fn in fns.items():
+            key = _fill_key(layouts, name)
+            try:
+                g, n = sized(with_fill(fn, key))
+                left = _unwritten_by_replay(g, c)
+                if left:
+                    out[name] = failed("graph", f"a replay of the captured graph left {left} of {c.numel()} elements "
+                                                f"of C unwritten: the work was not captured (launched outside torch's "
+                                                f"current stream?)")
+                    continue
+                if fresh:  # the replay above: its last call's inputs and output are in bufs
+                    checks.run(name, bufs, key, "graph, first replay")
+                    if name in checks.wrong:
+                        out[name] = wrong_output("graph", checks.wrong[name], seed)
+                        continue
+                graphs[name] = (g, n)
+                if fresh and key not in fill_graphs:
+                    fill_graphs[key] = sized(_fill(bufs, key))
+            except Exception as e:  # noqa: BLE001 - a candidate that cannot be captured is recorded, not fatal
+                torch.cuda.synchronize()
+                out[name] = failed("graph", f"not capturable in a CUDA graph: {type(e).__name__}: {e}"[:300])
+        every = [g.replay for g, _ in graphs.values()] + [g.replay for g, _ in fill_graphs.values()]
+        # untimed replays: first-replay upload costs stay out, and the clocks settle under sustained load
+        settled = _settle(every, cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
+        nrep = max(cfg.graph_replays, replays or 0)
+        # a power-capped GPU's clock moves on a scale of 100s of ms: the timed rounds span at least
+        # graph_min_timed_ms of device time so the median is not one phase of that oscillation (at most 200 rounds)
+        round_ms = sum(_replay_ms(g) for g, _ in (*graphs.values(), *fill_graphs.values()))
+        nrep = max(nrep, min(200, math.ceil(cfg.graph_min_timed_ms / max(round_ms, 1e-3))))
+        checks = _Checks(graphs, cfg.output_checks if fresh else 0, nrep, checks.rng) if fresh else \
+            _Checks(graphs, 0, 1, checks.rng)
+        samples: dict[str, list[float]] = {k: [] for k in graphs}
+        fill_ms: dict[str | None, list[float]] = {k: [] for k in fill_graphs}
+        late = {k: [0, 0] for k in graphs}
+        tags = [("path", k) for k in graphs] + [("fill", k) for k in fill_graphs]
+        for i in range(nrep):
+            this_round: dict[str, float] = {}
+            for kind, name in _order(tags, rng):
+                if kind == "fill":
+                    g, n = fill_graphs[name]
+                    fill_ms[name].append(_event_ms(g.replay) / n)
+                    continue
+                g, n = graphs[name]
+                this_round[name] = _event_ms(g.replay, late[name]) / n
+                if checks.due(name, i):
+                    checks.run(name, bufs, _fill_key(layouts, name), f"graph, timed replay {i + 1} of {nrep}")
+            for name, t in this_round.items():
+                key = _fill_key(layouts, name)
+                samples[name].append(t - (fill_ms[key][-1] if fresh else 0.0))
+        for name, xs in samples.items():
+            if name in checks.wrong:
+                out[name] = wrong_output("graph", checks.wrong[name], seed)
                 continue
-            graphs[name] = (g, n)
-        except Exception as e:  # noqa: BLE001 - a candidate that cannot be captured is recorded, not fatal
+            key = _fill_key(layouts, name)
+            fresh_info = ({"fill_ms": statistics.median(fill_ms[key]), "output_checks": checks.done[name] + 1}
+                          if fresh else {"fresh_inputs": 0})
+            out[name] = _summary("graph", xs, problem.flops, mean=False,
+                                 extra={"calls_per_graph": graphs[name][1], "settle_ms": round(settled["settle_ms"]),
+                                        "settle_mhz": settled["mhz"], "seed": seed, **fresh_info,
+                                        **_late_info(late[name])})
+    finally:
+        del graphs, fill_graphs
+        if fresh:
             torch.cuda.synchronize()
-            out[name] = failed("graph", f"not capturable in a CUDA graph: {type(e).__name__}: {e}"[:300])
-    # untimed replays: first-replay upload costs stay out, and the clocks settle under sustained load
-    settled = _settle([g.replay for g, _ in graphs.values()], cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
-    samples: dict[str, list[float]] = {k: [] for k in graphs}
-    nrep = max(cfg.graph_replays, replays or 0)
-    # a power-capped GPU's clock moves on a scale of 100s of ms: the timed rounds span at least
-    # graph_min_timed_ms of device time so the median is not one phase of that oscillation (at most 200 rounds)
-    round_ms = sum(_replay_ms(g) for g, _ in graphs.values())
-    nrep = max(nrep, min(200, math.ceil(cfg.graph_min_timed_ms / max(round_ms, 1e-3))))
-    late = {k: [0, 0] for k in graphs}
-    for _ in range(nrep):
-        for name in _order(list(graphs), rng):
-            g, n = graphs[name]
-            samples[name].append(_event_ms(g.replay, late[name]) / n)
-    for name, xs in samples.items():
-        out[name] = _summary("graph", xs, problem.flops, mean=False,
-                             extra={"calls_per_graph": graphs[name][1], "settle_ms": round(settled["settle_ms"]),
-                                    "settle_mhz": settled["mhz"], **_late_info(late[name])})
-    del graphs
+            bufs.bt.copy_(bufs.b.t())  # the layout fills leave the two forms of B apart
+            bufs.c.fill_(float("nan"))
+            torch.cuda.set_rng_state(rng_state)
     return out
 
 
@@ -360,11 +504,17 @@ def _flush_buffer():
     return _FLUSH[d]
 
 
-def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: TimingConfig,
+def time_cold(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingConfig,
               calls: int | None = None) -> dict[str, Timing]:
+    """Cold protocol. Before every timed call (untimed): new random inputs written into A and both forms of B, NaN
+    into C, then 2x L2 written, so the call reads operands no earlier call saw from device memory; C is checked
+    after ``cfg.output_checks`` random timed calls per path."""
     import torch  # start-up cost: torch loads on first use, not on import
 
-    rng = random.Random(cfg.seed + 1)
+    seed = resolve_seed(cfg)
+    rng = random.Random(seed + 1)
+    gen = torch.Generator(device=bufs.a.device).manual_seed(seed)
+    fresh = cfg.fresh_inputs
     flush = _flush_buffer()
     out: dict[str, Timing] = {}
     live = {}
@@ -376,16 +526,30 @@ def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: 
         except Exception as e:  # noqa: BLE001
             out[name] = failed("cold", f"{type(e).__name__}: {e}"[:300])
     settled = _settle(list(live.values()), cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
+    ncalls = max(cfg.cold_calls, calls or 0)
+    checks = _Checks(live, cfg.output_checks if fresh else 0, ncalls, random.Random(rng.getrandbits(32)))
     samples: dict[str, list[float]] = {k: [] for k in live}
     late = {k: [0, 0] for k in live}
-    for i in range(max(cfg.cold_calls, calls or 0)):
+
+    def before(i: int) -> None:
+        if fresh:
+            refill(bufs, gen, last=rng.choice(("tn", "nn")))
+        # write 2x L2 before each attempt: evicts the operands (and leaves dirty lines, as real work does)
+        flush.fill_(i)
+
+    for i in range(ncalls):
         for name in _order(list(live), rng):
-            # write 2x L2 before each attempt: evicts the operands (and leaves dirty lines, as real work does)
-            samples[name].append(_event_ms(live[name], late[name], before=lambda i=i: flush.fill_(i)))
+            samples[name].append(_event_ms(live[name], late[name], before=lambda i=i: before(i)))
+            if checks.due(name, i):
+                checks.run(name, bufs, None, f"cold, timed call {i + 1} of {ncalls}")
     for name, xs in samples.items():
-        out[name] = _summary("cold", xs, problem.flops, mean=False,
+        if name in checks.wrong:
+            out[name] = wrong_output("cold", checks.wrong[name], seed)
+            continue
+        out[name] = _summary("cold", xs, bufs.problem.flops, mean=False,
                              extra={"settle_ms": round(settled["settle_ms"]), "settle_mhz": settled["mhz"],
-                                    **_late_info(late[name])})
+                                    "seed": seed, **({"output_checks": checks.done[name]} if fresh
+                                                     else {"fresh_inputs": 0}), **_late_info(late[name])})
     return out
 
 
@@ -394,19 +558,26 @@ def time_cold(fns: Mapping[str, Callable[[], None]], problem: GemmProblem, cfg: 
 def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingConfig, protocol: str,
               min_calls: int = 0) -> dict[str, Timing]:
     """CUDA-L2's offline/server loop. Inputs are refreshed in place each iteration, so the zero-arg
-    callables (bound to ``bufs``) see fresh data; C is NaN-filled before every call."""
+    callables (bound to ``bufs``) see fresh data; C is NaN-filled before every call. C is checked after the first
+    timed call of each path and then at random times (on average ``cfg.output_checks`` more over the timed phase),
+    right after the call, outside its timed window."""
     import torch  # start-up cost: torch loads on first use, not on import
 
     if protocol not in HOST_PROTOCOLS:
         raise TimingError(f"time_host runs {HOST_PROTOCOLS}, not {protocol!r}")
-    rng = random.Random(cfg.seed + 2)
-    exp = random.Random(cfg.seed + 3)
-    gen = torch.Generator(device=bufs.a.device).manual_seed(cfg.seed)
+    seed = resolve_seed(cfg)
+    rng = random.Random(seed + 2)
+    exp = random.Random(seed + 3)
+    gen = torch.Generator(device=bufs.a.device).manual_seed(seed)
+    chk_rng = random.Random(seed + 4)
     out: dict[str, Timing] = {}
     live = dict(fns)
     samples: dict[str, list[float]] = {k: [] for k in live}
     sync = torch.cuda.synchronize if bufs.a.is_cuda else (lambda: None)  # CPU tensors: the test tier
     clock = time.perf_counter
+    checks = _Checks(live, 0, 1, chk_rng)
+    mean_gap = max(cfg.benchmark_s, 1e-3) / max(cfg.output_checks, 1)
+    next_check = {k: -math.inf for k in live}  # the first timed call of each path is checked
 
     def one_iteration(record: bool) -> None:
         refill(bufs, gen, last=rng.choice(("tn", "nn")))  # neither layout's B is always the one left in L2
@@ -425,6 +596,9 @@ def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
             t1 = clock()
             if record:
                 samples[name].append((t1 - t0) * 1e3)
+                if cfg.output_checks and t1 >= next_check[name] and name not in checks.wrong:
+                    checks.run(name, bufs, None, f"{protocol}, timed call {len(samples[name])}")
+                    next_check[name] = clock() + chk_rng.expovariate(1.0 / mean_gap)
 
     for phase, dur in (("warmup", cfg.warmup_s), ("bench", cfg.benchmark_s)):
         start = clock()
@@ -436,42 +610,54 @@ def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
             count += 1
     qps = cfg.qps if protocol == "server" else None
     for name, xs in samples.items():
+        if name in checks.wrong:
+            out[name] = wrong_output(protocol, checks.wrong[name], seed)
+            continue
         out[name] = _summary(protocol, xs, bufs.problem.flops, mean=True, qps=qps,
-                             extra={"warmup_s": cfg.warmup_s, "benchmark_s": cfg.benchmark_s})
+                             extra={"warmup_s": cfg.warmup_s, "benchmark_s": cfg.benchmark_s, "seed": seed,
+                                    "output_checks": checks.done[name]})
     return out
 
 
 def measure(fns: Mapping[str, Callable[[], None]], bufs: Buffers, protocol: str,
-            cfg: TimingConfig | None = None) -> dict[str, Timing]:
-    """Time zero-arg callables (bound to ``bufs``) interleaved, in one protocol."""
+            cfg: TimingConfig | None = None, layouts: Mapping[str, str] | None = None) -> dict[str, Timing]:
+    """Time zero-arg callables (bound to ``bufs``) interleaved, in one protocol. ``layouts`` ({name: 'nn'|'tn'}) says
+    which form of B each reads, so the graph protocol refills only that form before its calls (a path not named gets
+    both forms refilled)."""
     cfg = cfg or TimingConfig()
     if protocol == "graph":
-        return time_graph(fns, bufs.problem, cfg, c=bufs.c)
+        return time_graph(fns, bufs, cfg, layouts=layouts)
     if protocol == "cold":
-        return time_cold(fns, bufs.problem, cfg)
+        return time_cold(fns, bufs, cfg)
     if protocol in HOST_PROTOCOLS:
         return time_host(fns, bufs, cfg, protocol)
     raise TimingError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
 
 
+SELECT_OUTPUT_CHECKS = 1  # algorithm selection: one checked call per alternative and round
+
+
 def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
     """A ``Timer`` (see candidate.py) for algorithm selection inside ``protocol``: each callable gets at
-    least ``min_calls`` interleaved calls in that protocol; returns {name: median time_ms} (inf on failure).
-    Every call draws a fresh seed for the interleaving order, so repeated calls are independent rounds."""
+    least ``min_calls`` interleaved calls in that protocol; returns {name: median time_ms} (inf on failure, and for
+    an alternative whose output was wrong). Every call draws a fresh seed, so repeated calls are independent rounds."""
     cfg = cfg or TimingConfig()
 
     rounds = iter(range(1, 1 << 30))
 
     def timer(fns: Mapping[str, Callable[[], None]], min_calls: int = 20) -> dict[str, float]:
         # algorithm selection interleaves its candidates, so they share the clock state: a short settle does
-        cfg_r = replace(cfg, seed=cfg.seed + 7919 * next(rounds), settle_ms=min(cfg.settle_ms, SELECT_SETTLE_MS),
+        k = next(rounds)
+        cfg_r = replace(cfg, seed=None if cfg.seed is None else cfg.seed + 7919 * k,
+                        settle_ms=min(cfg.settle_ms, SELECT_SETTLE_MS),
                         settle_max_ms=min(cfg.settle_max_ms, SELECT_SETTLE_MS), graph_min_timed_ms=0.0,
-                        graph_min_work_ms=min(cfg.graph_min_work_ms, 1.0))
+                        graph_min_work_ms=min(cfg.graph_min_work_ms, 1.0),
+                        output_checks=min(cfg.output_checks, SELECT_OUTPUT_CHECKS))
         if protocol == "graph":
             # min_calls replays of graphs of >= 1 call each: every callable runs >= min_calls times.
-            res = time_graph(fns, bufs.problem, cfg_r, replays=min_calls, c=bufs.c)
+            res = time_graph(fns, bufs, cfg_r, replays=min_calls)
         elif protocol == "cold":
-            res = time_cold(fns, bufs.problem, cfg_r, calls=min_calls)
+            res = time_cold(fns, bufs, cfg_r, calls=min_calls)
         else:
             short = replace(cfg_r, warmup_s=0.0, benchmark_s=0.0)
             res = time_host(fns, bufs, short, protocol, min_calls=min_calls)

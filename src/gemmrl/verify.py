@@ -920,3 +920,28 @@ def verify_rows(problems: Iterable[GemmProblem], candidates, device="cuda", *, s
                              "failed_check": "" if v.cuda_l2.passed else "cuda_l2",
                              "iterations": v.cuda_l2.stats.get("iterations", 0)})
     return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# The accuracy measure for other checks of C (outputs.py: C after a timed call)
+# ---------------------------------------------------------------------------------------------------
+class AccuracyError(Exception):
+    """C is outside the accuracy bounds; ``detail`` is the accuracy check's reason without its name."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+def accuracy(c, a, b, problem: GemmProblem, tol: Tolerance) -> dict[str, Any]:
+    """The accuracy check's measures (R, its limit, the worst element) of ``c`` against the fp64 product ``a @ b``
+    (``problem`` gives the shape of ``c`` and the dtype)."""
+    return _measure(c, _reference(a, b, problem.dtype), problem, tol)
+
+
+def judge(m: Mapping[str, Any], problem: GemmProblem, tol: Tolerance, where: str) -> None:
+    """Raise :class:`AccuracyError` when the measures ``m`` (from :func:`accuracy`) break the accuracy bounds."""
+    try:
+        _judge(m, problem, tol, where)
+    except _Fail as e:
+        raise AccuracyError(e.result.reason.split(": ", 1)[-1]) from None

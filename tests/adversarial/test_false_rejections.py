@@ -186,13 +186,38 @@ def test_script_smoke_run_on_cpu(tmp_path, capsys):
     rc = F.main(["--device", "cpu", "--out", str(tmp_path / "out"), "--seeds", "2", "--shapes", str(shapes)])
     assert rc == 0
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert len(files) == 2 and files[0].startswith("cpu_false-rejections-1shapes-2seeds_")
-    assert "_summary_" in files[1]
+    assert len(files) == 3 and files[0].startswith("cpu_false-rejections-1shapes-2seeds_")
+    assert "_summary_" in files[1] and "_timed-output-5seeds_" in files[2]
     import csv
 
     with open(tmp_path / "out" / files[0]) as fh:
         rows = list(csv.DictReader(fh))
     assert {r["family"] for r in rows} == {"triton"} and {r["dtype"] for r in rows} == {"bf16"}
     assert all(r["status"] == "passed" and r["failures"] == "0" for r in rows)
-    last = capsys.readouterr().out.strip().splitlines()
+    with open(tmp_path / "out" / files[2]) as fh:
+        timed = list(csv.DictReader(fh))
+    assert timed and all(r["status"] == "passed" and r["protocol"] == "offline" and int(r["seeds"]) == 2
+                         for r in timed)  # --seeds 2 caps the 5 timed seeds
+    out = capsys.readouterr().out
+    assert "| triton | offline |" in out and out.strip().splitlines()[-1].startswith("| all | offline |")
+    last = out[:out.index("| family | protocol |")].strip().splitlines()
     assert last[-1].startswith("all ") and last[-3].startswith("family")
+
+
+@pytest.mark.parametrize("shape", [(33, 65, 129), (1, 64, 256), (7, 8, 9)])
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+def test_timed_output_check_zero_false_rejections(shape, layout):
+    """The timed-output sweep: a correct kernel's C after timed calls matches the recompute at every seed (host
+    protocols on CPU tensors), and every seed's checks are counted."""
+    p = GemmProblem(*shape, layout=layout)
+    rows = S.timed_output_rows([p], [_planted("correct", layout)], range(5), CPU)
+    assert [r["protocol"] for r in rows] == ["offline"]  # graph and cold need CUDA
+    (r,) = rows
+    assert r["status"] == "passed" and r["failures"] == 0 and r["seeds"] == 5 and r["output_checks"] >= 5, r
+
+
+def test_timed_output_check_reports_a_wrong_kernel():
+    p = GemmProblem(33, 65, 129)
+    (r,) = S.timed_output_rows([p], [_planted("skip_last_k")], range(2), CPU)
+    assert r["status"] == "rejected" and r["failures"] == 2 and r["first_fail_seed"] == 0
+    assert r["reason"].startswith("timed_output:")

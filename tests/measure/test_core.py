@@ -133,7 +133,9 @@ def test_measure_problem_rows_on_cpu():
     mine = by["mine"]
     assert mine["verified"] is True and mine["time_ms"] > 0 and mine["floor_ok"] is True
     assert math.isnan(mine["floor_ms"]) and mine["sm_clock_mhz"] == "/"
-    assert mine["info"].startswith("prep_ms=") and ";verify_ms=" in mine["info"]
+    info = dict(kv.split("=", 1) for kv in mine["info"].split(";"))
+    assert int(info["timing_seed"]) >= 0 and int(info["output_checks"]) >= 1  # the seed drawn, outputs checked
+    assert "prep_ms" in info and "verify_ms" in info
     assert (by["cublaslt_heuristic_nn"]["algo"], by["cublaslt_heuristic_nn"]["n_algos"]) == ("h1", 1)
     assert list(mine)[:len(base)] == list(base)  # every row starts with the base columns, in their order
     assert all(r["timestamp"] for r in rows)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from functools import partial
 from typing import Any, Iterable, Sequence
 
 from .. import verify as V
 from ..candidate import Buffers, torch_dtype
 from ..problem import GemmProblem
+from ..timing import TimingConfig, measure
 
 ROW_FIELDS = ("mnk", "dtype", "acc", "layout", "candidate", "family", "status", "seeds", "battery_runs", "trials",
               "failures", "first_fail_seed", "first_fail_check", "reason", "r_max", "r_limit", "r_over_limit_max",
@@ -228,6 +230,75 @@ def _problem_rows(p: GemmProblem, candidates, seeds: list[int], dev, full_batter
     for t in tracks:
         t.g = None
     return [t.row(len(seeds)) for t in tracks]
+
+
+TIMED_FIELDS = ("mnk", "dtype", "acc", "layout", "candidate", "family", "protocol", "status", "seeds", "output_checks",
+                "failures", "first_fail_seed", "reason", "seconds")
+TIMED_PROTOCOLS = ("graph", "cold", "offline")
+# the timed-output check under each protocol's own input refresh, with statistics cut to the minimum: what is counted
+# is whether C after timed calls matches the recompute, not the times
+SWEEP_TIMING = TimingConfig(graph_min_work_ms=0.3, graph_replays=3, graph_min_timed_ms=0.0, settle_ms=0.0,
+                            settle_max_ms=0.0, cold_calls=4, warmup_s=0.0, benchmark_s=0.02, output_checks=3)
+
+
+def timed_output_rows(problems: Iterable[GemmProblem], candidates, seeds: Sequence[int], device="cuda",
+                      protocols: Sequence[str] = TIMED_PROTOCOLS, progress=False,
+                      timing: TimingConfig = SWEEP_TIMING) -> list[dict]:
+    """False rejections of the timed-output check (outputs.py): every candidate (correct, as in
+    :func:`false_rejection_rows`) timed in each protocol once per seed (the seed is the timing seed: inputs, checked
+    rows and columns), ``timing.output_checks`` checked calls each; one row per (problem, candidate, protocol)
+    (``TIMED_FIELDS``). ``device`` 'cpu' runs the host protocols only (graph and cold need CUDA)."""
+    torch = V._torch()
+    dev = V._device(device)
+    seeds, problems = list(seeds), list(problems)
+    protocols = [p for p in protocols if dev.type == "cuda" or p in ("offline", "server")]
+    bar, own = _bar(progress, len(problems) * len(seeds))
+    rows: list[dict] = []
+    try:
+        with torch.no_grad():
+            for p in problems:
+                rows += _timed_problem_rows(p, candidates, seeds, dev, protocols, timing, bar)
+    finally:
+        if own and bar is not None:
+            bar.close()
+    return rows
+
+
+def _timed_problem_rows(p: GemmProblem, candidates, seeds: list[int], dev, protocols, timing: TimingConfig,
+                        bar) -> list[dict]:
+    cands = V._candidates_for(candidates, p)
+    bufs = _buffers(p, dev)
+    out: dict[tuple[str, str], dict] = {}
+    live = {}
+    for cand in cands:
+        err = V._prepare(cand, p, bufs, None)
+        for proto in protocols:
+            out[(cand.name, proto)] = {"mnk": p.mnk, "dtype": p.dtype, "acc": p.acc, "layout": cand.layout,
+                                       "candidate": cand.name, "family": family_of(cand), "protocol": proto,
+                                       "status": "not_run" if err else "passed", "seeds": 0, "output_checks": 0,
+                                       "failures": 0, "first_fail_seed": "", "reason": err, "seconds": 0.0}
+        if not err:
+            a, b, bt, c = bufs.args()
+            live[cand.name] = (cand, lambda f=cand: f(a, b, bt, c))
+    layouts = {k: v[0].layout for k, v in live.items()}
+    for s in seeds:
+        for proto in protocols:
+            t0 = time.perf_counter()
+            got = measure({k: v[1] for k, v in live.items()}, bufs, proto, replace(timing, seed=s), layouts=layouts)
+            dt = (time.perf_counter() - t0) / max(1, len(live))
+            for name, t in got.items():
+                r = out[(name, proto)]
+                r["seeds"] += 1
+                r["seconds"] = round(r["seconds"] + dt, 3)
+                r["output_checks"] += int(t.extra.get("output_checks", 0))
+                if t.extra.get("output_wrong") or not t.ok:
+                    r["failures"] += 1
+                    if r["status"] != "rejected":
+                        r.update(status="rejected", first_fail_seed=s, reason=t.reason[:300])
+        if bar is not None:
+            bar.update(1)
+    del bufs
+    return list(out.values())
 
 
 def summary(rows: Iterable[dict]) -> list[dict]:

@@ -211,7 +211,7 @@ def cmd_bench(args) -> int:
     if args.shapes:
         labels = tuple(read_shape_labels(args.shapes).items())
     sweep = len(problems) > 1
-    base = TimingConfig(seed=args.seed, qps=args.target_qps)
+    base = TimingConfig(qps=args.target_qps)  # timing seeds: fresh per measurement, in the rows
     if getattr(args, "timing", "full") == "quick":
         base = base.quick()
     cfg = base.for_sweep() if sweep else base

@@ -111,7 +111,7 @@ def shape_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mnk", help="one shape M_N_K (or a comma list), e.g. 64_4096_64")
     p.add_argument("--grid", help="'cuda-l2': CUDA-L2's 1000 grid shapes")
     p.add_argument("--sample", type=int, help="with --grid: a reproducible sample of N shapes")
-    p.add_argument("--seed", type=int, default=0, help="sample and timing seed")
+    p.add_argument("--seed", type=int, default=0, help="sample seed (timing seeds are drawn fresh for every measurement and recorded in the rows)")
     p.add_argument("--shapes", help="file with one M_N_K per line")
     p.add_argument("--part", help="K/N: only the K-th of N interleaved parts of those shapes (by FLOPs, so each part "
                                   "is a like mix; e.g. --grid cuda-l2 --part 1/5 for a 200-shape chunk)")

@@ -210,7 +210,7 @@ def run_bench(spec: BenchSpec, progress: bool = True, *, on_cpu: bool = False,
             bufs = cands = None
             if dev == "cuda":
                 torch.cuda.empty_cache()
-            bufs = make_buffers(problem, dev, seed=spec.cfg.seed)
+            bufs = make_buffers(problem, dev, seed=spec.cfg.seed or 0)  # first inputs only: every protocol refills
             cands, broken = _candidates(problem, spec, imported)
             current = problem
         base = base_row(problem, protocol, meta_row, rep, spec.cfg)

@@ -130,10 +130,14 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
             continue
         a, b, bt, c = bufs.args()
         live[cand.name] = (row, (lambda f=cand: f(a, b, bt, c)))
-    times = measure({k: v[1] for k, v in live.items()}, bufs, protocol, cfg)
+    times = measure({k: v[1] for k, v in live.items()}, bufs, protocol, cfg, layouts=_layouts(cands, live))
     clk = sm_clock_mhz(bufs.a.device.index or 0) if bufs.a.is_cuda else ""
     for name, (row, _) in live.items():
         t = times[name]
+        if t.extra.get("output_wrong"):  # its timed calls did not compute their answer: rejected, not slow
+            rows.append({**row, "verified": False, "reason": t.reason, "info": f"timing_seed={t.extra.get('seed')}",
+                         "timestamp": now()})
+            continue
         r = {**row, **timing_fields(t), "verified": True, "reason": t.reason, "floor_ms": floor,
              "floor_ok": not below_floor(t.time_ms, floor), "sm_clock_mhz": f"{base['sm_clock_mhz']}/{clk}",
              "timestamp": now()}
@@ -147,7 +151,7 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
         if t.extra.get("late_retaken"):   # samples whose start event fired before the work was enqueued
             r["info"] = ";".join(x for x in (r.get("info", ""), f"late_retaken={t.extra['late_retaken']}",
                                              f"late_kept={t.extra.get('late_kept', 0)}") if x)
-        r["info"] = ";".join(x for x in (r.get("info", ""), setup[name]) if x)
+        r["info"] = ";".join(x for x in (r.get("info", ""), _fresh_info(t), setup[name]) if x)
         if not r["floor_ok"]:
             r["reason"] = f"below the roofline floor ({t.time_ms:.4g} ms < 0.95 x {floor:.4g} ms): measurement error"
         rows.append(r)
@@ -157,6 +161,25 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
         r.setdefault("timestamp", now())
         r.setdefault("sm_clock_mhz", f"{base['sm_clock_mhz']}/{clk}")
     return rows
+
+
+def _layouts(cands: list, live: dict) -> dict[str, str]:
+    """{name: layout} of the timed candidates: the graph protocol refills the form of B each one reads."""
+    return {c.name: c.layout for c in cands if c.name in live}
+
+
+def _fresh_info(t) -> str:
+    """Row info on the inputs and outputs of the timed calls: the timing seed, how many outputs were checked, the
+    per-call refill time subtracted in graph (or fresh_inputs=0 where a measurement of that cost turned it off)."""
+    e = t.extra
+    parts = [f"timing_seed={e['seed']}"] if "seed" in e else []
+    if "output_checks" in e:
+        parts.append(f"output_checks={e['output_checks']}")
+    if "fill_ms" in e:
+        parts.append(f"fill_us={e['fill_ms'] * 1e3:.2f}")
+    if "fresh_inputs" in e:
+        parts.append(f"fresh_inputs={e['fresh_inputs']}")
+    return ";".join(parts)
 
 
 def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfig) -> list[dict]:
@@ -178,11 +201,16 @@ def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfi
         names = [m for m in (*sides[0], *sides[1]) if m in by and m in live]
         for k in range(1, RECHECKS + 1):
             # host protocols re-measure with the sweep durations (at most 0.25 s + 1 s), recorded in the rows
-            cfg_k = replace(cfg, seed=cfg.seed + 100 * k, warmup_s=min(cfg.warmup_s, 0.25),
+            cfg_k = replace(cfg, seed=None if cfg.seed is None else cfg.seed + 100 * k, warmup_s=min(cfg.warmup_s, 0.25),
                             benchmark_s=min(cfg.benchmark_s, 1.0))
-            ts = measure({m: live[m][1] for m in names}, bufs, protocol, cfg_k)
+            ts = measure({m: live[m][1] for m in names}, bufs, protocol, cfg_k,
+                         layouts={m: by[m].get("layout", "") for m in names})
             host = protocol in ("offline", "server")
             for m in names:
+                if ts[m].extra.get("output_wrong"):
+                    out.append({**by[m], "verified": False, "reason": ts[m].reason, "recheck": k, "timestamp": now(),
+                                "time_ms": math.inf, "tflops": 0.0})
+                    continue
                 out.append({**by[m], **timing_fields(ts[m]), "recheck": k, "timestamp": now(),
                             "warmup_s": cfg_k.warmup_s if host else None,
                             "benchmark_s": cfg_k.benchmark_s if host else None})

@@ -211,7 +211,7 @@ def measure_shape(problem: GemmProblem, protocols: Sequence[str], vendor: Sequen
     """Rows per protocol: the vendor paths named in ``vendor`` and the probe configs ``touch``, timed together."""
     import torch  # optional dependency, imported on use: the bounds and class table of finished runs do without it
 
-    bufs = make_buffers(problem, "cuda", seed=cfg.seed)
+    bufs = make_buffers(problem, "cuda", seed=cfg.seed or 0)  # first inputs only: every protocol refills
     known = {c.name: c for c in vendor_candidates(problem)}
     unknown = [v for v in vendor if v not in known]
     if unknown:

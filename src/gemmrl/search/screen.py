@@ -366,8 +366,8 @@ def screen_problem(problem: GemmProblem, entries: list[ScreenEntry], spec: Scree
             live[rn] = lambda f=v: f(a, b, bt, c)
             meta[rn] = (f"screen_ref;chunk={ci // spec.chunk}", str(v.info().get("algo", "")), v.layout)
         for p in spec.protocols:
-            cfg_t = replace(spec.timing, seed=spec.seed + ci)
-            ts = measure(live, bufs, p, cfg_t)
+            cfg_t = replace(spec.timing, seed=None)  # fresh, so no kernel can know the inputs it is timed on
+            ts = measure(live, bufs, p, cfg_t, layouts={k: v[2] for k, v in meta.items()})
             for name, t in ts.items():
                 info, algo, layout = meta[name]
                 reason = QUICK_REASON if name not in refs else ""
