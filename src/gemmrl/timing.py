@@ -24,8 +24,8 @@
 
 Every timed call sees new inputs, and what it wrote is checked (a kernel that remembers an output and replays it
 when its inputs look unchanged is right in every battery check and fast in any loop that reuses inputs):
-- ``graph``: each captured call is preceded by a device-side refill of A and of the form of B the path reads (torch's
-  CUDA generator, which draws new numbers on every replay), the same for every path of that layout; the refill's own
+- ``graph``: each captured call is preceded by a device-side refill of A and of the form of B the path reads
+  (``fill.Refill``: a counter on the device, advanced by every call and replay), the same for every path of a layout; the refill's own
   time is measured in fill-only graphs timed in the same rounds and subtracted round by round (row info ``fill_us``);
 - ``cold``: A and both forms of B refilled before each call, in the untimed hook, before the L2 flush;
 - ``offline``/``server``: refilled every iteration (CUDA-L2's loop).
@@ -53,6 +53,7 @@ from typing import Callable, Mapping
 
 from .candidate import Buffers, refill
 from .clocks import max_sm_mhz
+from .fill import Refill
 from .outputs import check_output
 from .problem import GemmProblem
 
@@ -323,22 +324,22 @@ def _unwritten_by_replay(g, c) -> int:
 
 # -- fresh inputs and checked outputs ---------------------------------------------------------------
 
-def _fill(bufs: Buffers, layout: str | None) -> Callable[[], None]:
+def _fill(bufs: Buffers, layout: str | None, refill: Refill) -> Callable[[], None]:
     """A device-side refill of the inputs a ``layout`` candidate reads (A and ``b`` for nn, A and ``bt`` for tn; both
-    forms, consistent, when the layout is not known), from torch's CUDA generator: captured in a graph, each replay
-    draws new numbers (torch advances the generator's offset per replay)."""
+    forms, consistent, when the layout is not known): ``fill.Refill``, whose counter advances on the device, so each
+    captured call and each replay writes numbers no other call saw."""
     s = bufs.problem.K ** -0.25
     a, b, bt = bufs.a, bufs.b, bufs.bt
 
     def fill() -> None:
-        a.normal_(0.0, s)
+        refill.bump()
+        refill.normal(a, 0, s)
         if layout == "tn":
-            bt.normal_(0.0, s)
-        elif layout == "nn":
-            b.normal_(0.0, s)
+            refill.normal(bt, 1, s)
         else:
-            b.normal_(0.0, s)
-            bt.copy_(b.t())
+            refill.normal(b, 1, s)
+            if layout != "nn":
+                bt.copy_(b.t())
     return fill
 
 
@@ -367,15 +368,6 @@ class _Checks:
             self.wrong[name] = why
 
 
-def _seeded_cuda_rng(seed: int):
-    """Seed torch's CUDA generator for the in-graph fills; returns the state to restore."""
-    import torch  # start-up cost: torch loads on first use, not on import
-
-    state = torch.cuda.get_rng_state()
-    torch.cuda.manual_seed(seed)
-    return state
-
-
 def time_graph(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingConfig,
                replays: int | None = None, layouts: Mapping[str, str] | None = None) -> dict[str, Timing]:
     """Graph protocol. Every captured call is preceded by a device-side refill of the inputs (``_fill``: the same for
@@ -390,7 +382,7 @@ def time_graph(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: Timing
     seed = resolve_seed(cfg)
     rng = random.Random(seed)
     fresh = cfg.fresh_inputs
-    rng_state = _seeded_cuda_rng(seed) if fresh else None
+    refill = Refill(c.device, seed) if fresh else None
     out: dict[str, Timing] = {}
     graphs: dict[str, tuple[object, int]] = {}
     fill_graphs: dict[str | None, tuple[object, int]] = {}
@@ -399,7 +391,7 @@ def time_graph(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: Timing
         def with_fill(fn, key):
             if not fresh:
                 return fn
-            fill = _fill(bufs, key)
+            fill = _fill(bufs, key, refill)
             return lambda: (fill(), fn())
 
         def sized(fn):
@@ -432,7 +424,7 @@ def time_graph(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: Timing
                         continue
                 graphs[name] = (g, n)
                 if fresh and key not in fill_graphs:
-                    fill_graphs[key] = sized(_fill(bufs, key))
+                    fill_graphs[key] = sized(_fill(bufs, key, refill))
             except Exception as e:  # noqa: BLE001 - a candidate that cannot be captured is recorded, not fatal
                 torch.cuda.synchronize()
                 out[name] = failed("graph", f"not capturable in a CUDA graph: {type(e).__name__}: {e}"[:300])
@@ -481,7 +473,6 @@ def time_graph(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: Timing
             torch.cuda.synchronize()
             bufs.bt.copy_(bufs.b.t())  # the layout fills leave the two forms of B apart
             bufs.c.fill_(float("nan"))
-            torch.cuda.set_rng_state(rng_state)
     return out
 
 
@@ -513,8 +504,8 @@ def time_cold(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
 
     seed = resolve_seed(cfg)
     rng = random.Random(seed + 1)
-    gen = torch.Generator(device=bufs.a.device).manual_seed(seed)
     fresh = cfg.fresh_inputs
+    fill = _fill(bufs, None, Refill(bufs.a.device, seed)) if fresh else None
     flush = _flush_buffer()
     out: dict[str, Timing] = {}
     live = {}
@@ -532,8 +523,9 @@ def time_cold(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
     late = {k: [0, 0] for k in live}
 
     def before(i: int) -> None:
-        if fresh:
-            refill(bufs, gen, last=rng.choice(("tn", "nn")))
+        if fill is not None:
+            fill()
+            bufs.c.fill_(float("nan"))
         # write 2x L2 before each attempt: evicts the operands (and leaves dirty lines, as real work does)
         flush.fill_(i)
 
