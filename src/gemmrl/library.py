@@ -40,6 +40,7 @@ from typing import Iterable, Mapping
 from .kernels.registry import SERVED, family
 from .kernels.triton_gemm.configs import CONFIG_TYPES
 from .paths import cache_dir
+from .results import text
 from .summary import BASELINES, usable
 
 FORMAT = "gemmrl-library"
@@ -320,6 +321,13 @@ def load_default(user: bool = True, skip_unusable: bool = False) -> Library:
 
 
 # -- trials ----------------------------------------------------------------------------------------------
+def _as_text(row: Mapping) -> dict[str, str]:
+    """A stored row in the results schema's text form, as rows read from a results CSV are. The tuning loop's rows
+    held Python values (``verified`` True, ``floor_ok`` True, ``time_ms`` a float, None), which ``usable`` and the
+    library builder do not read as ``"true"``: a tuned run stored verified winners and built an empty library."""
+    return {str(k): v if isinstance(v, str) else text(v) for k, v in row.items()}
+
+
 class TrialsStore:
     """Every measured row, SQLite in WAL mode (several writers, e.g. tuning workers, one file)."""
 
@@ -342,11 +350,11 @@ class TrialsStore:
         n0 = self.count()
         with self.db:
             for r in rows:
-                text = json.dumps(dict(r), sort_keys=True)
-                dig = hashlib.sha256((source + text).encode()).hexdigest()
+                row = json.dumps(dict(r), sort_keys=True)
+                dig = hashlib.sha256((source + row).encode()).hexdigest()
                 self.db.execute("INSERT OR IGNORE INTO trials VALUES (?,?,?,?,?,?,?)",
                                 (dig, source, r.get("gpu", ""), r.get("mnk", ""), r.get("candidate", ""),
-                                 r.get("protocol", ""), text))
+                                 r.get("protocol", ""), row))
         return self.count() - n0
 
     def count(self) -> int:
@@ -357,7 +365,8 @@ class TrialsStore:
         if gpu:
             q, args = q + " WHERE gpu = ?", [gpu]
         srcs = set(sources) if sources is not None else None
-        return [dict(json.loads(r), source=s) for s, r in self.db.execute(q, args) if srcs is None or s in srcs]
+        return [dict(_as_text(json.loads(r)), source=s) for s, r in self.db.execute(q, args)
+                if srcs is None or s in srcs]
 
     def add_outcomes(self, outcomes: Iterable[Mapping], rows: Iterable[Mapping[str, str]], source: str) -> int:
         """Store a group's outcomes (dicts with the ``outcomes`` columns) and its result rows in one transaction;
@@ -370,11 +379,12 @@ class TrialsStore:
                 self.db.execute(f"INSERT OR IGNORE INTO outcomes VALUES ({','.join('?' * len(cols))})",
                                 tuple(o.get(c) for c in cols))
             for r in rows:
-                text = json.dumps(dict(r), sort_keys=True, default=str)
-                dig = hashlib.sha256((source + text).encode()).hexdigest()
+                r = _as_text(r)
+                row = json.dumps(r, sort_keys=True)
+                dig = hashlib.sha256((source + row).encode()).hexdigest()
                 self.db.execute("INSERT OR IGNORE INTO trials VALUES (?,?,?,?,?,?,?)",
                                 (dig, source, r.get("gpu", ""), r.get("mnk", ""), r.get("candidate", ""),
-                                 r.get("protocol", ""), text))
+                                 r.get("protocol", ""), row))
         return self.db.execute("SELECT COUNT(*) FROM outcomes").fetchone()[0] - n0
 
     def checkpoint(self) -> None:

@@ -31,6 +31,11 @@ class ResultsError(ValueError):
     pass
 
 
+def text(v) -> str:
+    """A value in the results schema's text form (what a results CSV holds and ``summary.usable`` reads)."""
+    return _fmt(v)
+
+
 def _fmt(v) -> str:
     if v is None:
         return ""

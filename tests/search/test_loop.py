@@ -533,3 +533,36 @@ def test_tune_prebuilds_the_first_round_cutlass_configs_once_and_in_one_batch(mo
     assert "not prebuilt (FileNotFoundError: nvcc); each group builds its own" in capsys.readouterr().out
     assert tune_cli.prebuild_cutlass([CandidateSpec("cutlass", "nonsense_config")]) == 0  # reported, not raised
     assert "first-round CUTLASS configs not prebuilt (CutlassConfigError" in capsys.readouterr().out
+
+
+@pytest.mark.interpreter
+def test_a_tuned_run_builds_a_library_from_what_it_stored(tmp_path, monkeypatch):
+    """tune -> trials store -> library: the rows the loop stores (Python bools and floats from the evaluation) come
+    back in the results schema's text form, so the library builder finds the verified winner (it found none: the
+    store returned ``verified`` True where the builder reads ``"true"``)."""
+    from gemmrl.candidate import FnCandidate
+    from gemmrl.kernels import vendor
+    from gemmrl.search.loop import winners
+
+    def slow_vendor(p):  # a vendor path the CPU can run: the reference the library's speedups are against
+        def mm(a, b, bt, c):
+            for _ in range(20):
+                c.copy_((a.float() @ b.float()).to(c.dtype))
+        return [FnCandidate("cublas_nn", "nn", mm)]
+
+    monkeypatch.setattr(vendor, "vendor_candidates", slow_vendor)
+    p = GemmProblem(33, 65, 40, layout="nn")
+    tmpl = RequestTemplate(protocols=("offline",), baselines=("cublas_nn",), graph_check=False, device="cpu",
+                           timing=TimingConfig(warmup_s=0.0, benchmark_s=0.05))
+    cfg = "tiled(BM=16,BN=16,BK=16,warps=1,stages=2,group_m=1)"
+    store = TrialsStore(tmp_path / "t.sqlite")
+    Tuner(TuneSpec((p,), group=1, rounds=1, run="lib", gpu="cpu"), [Fixed([CandidateSpec("triton", cfg, layout="nn")])],
+          InlineExecutor(tmpl), store, progress=False).run()
+    assert [o["verdict"] for o in store.outcomes()] == ["ok"]
+    rows = store.rows(gpu="cpu")
+    assert rows and all(r["verified"] in ("true", "false") for r in rows)
+    entries = winners(store, "cpu")
+    assert entries, "a verified, timed winner stored by the loop must make a library entry"
+    e = next(e for e in entries if e.protocol == "offline")
+    assert (e.M, e.N, e.K, e.layout, e.vendor_best) == (33, 65, 40, "nn", "cublas_nn")
+    assert e.family == "triton" and e.impl == cfg  # twenty products against one: the tuned config wins
