@@ -67,6 +67,68 @@ def test_admits_checks_dtype_and_shapes():
     assert not src.admits(GemmProblem(16, 8, 8, dtype="fp16"))
 
 
+# -- probes: the other shapes a declared source is verified at ---------------------------------------------
+def _check_probes(r, shape, probes):
+    assert probes and all(r.admits(*s) and s != shape for s in probes), (str(r), probes)
+    assert len(set(probes)) == len(probes)
+
+
+def test_probes_of_any_reach_its_far_corners():
+    r = cs.ShapeRange.parse("any")
+    got = r.probes(256, 256, 256)
+    _check_probes(r, (256, 256, 256), got)
+    assert cs.PROBE_MAX_DIM == 16384
+    # the two probes near the measured shape first, then the corners, then their odd tails
+    assert got == [(255, 255, 255), (129, 129, 129), (1, 1, 16384), (16384, 1, 1), (1, 16384, 1),
+                   (1, 1, 16383), (16383, 1, 1), (1, 16383, 1)]
+    assert r.probes(256, 256, 256, n=2) == got[:2]
+    assert r.probes(256, 256, 256, corners="K", odd_tails=False) == got[:3]
+    assert (1, 1, 16384) in r.probes(1, 1, 16383) and (1, 1, 16383) not in r.probes(1, 1, 16383)
+
+
+def test_probes_respect_multiples_and_bounds():
+    r = cs.ShapeRange.parse("M=1..64,N%8,K%8")
+    got = r.probes(16, 64, 128)
+    _check_probes(r, (16, 64, 128), got)
+    # largest K and N capped at 16384 on their multiple, the largest M is its bound; small dims are the
+    # smallest admitted (M 1, N and K 8); N and K have no odd tail (their multiple is 8), M does (63)
+    assert got[2:] == [(1, 8, 16384), (64, 8, 8), (1, 16384, 8), (63, 8, 8)]
+
+    r = cs.ShapeRange.parse("M=1..100,N=8..4000,K=64..,N%8,K%16")
+    got = r.probes(32, 64, 128)
+    _check_probes(r, (32, 64, 128), got)
+    assert {(1, 8, 16384), (100, 8, 64), (1, 4000, 64), (99, 8, 64)} <= set(got)
+
+    r = cs.ShapeRange.parse("M=3..1000,N=5..30,K=7..20000,M%4,K%6")  # bounds that are not multiples
+    got = r.probes(100, 20, 600)
+    _check_probes(r, (100, 20, 600), got)
+    assert {(4, 5, 16380), (1000, 5, 12), (4, 30, 12), (4, 29, 12)} <= set(got)
+    for shape in got:
+        assert shape[0] * shape[1] * shape[2] <= 1000 * 30 * 16380
+
+
+def test_probe_corners_keep_every_dim_cheap():
+    """A corner is large in one dim only: the others at their smallest admitted value (1..64 in these)."""
+    for text in ("any", "M=1..64,N%8,K%8", "N%64,K%64", "M=16..4096,K=32..", "M=1..8,N=1..8,K=1..8"):
+        r = cs.ShapeRange.parse(text)
+        corners = [s for s in r.probes(8, 64, 64) if max(s) > 128]
+        assert all(sorted(s)[1] <= 64 for s in corners), (text, corners)
+        _check_probes(r, (8, 64, 64), r.probes(8, 64, 64))
+
+
+def test_probes_of_exact_declarations_are_their_other_shapes():
+    r = cs.ShapeRange.parse("64_4096_64,128_4096_64,256_4096_64")
+    assert r.probes(64, 4096, 64) == [(128, 4096, 64), (256, 4096, 64)]
+    assert r.probes(64, 4096, 64, n=1) == [(128, 4096, 64)]
+    assert cs.ShapeRange.parse("64_4096_64").probes(64, 4096, 64) == []
+
+
+def test_a_range_with_no_multiple_inside_has_no_corners():
+    r = cs.ShapeRange.parse("M=5..7,M%8")
+    assert not any(r.admits(m, 1, 1) for m in range(1, 20))
+    assert r.probes(8, 1, 1) == []
+
+
 # -- builds --------------------------------------------------------------------------------------------------
 @needs_nvcc
 def test_build_correct_then_cached(cache):

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..paths import cache_dir
-from ..problem import GemmProblem
+from ..problem import GRID_DIMS, GemmProblem
 from .cuda_l2_import import load_kernel_dir
 from .toolchain import (
     Ptxas, arch_for, digest, find_nvcc, gencode, include_dirs, include_version, log_head, nvcc_version, parse_build_log,
@@ -63,6 +63,11 @@ ABIS = ("gemmrl", "cuda_l2")
 BASE_FLAGS = ("-O3", "-std=c++17", "-DNDEBUG", "--expt-relaxed-constexpr", "-Xptxas=-v", "-Xcompiler=-fPIC",
               "-shared", "-lineinfo")
 MAX_INT = (1 << 31) - 1
+# Where ShapeRange.probes puts the far end of an open upper bound (``K=64..``, ``any``): the largest dim of the
+# grid this project targets (problem.GRID_DIMS). A range has no largest shape to probe; this is the largest one
+# it will be asked to serve in practice, and a kernel wrong only past some size (inputs truncated at K > 4096)
+# is wrong there.
+PROBE_MAX_DIM = max(GRID_DIMS)
 DEFAULT_TIMEOUT_S = 600.0
 
 
@@ -101,11 +106,30 @@ class ShapeRange:
         return all(lo <= v <= hi and v % mult == 0 for v, (lo, hi), mult in
                    ((M, self.m, self.m_mult), (N, self.n, self.n_mult), (K, self.k, self.k_mult)))
 
-    def probes(self, M: int, N: int, K: int, n: int = 2) -> list[tuple[int, int, int]]:
-        """Up to ``n`` other shapes this declaration admits, no larger than (M, N, K) but by one multiple: the
-        shapes a candidate verified at (M, N, K) is also verified at, so that one hard-coded for the measured
-        shape and wrong elsewhere in its declaration is caught. Exact declarations give their other shapes;
-        ranges give the shape one multiple smaller in every dimension (tails), then about half the size."""
+    def _dim_ends(self, name: str) -> tuple[int, int] | None:
+        """(smallest, largest) admitted value of one dim, the largest capped at ``PROBE_MAX_DIM`` when the bound
+        is further (never below the smallest); None when no value in the range is a multiple."""
+        (lo, hi), mult = getattr(self, name), getattr(self, f"{name}_mult")
+        small = -(-lo // mult) * mult
+        if small > hi:
+            return None
+        return small, max(small, min(hi, PROBE_MAX_DIM) // mult * mult)
+
+    def probes(self, M: int, N: int, K: int, n: int | None = None, corners: str = "KMN",
+               odd_tails: bool = True) -> list[tuple[int, int, int]]:
+        """Other shapes this declaration admits, at most ``n`` (default: all of them): the shapes a candidate
+        verified at (M, N, K) is also verified at, so that one hard-coded for the measured shape, or wrong only
+        somewhere else in its declaration, is caught. Exact declarations give their other shapes. Ranges give,
+        in this order: the shape one multiple smaller in every dimension (tails); about half the size; the far
+        corners of the declaration -- its largest K, then its largest M, then its largest N, each with the other
+        two dims at their smallest admitted value (a kernel that truncates long K fails at ``1_1_16384`` under
+        ``any``); then, for each of those dims whose multiple is 1, the same corner one below its largest (an
+        odd tail: ``1_1_16383``). An open upper bound is capped at ``PROBE_MAX_DIM`` (16384, the largest dim of
+        the grid this project targets): a range has no largest shape, and that is the largest one it is served
+        at in practice. The small dims are the lower bounds rounded up to the multiples (1..64 in the usual
+        declarations), so a corner costs the battery's fp64 reference little (64*64*16384 multiply-adds at
+        most there). ``corners`` names the dims whose far corners are given (``"K"``: the longest K only) and
+        ``odd_tails`` whether their odd tails are. Every probe is admitted (``admits``)."""
         if self.exact:
             return [s for s in self.exact if s != (M, N, K)][:n]
         dims = []
@@ -114,8 +138,21 @@ class ShapeRange:
             half = max(lo, -(-(v // 2 + 1) // mult) * mult)
             half = half if half <= hi and half % mult == 0 else v
             dims.append((tail, half))
+        shapes: list[tuple[int, ...]] = [tuple(d[0] for d in dims), tuple(d[1] for d in dims)]
+        ends = [self._dim_ends(name) for name in ("m", "n", "k")]
+        if all(ends):
+            small = [e[0] for e in ends]  # type: ignore[index]
+            far, odd = [], []
+            for i in (2, 0, 1):  # K, M, N
+                if "MNK"[i] not in corners.upper():
+                    continue
+                big = ends[i][1]  # type: ignore[index]
+                far.append(tuple(big if j == i else small[j] for j in range(3)))
+                if odd_tails and getattr(self, f"{'mnk'[i]}_mult") == 1 and big - 1 >= small[i]:
+                    odd.append(tuple(big - 1 if j == i else small[j] for j in range(3)))
+            shapes += far + odd
         out: list[tuple[int, int, int]] = []
-        for shape in (tuple(d[0] for d in dims), tuple(d[1] for d in dims)):
+        for shape in shapes:
             if shape != (M, N, K) and shape not in out and self.admits(*shape):
                 out.append(shape)  # type: ignore[arg-type]
         return out[:n]

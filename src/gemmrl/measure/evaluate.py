@@ -117,9 +117,13 @@ def _classify(text: str) -> str:
 
 
 def _declared_range(spec: CandidateSpec, req: "GroupRequest", verifier) -> str:
-    """'' when a source candidate also passes the battery at the probe shapes of its declaration, else why not."""
+    """'' when a source candidate also passes the battery at the probe shapes of its declaration, else why not:
+    on a GPU all of them (``ShapeRange.probes``: tails, half, the far corners of the declaration and their odd
+    tails); on the CPU tier, where the Triton interpreter runs every program and loop step in Python (a 32x32x16
+    tile kernel takes ~18 s through the battery at 1_1_16384 or 16384_1_1), tails, half and the longest K."""
     p = req.problem
-    for m, n, k in spec.payload.shapes.probes(p.M, p.N, p.K):
+    cpu = {} if req.device == "cuda" else dict(corners="K", odd_tails=False)
+    for m, n, k in spec.payload.shapes.probes(p.M, p.N, p.K, **cpu):
         q = replace(p, M=m, N=n, K=k)
         where = f"declared_range: at {q.mnk}, inside its declared shapes {spec.payload.shapes}"
         try:
