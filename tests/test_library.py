@@ -799,3 +799,47 @@ def test_tiny_entry_validates_its_config():
     for impl, layout, why in ((TINY, "nn", "tn/fp16 config for a nn/fp16"), ("32x32_s8", "tn", "cannot read tiny")):
         with pytest.raises(L.LibraryError, match=why):
             Entry.from_dict(dict(e.to_dict(), impl=impl, layout=layout))
+
+
+def test_known_gpus_are_those_with_datasheet_peaks():
+    """What `gemmrl lib import` accepts: a GPU model gemmrl has peaks for (problem.GPU_PEAKS). Library.load itself
+    keeps loading entries of any GPU name (a user library holding such entries is not lost); the shipped
+    libraries are all for known models."""
+    for name in (GPU, GPU2, "NVIDIA H100 PCIe"):
+        assert L.known_gpu(name), name
+    for name in ("NVIDIA Z9000", "NVIDIA H20", "", "cpu"):
+        assert not L.known_gpu(name), name
+    assert L.packaged().entries and all(L.known_gpu(e.gpu) for e in L.packaged().entries)
+    lib = Library([_entry(), _entry(M=32, gpu="NVIDIA Z9000")])
+    with pytest.raises(LibraryError, match=r"^x\.json: 1 entry is for GPU 'NVIDIA Z9000', no GPU model") as ei:
+        L.require_known_gpus(lib, "x.json")
+    assert "\n" not in str(ei.value) and "--as-gpu" in str(ei.value)
+    L.require_known_gpus(Library([_entry()]), "y.json")
+
+
+def test_cli_import_of_an_unknown_gpu_keeps_the_user_library(env, capsys):
+    tmp, _ = env
+    up = L.user_library_path()
+    mine = Library([_entry(), _entry(M=128, gpu=GPU2)])
+    up.parent.mkdir(parents=True, exist_ok=True)
+    mine.save(up)
+    before = up.read_bytes()
+    z = Library([_entry(M=32, gpu="NVIDIA Z9000")]).save(tmp / "z.json")
+    assert main(["lib", "import", str(z)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(z) in err and "'NVIDIA Z9000'" in err and "H100 or H200" in err
+    assert up.read_bytes() == before and set(Library.load(up).entries) == set(mine.entries)
+    # the way out the message names: relabel for a known model, then the import goes through
+    x = tmp / "relabelled.json"
+    assert main(["lib", "export", str(x), "--library", str(z), "--gpu", "NVIDIA Z9000", "--as-gpu", GPU2]) == 0
+    assert main(["lib", "import", str(x)]) == 0
+    assert {e.gpu for e in Library.load(up).entries} == {GPU, GPU2} and len(Library.load(up).entries) == 3
+
+
+def test_cli_export_as_an_unknown_gpu_warns_that_import_will_refuse_it(env, capsys):
+    tmp, _ = env
+    lib_p = str(Library([_entry()]).save(tmp / "L.json"))
+    assert main(["lib", "export", str(tmp / "x.json"), "--library", lib_p, "--as-gpu", "NVIDIA Z9000"]) == 0
+    assert "'NVIDIA Z9000' is no GPU model gemmrl knows" in capsys.readouterr().err
+    assert main(["lib", "export", str(tmp / "y.json"), "--library", lib_p, "--as-gpu", GPU2]) == 0
+    assert "warning" not in capsys.readouterr().err

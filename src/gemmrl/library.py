@@ -16,7 +16,8 @@ Two stores:
 
 Nothing is used blindly: a file that is not a gemmrl library, has another schema, or whose checksum does not
 match its entries is refused with LibraryError (what to do is in the message); entries of another GPU model
-are never served there; entries measured under other software versions are re-verified by the dispatcher
+are never served there, and ``gemmrl lib import`` refuses entries of a GPU model gemmrl does not know
+(``known_gpu``); entries measured under other software versions are re-verified by the dispatcher
 before first use (``Entry.same_software``).
 """
 
@@ -40,6 +41,7 @@ from typing import Iterable, Mapping
 from .kernels.registry import SERVED, family
 from .kernels.triton_gemm.configs import CONFIG_TYPES
 from .paths import cache_dir
+from .problem import GPU_PEAKS, ProblemError, peaks_for
 from .results import text
 from .summary import BASELINES, usable
 
@@ -282,6 +284,36 @@ class Library:
             return Library((Entry.from_dict(d) for d in ents), (str(path),))
         except LibraryError as e:
             raise LibraryError(f"{what}: {e}; rebuild it with `gemmrl lib build`, or restore it") from None
+
+
+
+# -- which GPUs entries may be for -------------------------------------------------------------------------
+def known_gpu(gpu: str) -> bool:
+    """Whether ``gpu`` (a name as torch.cuda.get_device_name gives it) is a GPU model gemmrl knows: one it has
+    datasheet peaks for (problem.GPU_PEAKS), which measuring there needs (the roofline floor), so no entry this
+    project measured is for another. The match is peaks_for's: the name contains a known model ('NVIDIA H100 80GB
+    HBM3' is an H100)."""
+    try:
+        peaks_for(gpu)
+        return True
+    except ProblemError:
+        return False
+
+
+def require_known_gpus(lib: Library, where: str) -> None:
+    """Raise LibraryError (one line, naming ``where``) when an entry of ``lib`` is for no GPU model gemmrl knows:
+    a name typed by hand or made up ('NVIDIA Z9000') would sit in the user library, never served anywhere.
+    ``Library.load`` does not check this (a user library holding such entries keeps loading); importing does."""
+    bad = sorted({e.gpu for e in lib.entries if not known_gpu(e.gpu)})
+    if bad:
+        n = sum(e.gpu in bad for e in lib.entries)
+        names = ", ".join(repr(g[:80]) for g in bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise LibraryError(
+            f"{where}: {n} entr{'y is' if n == 1 else 'ies are'} for GPU {names}, no GPU model gemmrl knows (known: "
+            f"names containing {' or '.join(GPU_PEAKS)}, as torch.cuda.get_device_name gives them, e.g. 'NVIDIA "
+            f"H100 80GB HBM3'); nothing was imported. Export the entries on the machine they were tuned on, or "
+            f"relabel them for a known model of the same compute capability: gemmrl lib export OUT --library FILE "
+            f"--gpu {bad[0][:80]!r} --as-gpu 'NVIDIA H200'")
 
 
 # -- where libraries live --------------------------------------------------------------------------------

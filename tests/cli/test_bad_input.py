@@ -508,6 +508,34 @@ def test_another_gpus_library_is_imported_but_never_served_here(data, capsys):
         dispatch.use_library(Library())
 
 
+
+@pytest.mark.parametrize("user_lib", [True, False], ids=["user-lib", "no-user-lib"])
+def test_lib_import_refuses_a_gpu_that_does_not_exist(data, capsys, user_lib):
+    """Entries for a GPU model gemmrl does not know (no datasheet peaks: nothing was measured there) are refused
+    with one line naming the GPU, the file, the known models and what to do; the user library is byte-identical,
+    and a file mixing them with good entries imports none of them."""
+    up = Path(data["user_lib"])
+    if not user_lib:
+        up.unlink()
+    fake = Library([_entry(gpu="NVIDIA Z9000"), _entry(M=8, gpu="NVIDIA Z9000")]).save(Path(data["tmp"]) / "z.json")
+    mixed = Library([_entry(M=4), _entry(M=8, gpu="NVIDIA Z9000")]).save(Path(data["tmp"]) / "mixed.json")
+    before = _snapshot(up.parent)
+    for path, n in ((fake, 2), (mixed, 1)):
+        line = _usage_error(["lib", "import", str(path)], capsys)
+        assert line.startswith(f"gemmrl lib import: error: {path}: {n} entr") and "'NVIDIA Z9000'" in line, line
+        assert "no GPU model gemmrl knows" in line and "H100 or H200" in line and "nothing was imported" in line
+        assert "--as-gpu" in line and "gemmrl lib export" in line
+        assert _snapshot(up.parent) == before and up.exists() == user_lib
+
+
+def test_lib_import_takes_every_known_gpu_name(data, capsys):
+    """The names torch gives the GPUs gemmrl knows are imported, the shipped libraries' included."""
+    names = sorted({e.gpu for e in L.packaged().entries} | {GPU_H100, "NVIDIA H200", "NVIDIA H100 PCIe"})
+    ok = Library([_entry(M=4 + i, gpu=g) for i, g in enumerate(names)]).save(Path(data["tmp"]) / "ok.json")
+    assert main(["lib", "import", str(ok)]) == 0
+    assert f"{len(names)} entries from {ok}" in capsys.readouterr().out
+    assert {e.gpu for e in Library.load(data["user_lib"]).entries} >= set(names)
+
 # -- gemmrl.mm / linear / warmup arguments ----------------------------------------------------------------------
 @pytest.fixture
 def hot(hot_path):

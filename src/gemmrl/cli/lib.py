@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..candidate import make_buffers
-from ..library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, load_default,
-                      stale_before, unjudged_repins, user_library_path)
+from ..library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, known_gpu,
+                      load_default, require_known_gpus, stale_before, unjudged_repins, user_library_path)
 from ..problem import GemmProblem, parse_mnk
 from ..results import ResultsError, read_rows
 from ..summary import BASELINES, usable
@@ -176,6 +176,9 @@ def cmd_export(args) -> int:
             raise LibCliError(f"no entries for GPU {args.gpu!r} (`gemmrl lib list` names the GPUs the library has)")
     if args.as_gpu:
         lib = retarget(lib, args.as_gpu)
+        if not known_gpu(args.as_gpu):
+            print(f"warning: {args.as_gpu!r} is no GPU model gemmrl knows: `gemmrl lib import` will refuse "
+                  f"{args.out}", file=sys.stderr)
     _save(Library(lib.entries), Path(args.out))
     print(f"{len(lib.entries)} entries -> {args.out}" + (f" (as {args.as_gpu})" if args.as_gpu else ""))
     return 0
@@ -183,6 +186,10 @@ def cmd_export(args) -> int:
 
 def cmd_import(args) -> int:
     new = _load(args.file)
+    try:  # checked before the user library is read or written: a refused file changes nothing
+        require_known_gpus(new, args.file)
+    except LibraryError as e:
+        raise LibCliError(str(e)) from None
     up = user_library_path()
     base = _load(str(up)) if up.is_file() else Library()
     lib = base.merge(new)
