@@ -12,8 +12,9 @@ Failure classes, in ``failure`` (empty when the candidate earned its reward):
   ``build``     it did not compile, spilled over the limit, or did not load (``build.error`` says where)
   ``shape``     the problem is outside the candidate's declared shapes (never run)
   ``rejected``  the battery or the serving-safety check (CUDA-graph capture on a side stream) rejected it; for
-                a source candidate (``cuda``, ``triton_source``) also the battery at up to two more shapes of
-                its declaration (``ShapeRange.probes``): one right only at the measured shape is
+                a source candidate (``cuda``, ``triton_source``) also the battery at the probe shapes of
+                its declaration (``ShapeRange.probes``: tails, half, and its far corners: the largest K, M and
+                N it declares, open bounds capped at 16384): one right only at the measured shape is
                 ``declared_range``
   ``oom``       it ran out of device memory
   ``error``     anything else it raised
