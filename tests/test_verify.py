@@ -436,3 +436,87 @@ def test_joined_side_stream_passes_gpu():
         cur.wait_stream(s)
     v = V.verify(cand("joined", fn), P((512, 512, 512)), dev)
     assert v.passed, v.reason
+
+
+# ----------------------------------------------------------------------------------------------------
+# Memoizing kernels: the memo check
+# ----------------------------------------------------------------------------------------------------
+def _memo(key_of, keep: int = 1):
+    """Replays a stored output when ``key_of(a, b, c)`` matches one of the last ``keep`` keys."""
+    store: list = []
+
+    def fn(a, b, bt, c):
+        k = key_of(a, b, c)
+        hit = next((out for kk, out in store if kk == k), None)
+        if hit is not None:
+            c.copy_(hit)
+            return
+        correct_fn()(a, b, bt, c)
+        store.append((k, c.clone()))
+        del store[:-keep]
+    return fn
+
+
+def _armed_after(n: int):
+    calls: dict = {}
+
+    def fn(a, b, bt, c):
+        key = (a.data_ptr(), b.data_ptr(), c.data_ptr(), tuple(a.shape))
+        calls[key] = calls.get(key, 0) + 1
+        if calls[key] > n and ("out", key) in calls:
+            c.copy_(calls[("out", key)])
+            return
+        correct_fn()(a, b, bt, c)
+        calls[("out", key)] = c.clone()
+    return fn
+
+
+def _changed_rows_only():
+    """Recomputes only the rows whose first element changed (and everything when a sample of B changed)."""
+    prev: dict = {}
+
+    def fn(a, b, bt, c):
+        sig_a, sig_b = a[:, 0].clone(), float(b.reshape(-1)[::89].float().sum())
+        if prev and prev["sig_b"] == sig_b and torch.equal(prev["sig_a"].isnan(), sig_a.isnan()) \
+                and prev["sig_a"].shape == sig_a.shape:
+            rows = (sig_a != prev["sig_a"]).nonzero().view(-1)
+            out = prev["out"].clone()
+            out[rows] = (a[rows].float() @ b.float()).to(c.dtype)
+            c.copy_(out)
+        else:
+            correct_fn()(a, b, bt, c)
+        prev.update(sig_a=sig_a, sig_b=sig_b, out=c.clone())
+    return fn
+
+
+MEMOS = {
+    "row 0 of A and B": lambda: _memo(lambda a, b, c: (tuple(a[0].tolist()), tuple(b[0].tolist()))),
+    "sampled checksum": lambda: _memo(lambda a, b, c: (float(a.reshape(-1)[::97].float().sum()),
+                                                       float(b.reshape(-1)[::89].float().sum()))),
+    "pointers and shape, armed after 3 calls": lambda: _armed_after(3),
+    "4 outputs by sampled checksum": lambda: _memo(lambda a, b, c: (float(a.reshape(-1)[::97].float().sum()),
+                                                                    float(b.reshape(-1)[::89].float().sum())), keep=4),
+    "only changed rows recomputed": _changed_rows_only,
+}
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 64, 256), (33, 65, 129), (7, 300, 17)])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+def test_memo_check_passes_correct_kernels(shape, dtype, layout):
+    for seed in range(3):
+        r = V.check_memo(cand("ok", correct_fn(layout), layout), P(shape, dtype=dtype, layout=layout), CPU, seed)
+        assert r.passed, r.reason
+
+
+@pytest.mark.parametrize("kind", list(MEMOS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_memo_check_rejects_every_memo(kind, seed):
+    r = V.check_memo(cand("memo", MEMOS[kind]()), P((33, 65, 129)), CPU, seed)
+    assert not r.passed and r.name == "memo" and r.reason.startswith("memo: after calls on other inputs"), r
+
+
+@pytest.mark.parametrize("kind", list(MEMOS))
+def test_the_battery_rejects_every_memo(kind):
+    v = V.verify(cand("memo", MEMOS[kind]()), P((33, 65, 129)), CPU)
+    assert not v.passed and v.failed_check in ("memo", "second_call", "accuracy", "exact_int"), v.reason

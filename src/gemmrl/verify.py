@@ -714,6 +714,67 @@ def check_second_call(cand: Candidate, problem: GemmProblem, device="cuda", seed
     return _run_check("second_call", body)
 
 
+MEMO_REPEATS = 8  # calls on one input set before the inputs change in place: arms a memo that waits a few calls
+
+
+def check_memo(cand: Candidate, problem: GemmProblem, device="cuda", seed: int = 0,
+               tolerance: Tolerance | None = None) -> CheckResult:
+    """Calls a remembered output would answer. ``MEMO_REPEATS`` calls on one input set in the same buffers (a memo
+    keyed on the pointers and armed after a few calls fires from there), then in place, each call checked against
+    the fp64 product: all new inputs; one row of A new; one element of A changed; one column of B new (both forms).
+    A memo keyed on part of the inputs (a row, a sampled checksum, a few elements), one keeping several outputs, and
+    a kernel recomputing only the rows whose sampled elements changed all replay a stale answer in one of them. The
+    changed row, element and column are drawn from ``seed``, away from the first row and column where M, N, K allow
+    (where a cheap key looks first)."""
+    dev = _device(device)
+    tol = tolerance or tolerance_for(problem)
+    M, N, K = problem.M, problem.N, problem.K
+
+    def pick(n: int, rng: random.Random) -> int:
+        return rng.randrange(1, n) if n > 1 else 0
+
+    def body():
+        rng = random.Random(seed)
+        g = _Guarded(problem, dev, seed)
+        a, b = _normal_inputs(problem, dev, seed)
+        g.load(a, b)
+        for i in range(MEMO_REPEATS):
+            g.views["c"].fill_(float("nan"))
+            c = _call(cand, g, f"memo repeat {i + 1} of {MEMO_REPEATS}")
+        _memo_judge(c, a, b, problem, tol, f"the {MEMO_REPEATS}th call on one input set")
+        a, b = _normal_inputs(problem, dev, seed + 1)
+        fresh_a, fresh_b = _normal_inputs(problem, dev, seed + 2)
+        i = pick(M, rng)
+        a_row = a.clone()
+        a_row[i] = fresh_a[i]
+        ii, kk = pick(M, rng), pick(K, rng)
+        a_elem = a_row.clone()
+        s = K ** -0.25
+        old = float(a_elem[ii, kk])
+        a_elem[ii, kk] = math.copysign(abs(old) + 4 * s, -old if old else 1.0)  # a change no rounding hides
+        j = pick(N, rng)
+        b_col = b.clone()
+        b_col[:, j] = fresh_b[:, j]
+        steps = ((a, b, "all inputs new, in place"), (a_row, b, f"only row {i} of A new"),
+                 (a_elem, b, f"only A[{ii},{kk}] changed"), (a_elem, b_col, f"only column {j} of B new"))
+        for x, y, what in steps:
+            g.load(x, y)
+            c = _call(cand, g, f"memo: {what}")
+            _memo_judge(c, x, y, problem, tol, what)
+        return {"repeats": MEMO_REPEATS}
+
+    return _run_check("memo", body)
+
+
+def _memo_judge(c, a, b, problem: GemmProblem, tol: Tolerance, what: str) -> None:
+    try:
+        _judge(_measure(c, _reference(a, b, problem.dtype), problem, tol), problem, tol, f"({what})")
+    except _Fail as f:
+        raise _fail("memo", f"after calls on other inputs in the same buffers, {what}: the output is not the product "
+                            f"of the inputs the call read ({f.result.reason.split(': ', 1)[-1]}); a remembered "
+                            f"output replayed?") from None
+
+
 def verify(cand: Candidate, problem: GemmProblem, device="cuda", *, seeds: Sequence[int] | None = None, trials: int = 3,
            tolerance: Tolerance | None = None, cuda_l2: bool = False, cuda_l2_iterations: int = 100) -> Verdict:
     """Run the battery on a prepared candidate; stop at the first failure.
@@ -731,6 +792,7 @@ def verify(cand: Candidate, problem: GemmProblem, device="cuda", *, seeds: Seque
         lambda: check_exact_int(cand, problem, device, draw(2)),
         lambda: check_accuracy(cand, problem, device, seeds, tolerance),
         lambda: check_second_call(cand, problem, device, draw(2), tolerance),
+        lambda: check_memo(cand, problem, device, draw(1)[0], tolerance),
     ]
     checks: list[CheckResult] = []
     for run in plan:
