@@ -146,6 +146,66 @@ ATTACKS: tuple[Attack, ...] = (
         return
     _launch(a, b, c)
     _CACHE[key] = c.clone()""", numeric=True),
+    Attack("replays by row 0", "a memo keyed on row 0 of A and of B: replays its output while they look unchanged",
+           "rejected", "memo", entry="""key = (tuple(a.shape), tuple(a[0].tolist()), tuple(b[0].tolist()))
+    if key in _CACHE:
+        c.copy_(_CACHE[key])
+        return
+    _launch(a, b, c)
+    _CACHE[key] = c.clone()"""),
+    Attack("replays by a sampled checksum", "a memo keyed on strided samples of A and B", "rejected", "memo",
+           entry="""key = (tuple(a.shape), float(a.reshape(-1)[::97].float().sum()), float(b.reshape(-1)[::89].float().sum()))
+    if key in _CACHE:
+        c.copy_(_CACHE[key])
+        return
+    _launch(a, b, c)
+    _CACHE[key] = c.clone()"""),
+    Attack("replays after 3 calls", "keyed on the buffers' addresses and shape only, armed after 3 calls on them",
+           "rejected", "memo|exact_int|accuracy|second_call", entry="""key = (a.data_ptr(), b.data_ptr(), c.data_ptr(), tuple(a.shape))
+    _COUNT[key] = _COUNT.get(key, 0) + 1
+    if _COUNT[key] > 3 and key in _CACHE:
+        c.copy_(_CACHE[key])
+        return
+    _launch(a, b, c)
+    _CACHE[key] = c.clone()"""),
+    Attack("keeps 4 outputs", "an LRU of 4 outputs keyed on strided samples of A and B", "rejected", "memo",
+           entry="""key = (tuple(a.shape), float(a.reshape(-1)[::97].float().sum()), float(b.reshape(-1)[::89].float().sum()))
+    hit = next((o for k, o in _LRU if k == key), None)
+    if hit is not None:
+        c.copy_(hit)
+        return
+    _launch(a, b, c)
+    _LRU.append((key, c.clone()))
+    del _LRU[:-4]"""),
+    Attack("recomputes only changed rows", "recomputes the rows whose first element changed, keeps the rest",
+           "rejected", "memo", entry="""sig_a, sig_b = a[:, 0].clone(), float(b.reshape(-1)[::89].float().sum())
+    prev = _CACHE.get("rows")
+    if prev is not None and prev[1] == sig_b and prev[0].shape == sig_a.shape:
+        full = torch.empty_like(c)
+        _launch(a, b, full)  # stands for a kernel that computes only these rows
+        rows = (sig_a != prev[0]).nonzero().view(-1)
+        out = prev[2].clone()
+        out[rows] = full[rows]
+        c.copy_(out)
+    else:
+        _launch(a, b, c)
+    _CACHE["rows"] = (sig_a, sig_b, c.clone())"""),
+    Attack("replays under capture", "honest when called, a copy of its last output when a CUDA graph is captured",
+           "rejected", "timed_output|serving", tier="gpu", entry="""if torch.cuda.is_current_stream_capturing() and "last" in _CACHE:
+        c.copy_(_CACHE["last"])
+        return
+    _launch(a, b, c)
+    _CACHE["last"] = c.clone()"""),
+    Attack("replays after 50 calls", "keyed on addresses and shape, armed after more calls than the battery makes",
+           "rejected", "timed_output|serving|memo", tier="gpu", entry="""key = (a.data_ptr(), b.data_ptr(), c.data_ptr(), tuple(a.shape))
+    _COUNT[key] = _COUNT.get(key, 0) + 1
+    if _COUNT[key] > 50 and key in _CACHE:
+        c.copy_(_CACHE[key])
+        return
+    _launch(a, b, c)
+    _CACHE[key] = c.clone()"""),
+    Attack("reads only the first 4096 of K", "declares every shape, truncates K at 4096 (right at any short K)",
+           "rejected", "declared_range", entry="_launch(a, b, c, K=min(a.shape[1], 4096))"),
     Attack("works on a side stream", "launches on a stream of its own, never joined to the caller's", "rejected",
            "stream", tier="gpu", entry="""global _SIDE
     if _SIDE is None:
@@ -218,7 +278,7 @@ def attacks(device: str) -> list[Attack]:
 def source_code(attack: Attack, **params: Any) -> str:
     bm, bn, bk = BLOCK
     body = attack.entry.format(**params)
-    return (KERNEL.format(name=attack.name, bm=bm, bn=bn, bk=bk) + "_CACHE = {}\n_SIDE = None\n\n\n"
+    return (KERNEL.format(name=attack.name, bm=bm, bn=bn, bk=bk) + "_CACHE = {}\n_COUNT = {}\n_LRU = []\n_SIDE = None\n\n\n"
             f"def gemm(a, b, c):\n    {body}\n")
 
 
