@@ -1,19 +1,25 @@
-"""Issue 7's false-rejection sweep on a GPU: every vendor path and configs of our families (Triton, CUTLASS) through
-the correctness battery over many seeds on 30 shapes (benchmarks/shapes/false_rejection30.txt). Every candidate
-is correct, so every failure is a false rejection; the target is 0. See gemmrl.adversarial.false_rejections for what one seed
-checks (full battery for the first seed, then per seed an accuracy and an exact-integer call through the
-guarded harness, references shared by all candidates).
+"""Issue 7's false-rejection sweep on a GPU: every vendor path and configs of every family of ours (Triton, CUTLASS,
+tiny, wgmma) through the correctness battery over many seeds on 30 shapes (benchmarks/shapes/false_rejection30.txt).
+Every candidate is correct, so every failure is a false rejection; the target is 0. See
+gemmrl.adversarial.false_rejections for what one seed checks (full battery for the first seed, then per seed an
+accuracy and an exact-integer call through the guarded harness, references shared by all candidates).
 
     python scripts/false_rejections.py --out DIR [--seeds 100] [--shapes FILE] [--max-seconds 150] [--no-cutlass]
+        [--build]
     python scripts/false_rejections.py --out DIR --device cpu --seeds 2 --shapes FILE   # smoke run, no GPU
 
 Candidates per shape: the 7 vendor paths (vendor_candidates); the Triton family, one config per variant (tiled,
 persistent, splitk, and smallm where M <= 63), the first of a short preference list that the family's predicate
 accepts there (few distinct configs, so few compiles; they are compiled first, in parallel); CUTLASS (layout tn,
 the shape's dtype, where K and N are multiples of 8): three configs of ``family`` with the last of their
-``knobs_for`` settings, only those in the build cache unless --cutlass-build (a CUTLASS build takes ~90 s), and
-none with --no-cutlass or where they cannot be built (a warning says why). The shapes file's labels start with
-the dtype (fp16 or bf16; read_shapes itself has no dtype column).
+``knobs_for`` settings (none with --no-cutlass); tiny (``tiny_configs``: the unsplit BMx64 tile M needs, and its
+deepest cluster split valid there, else its staged-epilogue twin) and wgmma (``wgmma_configs``: the deepest cluster
+split of 64x128 valid there, else unsplit, and the deepest global split, else the unsplit 128x128), both layout tn
+where K % 8 == 0 (their predicates accept any M). The nvcc families (CUTLASS, tiny, wgmma) take only what is in the
+build cache unless --build (--cutlass-build is the older name): a CUTLASS config builds in ~90 s, tiny's and wgmma's
+one shared object per dtype in ~35 s / ~10 s; a warning line (one for CUTLASS, one for tiny and wgmma) says what was
+left out and why (not cached, no nvcc, not sm_90a, a failed build). The shapes file's labels start with the dtype
+(fp16 or bf16; read_shapes itself has no dtype column).
 
 Prints the estimated time first (cost model below: FLOPs of the fp64 references and the candidates' GEMMs, the
 host-bound guarded calls, battery runs, compiles), then a line per shape (measured vs modelled seconds); stops
@@ -40,6 +46,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from gemmrl.adversarial import false_rejections as S
 from gemmrl.kernels import cutlass_sm90 as CS  # noqa: E402
+from gemmrl.kernels import tiny_gemm, wgmma_gemm  # noqa: E402
+from gemmrl.kernels.tiny_gemm import TinyCandidate, TinyConfig  # noqa: E402
+from gemmrl.kernels.wgmma_gemm import WgmmaCandidate, WgmmaConfig  # noqa: E402
 from gemmrl.kernels.triton_gemm import (H100, PersistentConfig, SmallMConfig, SplitKConfig, TiledConfig,  # noqa: E402
                                         TritonGemm, valid)
 from gemmrl.kernels.triton_gemm.configs import next_pow2  # noqa: E402
@@ -141,19 +150,25 @@ def cutlass_entries(p: GemmProblem, builds: dict) -> list[tuple[object, object]]
     return out
 
 
-def cutlass_cached(cfg, arch: str) -> bool:
-    """Whether ``cfg``'s shared object is in the build cache (nothing is compiled)."""
+def source_cached(src, arch: str) -> bool:
+    """Whether the shared object of CUDA source ``src`` built for ``arch`` is in the build cache, where
+    ``cuda_source.build`` would find it (``$GEMMRL_CACHE_DIR``/build/cuda/<key>; the key covers the source, flags,
+    arch, nvcc version and headers). Nothing is compiled or created."""
     from gemmrl.kernels import cuda_source as CU
     from gemmrl.kernels import toolchain
     from gemmrl.paths import cache_dir
 
-    src = cfg.source()
     nvcc = toolchain.find_nvcc()
     if not nvcc:
         return False
     key = CU.build_key(src, arch, nvcc, toolchain.include_dirs(src.includes))
-    d = cache_dir("build", "cuda", key)
+    d = cache_dir("build", "cuda") / key
     return (d / "build.json").is_file() and (d / "candidate.so").is_file()
+
+
+def cutlass_cached(cfg, arch: str) -> bool:
+    """Whether ``cfg``'s shared object is in the build cache (nothing is compiled)."""
+    return source_cached(cfg.source(), arch)
 
 
 def cutlass_builds(problems: list[GemmProblem], allow_build: bool) -> dict:
@@ -173,7 +188,7 @@ def cutlass_builds(problems: list[GemmProblem], allow_build: bool) -> dict:
         cached = [c for c in need if cutlass_cached(c, arch)]
         missing = [c for c in need if c not in cached]
         if missing and not allow_build:
-            print(f"WARNING: {len(missing)} CUTLASS config(s) not in the build cache, skipped (--cutlass-build builds "
+            print(f"WARNING: {len(missing)} CUTLASS config(s) not in the build cache, skipped (--build builds "
                   f"them, ~90 s each): {', '.join(map(str, missing))}")
         todo = need if allow_build else cached
         built = CS.build_family(todo, arch) if todo else {}
@@ -186,20 +201,142 @@ def cutlass_builds(problems: list[GemmProblem], allow_build: bool) -> dict:
     return {c: b for c, b in built.items() if b.ok}
 
 
-def make_factory(builds: dict, vendor: bool = True):
+# The tiny and wgmma families: every config of a dtype is in one shared object (tiny_splitk.cu, wgmma_splitk.cu built
+# with -DGEMMRL_BF16=0|1), so what is built or cached is a (family, dtype); layout tn, fp32 accumulation, K % 8 == 0.
+OWN = {"tiny": tiny_gemm, "wgmma": wgmma_gemm}
+OWN_BUILD_S = {"tiny": 35, "wgmma": 10}  # one nvcc run per dtype, roughly
+SMS = 132  # H100/H200 SXM, what the predicates assume; main passes the device's count (a split needs few tiles per SM)
+
+
+def _first(cands: list, ok) -> list:
+    c = next((c for c in cands if ok(c)), None)
+    return [] if c is None else [c]
+
+
+def tiny_configs(p: GemmProblem, sms: int = SMS) -> list[TinyConfig]:
+    """Up to two tiny configs that ``tiny_gemm.valid`` accepts at ``p`` (layout tn): the unsplit BMx64 tile, BM the
+    rows M needs (16, 32, else 64: the family's small-M tiles), ring depth 4; then the first of the same tile's
+    cluster splits 8, 4, 2 valid there (the DSMEM reduction; split needs few tiles and enough K steps), else its
+    staged-epilogue twin (``_es``, C through shared memory). None where K % 8 != 0."""
+    q, d = p.with_(layout="tn"), p.dtype
+    if d not in tiny_gemm.DTYPES:
+        return []
+    bm = 16 if p.M <= 16 else 32 if p.M <= 32 else 64
+    ok = lambda c: tiny_gemm.valid(c, q, sms)[0]  # noqa: E731
+    out = _first([TinyConfig(bm, 64, 1, 4, d)], ok)
+    if out:
+        out += _first([TinyConfig(bm, 64, s, 4, d) for s in (8, 4, 2)] + [TinyConfig(bm, 64, 1, 4, d, staged=True)], ok)
+    return out
+
+
+def wgmma_configs(p: GemmProblem, sms: int = SMS) -> list[WgmmaConfig]:
+    """Up to two wgmma configs that ``wgmma_gemm.valid`` accepts at ``p`` (layout tn), ring depth 4: the first of
+    64x128 with cluster splits 8, 4, 2, else unsplit (the family's default); and the first of 64x128 with global
+    splits g8, g4, g2 (a workspace and a grid-wide wait; only few-tile shapes), else the unsplit 128x128 (two
+    consumer warpgroups). None where K % 8 != 0."""
+    q, d = p.with_(layout="tn"), p.dtype
+    if d not in wgmma_gemm.DTYPES:
+        return []
+    ok = lambda c: wgmma_gemm.valid(c, q, sms)[0]  # noqa: E731
+    out = _first([WgmmaConfig(1, 128, s, 4, d) for s in (8, 4, 2, 1)], ok)
+    if out:
+        out += _first([WgmmaConfig(1, 128, 1, 4, d, g) for g in (8, 4, 2)] + [WgmmaConfig(2, 128, 1, 4, d)], ok)
+    return list(dict.fromkeys(out))
+
+
+OWN_CONFIGS = {"tiny": tiny_configs, "wgmma": wgmma_configs}
+
+
+def own_cached(fam: str, dtype: str, arch: str) -> bool:
+    """Whether family ``fam``'s (tiny, wgmma) shared object of ``dtype`` is in the build cache (nothing is compiled)."""
+    return source_cached(OWN[fam].source(dtype), arch)
+
+
+def own_builds(problems: list[GemmProblem], allow_build: bool, families=tuple(OWN), sms: int = SMS
+               ) -> set[tuple[str, str]]:
+    """{(family, dtype)} of the tiny and wgmma shared objects the shapes need that are (or, with ``allow_build``,
+    can be) built, loaded into this process's build table (the candidates' ``prepare`` finds them there); prints a
+    warning line for what is left out and why. Never raises."""
+    need = list(dict.fromkeys((f, p.dtype) for f in families for p in problems if OWN_CONFIGS[f](p, sms)))
+    if not need:
+        return set()
+    fams = "/".join(dict.fromkeys(f for f, _ in need))
+    try:
+        from gemmrl.kernels import toolchain
+
+        arch = toolchain.arch_for()
+        if not arch.startswith("90"):
+            print(f"WARNING: {fams} family skipped: it needs sm_90a (clusters, DSMEM, TMA), this GPU is sm_{arch}")
+            return set()
+        if not toolchain.find_nvcc():
+            print(f"WARNING: {fams} family skipped: nvcc not found (set CUDA_HOME or GEMMRL_NVCC)")
+            return set()
+        cached = [k for k in need if own_cached(*k, arch)]
+    except Exception as e:  # noqa: BLE001 - no arch, a broken toolchain: the families are skipped, not the run
+        print(f"WARNING: {fams} family skipped: {type(e).__name__}: {e}")
+        return set()
+    missing = [k for k in need if k not in cached]
+    if missing and not allow_build:
+        secs = ", ".join(f"{f} ~{OWN_BUILD_S[f]} s" for f in dict.fromkeys(f for f, _ in missing))
+        print(f"WARNING: {len(missing)} tiny/wgmma build(s) (one shared object per family and dtype) not in the build "
+              f"cache, skipped (--build builds them, {secs} each): {', '.join(f'{f} {d}' for f, d in missing)}")
+    todo = missing if allow_build else []
+    try:  # the missing ones compile in parallel (one nvcc each), as CUTLASS's build_family does
+        from gemmrl.kernels import cuda_source as CU
+
+        fresh = dict(zip(todo, CU.build_many([OWN[f].source(d) for f, d in todo], arch))) if todo else {}
+    except Exception as e:  # noqa: BLE001 - as above
+        print(f"WARNING: {fams} family: building {len(todo)} missing build(s) failed: {type(e).__name__}: {e}")
+        fresh = {k: None for k in todo}
+    ok = set()
+    for f, d in cached + todo:
+        b = fresh.get((f, d))
+        if (f, d) in fresh and (b is None or not b.ok):
+            if b is not None:
+                print(f"WARNING: {f} {d} skipped: did not build: {b.error.stage}: {b.error.message}")
+            continue
+        try:
+            OWN[f].build_dtype(d, arch)  # from the cache now: into this process's table, for the candidates' prepare
+            ok.add((f, d))
+        except Exception as e:  # noqa: BLE001 - one dtype's build must not lose the rest
+            print(f"WARNING: {f} {d} skipped: did not build: {type(e).__name__}: {e}")
+    return ok
+
+
+def own_entries(p: GemmProblem, own, sms: int = SMS) -> list:
+    """The tiny and wgmma configs of ``p`` whose (family, dtype) is in ``own``."""
+    return [c for f in OWN_CONFIGS if (f, p.dtype) in own for c in OWN_CONFIGS[f](p, sms)]
+
+
+def _own_candidate(cfg):
+    """A tiny or wgmma candidate, labelled with its family (``family_of`` reads a ``family`` attribute first; from the
+    module alone it would say 'tiny_gemm' / 'wgmma_gemm')."""
+    if isinstance(cfg, TinyConfig):
+        cand = TinyCandidate(cfg)
+        cand.family = "tiny"
+    else:
+        cand = WgmmaCandidate(cfg)
+        cand.family = "wgmma"
+    return cand
+
+
+def make_factory(builds: dict, vendor: bool = True, own=frozenset(), sms: int = SMS):
+    """Candidates per problem: vendor paths, Triton configs, CUTLASS configs in ``builds``, tiny and wgmma configs
+    whose (family, dtype) is in ``own`` (what ``own_builds`` gives)."""
     from gemmrl.kernels.vendor import vendor_candidates
 
     def factory(p: GemmProblem) -> list:
         cands = list(vendor_candidates(p)) if vendor else []
         cands += [TritonGemm(cfg, layout, p.acc) for cfg, layout in triton_configs(p)]
         cands += [CS.CutlassCandidate(cfg, knobs, builds[cfg]) for cfg, knobs in cutlass_entries(p, builds)]
+        cands += [_own_candidate(cfg) for cfg in own_entries(p, own, sms)]
         return cands
 
     return factory
 
 
-def count_candidates(p: GemmProblem, builds: dict, vendor: bool = True) -> int:
-    return 7 * vendor + len(triton_configs(p)) + len(cutlass_entries(p, builds))
+def count_candidates(p: GemmProblem, builds: dict, vendor: bool = True, own=frozenset(), sms: int = SMS) -> int:
+    return 7 * vendor + len(triton_configs(p)) + len(cutlass_entries(p, builds)) + len(own_entries(p, own, sms))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -255,7 +392,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seeds per shape for the timed-output check (every candidate timed in graph, cold and "
                          "offline per seed, its C checked after timed calls); 0: none")
     ap.add_argument("--no-cutlass", action="store_true", help="leave the CUTLASS family out")
-    ap.add_argument("--cutlass-build", action="store_true", help="build CUTLASS configs missing from the cache")
+    ap.add_argument("--build", "--cutlass-build", dest="build", action="store_true",
+                    help="build what the nvcc families (CUTLASS configs, tiny and wgmma per dtype) miss in the build "
+                         "cache (without it they are skipped with a warning)")
     ap.add_argument("--workers", type=int, default=None, help="Triton compile processes (default CPUs - 1)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                     help="cpu: a smoke run of this script under the Triton interpreter (Triton family only)")
@@ -279,8 +418,11 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.seed_base, args.seed_base + args.seeds))
 
     if cpu:
-        print("WARNING: --device cpu: vendor paths and CUTLASS need a GPU; Triton family only, under the interpreter")
-    builds = {} if args.no_cutlass or cpu else cutlass_builds(problems, args.cutlass_build)
+        print("WARNING: --device cpu: vendor paths, CUTLASS, tiny and wgmma need a GPU; Triton family only, under the "
+              "interpreter")
+    builds = {} if args.no_cutlass or cpu else cutlass_builds(problems, args.build)
+    sms = SMS if cpu else torch.cuda.get_device_properties(0).multi_processor_count
+    own = set() if cpu else own_builds(problems, args.build, sms=sms)
     pairs = [(cfg, p.with_(layout=layout)) for p in problems for cfg, layout in triton_configs(p)]
     from gemmrl.kernels.triton_gemm import precompile as PC
     from gemmrl.kernels.triton_gemm.configs import Arch
@@ -288,15 +430,16 @@ def main(argv: list[str] | None = None) -> int:
     arch = H100 if cpu else Arch.from_device(0)
     reps, _ = PC.groups(pairs, arch)
     workers = max(1, min(args.workers or (os.cpu_count() or 2) - 1, len(reps) or 1))
-    n_cands = [count_candidates(p, builds, vendor=not cpu) for p in problems]
+    n_cands = [count_candidates(p, builds, vendor=not cpu, own=own, sms=sms) for p in problems]
     est_shapes = [shape_seconds(p, n, len(seeds), args.full_battery_seeds) for p, n in zip(problems, n_cands)]
     est_compile = 0.0 if cpu else COMPILE_S * math.ceil(len(reps) / workers) + COMPILE_START_S
     est = STARTUP_S + est_compile + sum(est_shapes)
     pairs_n = sum(n_cands) * len(seeds)
     est_fixed = pairs_n * PAIR_S + sum(n_cands) * args.full_battery_seeds * BATTERY_S
     print(f"{len(problems)} shapes x {len(seeds)} seeds, {sum(n_cands)} candidates ({min(n_cands)}-{max(n_cands)} per "
-          f"shape; CUTLASS configs: {len(builds)}), {len(reps)} Triton specializations to compile on {workers} "
-          f"workers")
+          f"shape; CUTLASS configs: {len(builds)}; tiny/wgmma builds: "
+          f"{', '.join(f'{f} {d}' for f, d in sorted(own)) or 'none'}), {len(reps)} Triton specializations to compile "
+          f"on {workers} workers")
     gemm_flops = sum(2 * 2 * p.M * p.N * p.K * n for p, n in zip(problems, n_cands)) * len(seeds)
     fp64_flops = sum(4 * 2 * p.M * p.N * p.K for p in problems) * len(seeds)
     print(f"FLOPs: candidates' GEMMs {gemm_flops / 1e12:.1f} TFLOP (2 calls per candidate and seed), fp64 references "
@@ -322,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                    mininterval=2.0)
     except ImportError:
         pass
-    factory = make_factory(builds, vendor=not cpu)
+    factory = make_factory(builds, vendor=not cpu, own=own, sms=sms)
     from gemmrl.results import collect_meta, git_sha, now
 
     meta = {**({"gpu": "cpu", "git_sha": git_sha()} if cpu else collect_meta().row()), "timestamp": now(),

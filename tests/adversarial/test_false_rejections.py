@@ -4,13 +4,17 @@ Interpreter tier (CPU tensors, TRITON_INTERPRET=1 from conftest): a correct plan
 configs of the Triton family pass every call over 10 seeds on odd shapes (zero false rejections, every call
 counted); wrong kernels (fp16 accumulation at K >= 64, a partial write) fail with the battery's reason, so the
 sweep can report a rejection; a candidate whose ``prepare`` fails is reported as not run, not as a rejection.
-CPU tier: the summary's counts; the 30-shape file and the script's per-shape Triton and CUTLASS choices are
-accepted by the families' validity predicates at every shape (so nothing fails ``prepare`` on the GPU).
+CPU tier: the summary's counts; the 30-shape file and the script's per-shape Triton, CUTLASS, tiny and wgmma choices
+are accepted by the families' validity predicates at every shape (so nothing fails ``prepare`` on the GPU); tiny and
+wgmma candidates are in the sweep exactly where their shared object is in the build cache (or --build builds it), a
+warning line naming what was left out otherwise (a fake nvcc fills a temporary build cache).
 """
 
 from __future__ import annotations
 
 import math
+import stat
+from pathlib import Path
 
 import pytest
 
@@ -161,7 +165,11 @@ def test_script_shapes_and_candidates_are_valid():
     builds = {c: None for d in ("fp16", "bf16") for c in F.cutlass_configs(d)}
     assert len(builds) == 6
     from gemmrl.kernels import cutlass_sm90 as CS
+    from gemmrl.kernels import tiny_gemm, wgmma_gemm
+    from gemmrl.kernels.registry import FAMILIES
 
+    OWN_VALID = {"tiny": tiny_gemm.valid, "wgmma": wgmma_gemm.valid}
+    tiny_all, wgmma_all = [], []
     for p in probs:
         tri = F.triton_configs(p)
         variants = [c.variant for c, _ in tri]
@@ -174,7 +182,168 @@ def test_script_shapes_and_candidates_are_valid():
             assert CS.valid(cfg, knobs, p)[0] and cfg.dtype == p.dtype
         n = F.count_candidates(p, builds)
         assert 10 <= n <= 14 and F.shape_seconds(p, n, 100) > 0
+        # tiny and wgmma (layout tn, K % 8 == 0; any M): two configs each, both accepted by the family's predicate
+        # as the registry serves/selects it, at the H100/H200 SMs and at an H100 PCIe's 114 (their own choice there)
+        for sms in (132, 114):
+            for fam, cfgs in (("tiny", F.tiny_configs(p, sms)), ("wgmma", F.wgmma_configs(p, sms))):
+                assert len(cfgs) == (2 if p.K % 8 == 0 else 0) and len(set(cfgs)) == len(cfgs), (p, fam, cfgs)
+                for cfg in cfgs:
+                    assert OWN_VALID[fam](cfg, p.with_(layout="tn"), sms)[0], (p, cfg, sms)
+                    if sms == 132:
+                        assert FAMILIES[fam].valid(cfg, p.with_(layout="tn"))[0], (p, cfg)
+                    assert cfg.dtype == p.dtype and cfg.layout == "tn"
+                    assert not FAMILIES[fam].mismatch(cfg, "tn", p.dtype)
+                    assert FAMILIES[fam].parse(str(cfg)) == cfg  # a name the library and select read back
+        tiny, wg = F.tiny_configs(p), F.wgmma_configs(p)
+        tiny_all += tiny
+        wgmma_all += wg
+        if tiny:
+            assert tiny[0].split == 1 and not tiny[0].staged and tiny[1].tile == tiny[0].tile
+            assert tiny[0].bm == (16 if p.M <= 16 else 32 if p.M <= 32 else 64)
+        own = {(f, d) for f in F.OWN for d in ("fp16", "bf16")}
+        n_own = F.count_candidates(p, builds, own=own)
+        assert n_own == n + len(tiny) + len(wg) and n_own <= 18 and F.shape_seconds(p, n_own, 100) > 0
+        assert F.count_candidates(p, builds, own={("tiny", "other")}) == n
     assert F.cutlass_entries(probs[0], {}) == []  # nothing built: no CUTLASS candidates
+    # over the file, every code path of the two families: tiny's cluster split and staged epilogue, wgmma's cluster
+    # split, global split and two-warpgroup tile
+    assert len(tiny_all) == len(wgmma_all) == 2 * 28
+    assert any(c.split > 1 for c in tiny_all) and any(c.staged for c in tiny_all)
+    assert any(c.split > 1 for c in wgmma_all) and any(c.g > 1 for c in wgmma_all) and any(c.wg == 2 for c in wgmma_all)
+
+
+def _fake_nvcc(path: Path, fail: str = "") -> Path:
+    """An nvcc that 'compiles' by writing its -o file (no CUDA here), or fails for sources whose flags contain
+    ``fail``; counts its compiles in ``<path>.count``."""
+    body = ['#!/bin/sh',
+            'if [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 12.8, V12.8.93"; exit 0; fi',
+            f'echo run >> "{path}.count"']
+    if fail:
+        body += [f'case "$*" in *{fail}*) echo "x.cu(1): error: boom" >&2; exit 1;; esac']
+    body += ['out=""; prev=""', 'for a in "$@"; do if [ "$prev" = "-o" ]; then out="$a"; fi; prev="$a"; done',
+             'echo so > "$out"']
+    path.write_text("\n".join(body) + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.fixture
+def nvcc_cache(tmp_path, monkeypatch):
+    """A temporary build cache, a fake nvcc and sm_90a; the tiny/wgmma per-process build tables start empty and are
+    restored after (so no later test loads a fake shared object)."""
+    from gemmrl.kernels import tiny_gemm, wgmma_gemm
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
+    nvcc = _fake_nvcc(tmp_path / "nvcc")
+    monkeypatch.setenv("GEMMRL_NVCC", str(nvcc))
+    monkeypatch.setattr(tiny_gemm._FAMILY, "built", {})
+    monkeypatch.setattr(wgmma_gemm._FAMILY, "built", {})
+    return nvcc
+
+
+def _compiles(nvcc: Path) -> int:
+    count = Path(f"{nvcc}.count")
+    return len(count.read_text().split()) if count.exists() else 0
+
+
+def _own(cands) -> list[tuple[str, str]]:
+    return [(S.family_of(c), c.name) for c in cands if S.family_of(c) in ("tiny", "wgmma")]
+
+
+def test_script_tiny_wgmma_only_from_the_build_cache(nvcc_cache, capsys):
+    """Without --build: nothing cached, nothing compiled, a warning naming the four (family, dtype) builds and
+    --build, and no tiny/wgmma candidates; what is in the cache (as cuda_source.build leaves it) is found by the
+    cache check and comes into the factory, the count and the family column."""
+    from gemmrl.kernels import tiny_gemm, wgmma_gemm
+
+    F = _script()
+    probs = F.load_shapes(F.SHAPES)
+    assert F.own_builds(probs, allow_build=False) == set() and _compiles(nvcc_cache) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("WARNING: 4 tiny/wgmma build(s)") and "--build" in out[0], out
+    assert all(f"{f} {d}" in out[0] for f in ("tiny", "wgmma") for d in ("fp16", "bf16"))
+    fac = F.make_factory({}, vendor=False, own=set())
+    assert all(not _own(fac(p)) for p in probs)
+
+    # what cuda_source.build leaves in the cache is what the check finds: fp16 of both families, not bf16
+    tiny_gemm.build_dtype("fp16")
+    wgmma_gemm.build_dtype("fp16")
+    assert _compiles(nvcc_cache) == 2
+    assert F.own_cached("tiny", "fp16", "90a") and F.own_cached("wgmma", "fp16", "90a")
+    assert not F.own_cached("tiny", "bf16", "90a") and not F.own_cached("wgmma", "bf16", "90a")
+    assert not F.own_cached("tiny", "fp16", "100a")  # another arch is another build
+    tiny_gemm._FAMILY.built.clear()
+    wgmma_gemm._FAMILY.built.clear()
+    own = F.own_builds(probs, allow_build=False)
+    assert own == {("tiny", "fp16"), ("wgmma", "fp16")} and _compiles(nvcc_cache) == 2  # loaded, not compiled
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("WARNING: 2 tiny/wgmma build(s)") and "tiny bf16, wgmma bf16" in out[0]
+    fac = F.make_factory({}, vendor=False, own=own)
+    for p in probs:
+        cands = fac(p)
+        got = _own(cands)
+        want = ([("tiny", f"tiny:{c}") for c in F.tiny_configs(p)]
+                + [("wgmma", f"wgmma:{c}") for c in F.wgmma_configs(p)])
+        assert got == (want if p.dtype == "fp16" else []), (p, got)
+        assert len(cands) == F.count_candidates(p, {}, vendor=False, own=own)
+    p = next(p for p in probs if p.mnk == "64_64_16384")  # bf16: none
+    assert not _own(fac(p)) and F.count_candidates(p, {}, vendor=False, own=own) == len(F.triton_configs(p))
+
+
+def test_script_build_flag_builds_tiny_wgmma(nvcc_cache, tmp_path, monkeypatch, capsys):
+    """--build (allow_build): every (family, dtype) the shapes need is compiled once, no warning, all candidates in;
+    a build that fails is left out with its own warning line, the others stay."""
+    F = _script()
+    probs = F.load_shapes(F.SHAPES)
+    own = F.own_builds(probs, allow_build=True)
+    assert own == {(f, d) for f in ("tiny", "wgmma") for d in ("fp16", "bf16")} and _compiles(nvcc_cache) == 4
+    assert capsys.readouterr().out == ""
+    fac = F.make_factory({}, vendor=False, own=own)
+    for p in probs:
+        got = _own(fac(p))
+        assert len(got) == (4 if p.K % 8 == 0 else 0), (p, got)
+        assert [f for f, _ in got] == ["tiny"] * (len(got) // 2) + ["wgmma"] * (len(got) // 2)
+    assert F.own_builds(probs, allow_build=False) == own and _compiles(nvcc_cache) == 4  # now all cached
+    # a failing bf16 compile (fresh cache): its two builds are left out, each with a warning
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache2"))
+    monkeypatch.setenv("GEMMRL_NVCC", str(_fake_nvcc(tmp_path / "nvcc_bad", fail="GEMMRL_BF16=1")))
+    from gemmrl.kernels import tiny_gemm, wgmma_gemm
+
+    tiny_gemm._FAMILY.built.clear()
+    wgmma_gemm._FAMILY.built.clear()
+    capsys.readouterr()
+    own = F.own_builds(probs, allow_build=True)
+    assert own == {("tiny", "fp16"), ("wgmma", "fp16")}
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 2 and all(ln.startswith("WARNING: ") and "bf16 skipped: did not build" in ln for ln in out)
+
+
+def test_script_tiny_wgmma_skipped_without_nvcc_or_hopper(tmp_path, monkeypatch, capsys):
+    F = _script()
+    probs = F.load_shapes(F.SHAPES)
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "80")
+    assert F.own_builds(probs, allow_build=True) == set()
+    assert "needs sm_90a" in capsys.readouterr().out
+    monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
+    from gemmrl.kernels import toolchain
+
+    monkeypatch.setattr(toolchain, "find_nvcc", lambda *a, **k: "")
+    assert F.own_builds(probs, allow_build=True) == set()
+    assert "nvcc not found" in capsys.readouterr().out
+    assert F.own_builds([p for p in probs if p.K % 8], allow_build=True) == set()  # no shape needs them: silent
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("flag", ["--build", "--cutlass-build"])
+def test_script_build_flag_and_its_old_name(tmp_path, flag):
+    """Both spellings parse (the script then stops: no GPU on this tier)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU this would run the sweep")
+    assert _script().main(["--out", str(tmp_path), flag, "--no-cutlass"]) == 2
 
 
 @pytest.mark.interpreter
