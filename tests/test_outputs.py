@@ -94,17 +94,18 @@ def _mm(bufs):
     return lambda: bufs.c.copy_((bufs.a.float() @ bufs.b.float()).to(bufs.c.dtype))
 
 
-def _replays_after(bufs, n: int):
-    """Computes honestly for ``n`` calls on the same buffers, then replays its last answer (a memo keyed on the
-    pointers and the shape, armed after ``n`` calls)."""
+def _replays_after(bufs, n: int, compute=None):
+    """Computes honestly (``compute``, default ``_mm``) for ``n`` calls on the same buffers, then replays its last
+    answer (a memo keyed on the pointers and the shape, armed after ``n`` calls)."""
     state = {"calls": 0, "out": None}
+    compute = compute or _mm(bufs)
 
     def run():
         state["calls"] += 1
         if state["calls"] > n and state["out"] is not None:
             bufs.c.copy_(state["out"])
             return
-        _mm(bufs)()
+        compute()
         state["out"] = bufs.c.clone()
     return run
 
@@ -144,20 +145,6 @@ def _cuda_mm(bufs, layout: str = "nn"):
     return lambda: torch.matmul(bufs.a, bufs.b, out=bufs.c)
 
 
-def _cuda_memo(bufs, n: int):
-    """Honest for ``n`` calls on these pointers, then a device copy of its last output (keyed on pointers only)."""
-    state = {"calls": 0, "out": None}
-
-    def run():
-        state["calls"] += 1
-        if state["calls"] > n and state["out"] is not None:
-            bufs.c.copy_(state["out"])
-            return
-        torch.matmul(bufs.a, bufs.b, out=bufs.c)
-        state["out"] = bufs.c.clone()
-    return run
-
-
 def _capture_aware(bufs):
     """Honest outside stream capture; inside, a copy of the output it computed last (what a graph then replays)."""
     last = {"out": None}
@@ -177,7 +164,7 @@ def _capture_aware(bufs):
 def test_device_protocols_reject_replayed_outputs_and_keep_the_honest(protocol, mnk):
     p = _problem(mnk)
     bufs = make_buffers(p, "cuda")
-    fns = {"nn": _cuda_mm(bufs, "nn"), "tn": _cuda_mm(bufs, "tn"), "memo": _cuda_memo(bufs, 3)}
+    fns = {"nn": _cuda_mm(bufs, "nn"), "tn": _cuda_mm(bufs, "tn"), "memo": _replays_after(bufs, 3, _cuda_mm(bufs))}
     if protocol == "graph":
         fns["capture"] = _capture_aware(bufs)
     got = measure(fns, bufs, protocol, TimingConfig().quick(), layouts={"nn": "nn", "tn": "tn", "memo": "nn",
