@@ -28,7 +28,7 @@ case "$PART" in
     ;;
   false)
     timeout 560 python3 scripts/false_rejections.py --out "$GEMMRL_OUT" --seeds 100 --timed-seeds 5 \
-      --max-seconds 500 2>&1 | grep -v "it/s\]" | tail -60 || status=1
+      --max-seconds 500 --build 2>&1 | grep -v "it/s\]" | tail -60 || status=1
     ;;
   faults)
     timeout 570 python3 scripts/fault_survival.py --device cuda --out "$GEMMRL_OUT" --n 200 --fault-frac 0.1 \

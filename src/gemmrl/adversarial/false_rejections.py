@@ -43,7 +43,8 @@ def family_of(cand) -> str:
     if isinstance(fam, str) and fam:
         return fam
     mod = type(cand).__module__
-    for key, name in (("vendor", "vendor"), ("triton_gemm", "triton"), ("cutlass", "cutlass"), ("planted", "planted")):
+    for key, name in (("vendor", "vendor"), ("triton_gemm", "triton"), ("cutlass", "cutlass"), ("tiny_gemm", "tiny"),
+                      ("wgmma_gemm", "wgmma"), ("planted", "planted")):
         if key in mod:
             return name
     return mod.rsplit(".", 1)[-1]
