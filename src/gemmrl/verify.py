@@ -33,6 +33,10 @@ On top of that the checks, in order, stop at the first failure:
                    device; a global statistic and an element-wise bound (``Tolerance``).
 4. ``second_call`` two calls on the same buffers refilled in place with new inputs: both right
                    (cached results).
+5. ``memo``        ``MEMO_REPEATS`` calls on one input set, then in place: all inputs new, one random row of
+                   A, one element of A, one column of B, one element of B, each call against fp64 with the
+                   accuracy check's bounds (a replayed output keyed on pointers, part of the inputs or a
+                   sample of them; rows recomputed only where a sample changed).
 
 ``cuda_l2_check`` is CUDA-L2's own 0/1 check, reported beside the battery, never instead of it: it
 cannot see fp16 accumulation. ``adversarial/planted.py`` holds deliberately wrong Triton kernels (and one
@@ -721,11 +725,12 @@ def check_memo(cand: Candidate, problem: GemmProblem, device="cuda", seed: int =
                tolerance: Tolerance | None = None) -> CheckResult:
     """Calls a remembered output would answer. ``MEMO_REPEATS`` calls on one input set in the same buffers (a memo
     keyed on the pointers and armed after a few calls fires from there), then in place, each call checked against
-    the fp64 product: all new inputs; one row of A new; one element of A changed; one column of B new (both forms).
-    A memo keyed on part of the inputs (a row, a sampled checksum, a few elements), one keeping several outputs, and
-    a kernel recomputing only the rows whose sampled elements changed all replay a stale answer in one of them. The
-    changed row, element and column are drawn from ``seed``, away from the first row and column where M, N, K allow
-    (where a cheap key looks first)."""
+    the fp64 product: all new inputs; one row of A new; one element of A changed; one column of B new; one element
+    of B changed (B in both forms). A memo keyed on part of the inputs (a row, a sampled checksum, a few elements),
+    one keeping several outputs, and a kernel recomputing only the rows whose sampled elements changed all replay a
+    stale answer in one of them. A key sampling both operands misses only if both changed elements fall in its
+    samples (one in 97 times one in 89 for a stride-97/89 checksum). The changed row, elements and column are drawn
+    from ``seed``, away from the first row and column where M, N, K allow (where a cheap key looks first)."""
     dev = _device(device)
     tol = tolerance or tolerance_for(problem)
     M, N, K = problem.M, problem.N, problem.K
@@ -755,8 +760,13 @@ def check_memo(cand: Candidate, problem: GemmProblem, device="cuda", seed: int =
         j = pick(N, rng)
         b_col = b.clone()
         b_col[:, j] = fresh_b[:, j]
+        kb, jb = pick(K, rng), pick(N, rng)
+        b_elem = b_col.clone()
+        old = float(b_elem[kb, jb])
+        b_elem[kb, jb] = math.copysign(abs(old) + 4 * s, -old if old else 1.0)
         steps = ((a, b, "all inputs new, in place"), (a_row, b, f"only row {i} of A new"),
-                 (a_elem, b, f"only A[{ii},{kk}] changed"), (a_elem, b_col, f"only column {j} of B new"))
+                 (a_elem, b, f"only A[{ii},{kk}] changed"), (a_elem, b_col, f"only column {j} of B new"),
+                 (a_elem, b_elem, f"only B[{kb},{jb}] changed"))
         for x, y, what in steps:
             g.load(x, y)
             c = _call(cand, g, f"memo: {what}")

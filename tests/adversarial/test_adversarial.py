@@ -1,4 +1,4 @@
-"""The adversarial suite (issue 7): every planted cheat and fault in ``gemmrl.adversarial.catalogue.ATTACKS`` evaluated the way a
+"""The adversarial suite: every planted cheat and fault in ``gemmrl.adversarial.catalogue.ATTACKS`` evaluated the way a
 proposal is (``evaluate_job`` in a sandboxed worker) must come back with its own verdict and reason, and the pool
 must go on. CPU tier: the Triton-source attacks under the interpreter plus CPU stand-ins for the device faults; on a
 GPU (``-m gpu`` or any run where CUDA is visible) the same Triton sources compiled, plus the CUDA-only attacks (side
@@ -137,6 +137,23 @@ def test_markdown_table_lists_every_attack(catalogue, tmp_path):
     with pytest.raises(ValueError, match="not an adversarial-suite CSV"):
         (tmp_path / "bad.csv").write_text("mnk,candidate\n1_1_1,x\n")
         adv.read_csv(tmp_path / "bad.csv")
+
+
+MEMOS = ("caches its first result", "replays by row 0", "replays by a sampled checksum", "replays after 3 calls",
+         "keeps 4 outputs", "recomputes only changed rows", "replays under capture", "replays after 50 calls")
+
+
+def test_the_catalogue_holds_the_memoizing_class():
+    by = {a.name: a for a in adv.ATTACKS}
+    assert all(a.how for a in adv.ATTACKS)
+    for name in MEMOS:
+        a = by[name]
+        assert a.expect == "rejected" and a.entry, a
+        checks = a.check.split("|")
+        if a.tier == "cpu":  # the battery names it in both tiers (the interpreter's offline protocol times no graph)
+            assert "memo" in checks or name == "caches its first result", a
+        else:  # only the GPU tier's timed calls (or the capture check) see it
+            assert a.tier == "gpu" and "timed_output" in checks, a
 
 
 # ---- the battery's per-call checks, on plain callables (no sandbox needed) -----------------------------------

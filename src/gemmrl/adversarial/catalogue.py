@@ -112,7 +112,9 @@ class Attack:
     how: str
     expect: str          # failure class: rejected | timeout | crash | cuda_fault | oom
     check: str           # for 'rejected', the check that must name it (the reason's first word; a|b: either,
-                         # where it depends on whether the allocator hands the next check the same addresses)
+                         # where it depends on whether the allocator hands the next check the same addresses, or
+                         # on whether a memo's sampled key happens to match between two of exact_int's small-integer
+                         # input sets, whose samples coincide now and then: then exact_int names it first)
     tier: str = "cpu"    # cpu (interpreter and GPU) | gpu (CUDA only) | cpu-only (a CPU stand-in for a GPU fault)
     entry: str = ""      # the Triton source's entry body (``def gemm(a, b, c):`` is prepended), or
     cuda: str = ""       # a planted CUDA source's kind (kernels/planted_cuda.py)
@@ -153,7 +155,7 @@ ATTACKS: tuple[Attack, ...] = (
         return
     _launch(a, b, c)
     _CACHE[key] = c.clone()"""),
-    Attack("replays by a sampled checksum", "a memo keyed on strided samples of A and B", "rejected", "memo",
+    Attack("replays by a sampled checksum", "a memo keyed on strided samples of A and B", "rejected", "memo|exact_int",
            entry="""key = (tuple(a.shape), float(a.reshape(-1)[::97].float().sum()), float(b.reshape(-1)[::89].float().sum()))
     if key in _CACHE:
         c.copy_(_CACHE[key])
@@ -168,7 +170,7 @@ ATTACKS: tuple[Attack, ...] = (
         return
     _launch(a, b, c)
     _CACHE[key] = c.clone()"""),
-    Attack("keeps 4 outputs", "an LRU of 4 outputs keyed on strided samples of A and B", "rejected", "memo",
+    Attack("keeps 4 outputs", "an LRU of 4 outputs keyed on strided samples of A and B", "rejected", "memo|exact_int",
            entry="""key = (tuple(a.shape), float(a.reshape(-1)[::97].float().sum()), float(b.reshape(-1)[::89].float().sum()))
     hit = next((o for k, o in _LRU if k == key), None)
     if hit is not None:
@@ -177,8 +179,8 @@ ATTACKS: tuple[Attack, ...] = (
     _launch(a, b, c)
     _LRU.append((key, c.clone()))
     del _LRU[:-4]"""),
-    Attack("recomputes only changed rows", "recomputes the rows whose first element changed, keeps the rest",
-           "rejected", "memo", entry="""sig_a, sig_b = a[:, 0].clone(), float(b.reshape(-1)[::89].float().sum())
+    Attack("recomputes only changed rows", "recomputes the rows whose first element of A changed while a strided "
+           "sample of B looks unchanged, keeps the rest", "rejected", "memo|exact_int", entry="""sig_a, sig_b = a[:, 0].clone(), float(b.reshape(-1)[::89].float().sum())
     prev = _CACHE.get("rows")
     if prev is not None and prev[1] == sig_b and prev[0].shape == sig_a.shape:
         full = torch.empty_like(c)
