@@ -1,4 +1,4 @@
-"""Issue 7's false-rejection sweep on a GPU: every vendor path and configs of every family of ours (Triton, CUTLASS,
+"""The false-rejection sweep on a GPU: every vendor path and configs of every family of ours (Triton, CUTLASS,
 tiny, wgmma) through the correctness battery over many seeds on 30 shapes (benchmarks/shapes/false_rejection30.txt).
 Every candidate is correct, so every failure is a false rejection; the target is 0. See
 gemmrl.adversarial.false_rejections for what one seed checks (full battery for the first seed, then per seed an

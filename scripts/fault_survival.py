@@ -1,4 +1,4 @@
-"""Issue 7's fault-survival run: one tuning run of ``--n`` candidates, ``--fault-frac`` of them planted faults, through
+"""The fault-survival run: one tuning run of ``--n`` candidates, ``--fault-frac`` of them planted faults, through
 the real sandbox executor; then the trials store is counted against the plan.
 
     python scripts/fault_survival.py --device cuda --out DIR                   # H100: 200 candidates, 10% faults

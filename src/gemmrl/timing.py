@@ -436,8 +436,7 @@ def time_graph(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: Timing
         # graph_min_timed_ms of device time so the median is not one phase of that oscillation (at most 200 rounds)
         round_ms = sum(_replay_ms(g) for g, _ in (*graphs.values(), *fill_graphs.values()))
         nrep = max(nrep, min(200, math.ceil(cfg.graph_min_timed_ms / max(round_ms, 1e-3))))
-        checks = _Checks(graphs, cfg.output_checks if fresh else 0, nrep, checks.rng) if fresh else \
-            _Checks(graphs, 0, 1, checks.rng)
+        checks = _Checks(graphs, cfg.output_checks if fresh else 0, nrep, checks.rng)
         samples: dict[str, list[float]] = {k: [] for k in graphs}
         fill_ms: dict[str | None, list[float]] = {k: [] for k in fill_graphs}
         late = {k: [0, 0] for k in graphs}

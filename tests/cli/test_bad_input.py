@@ -1,4 +1,4 @@
-"""Bad input at every public entry point (issue 7): a clear error that says what to do, and nothing lost.
+"""Bad input at every public entry point: a clear error that says what to do, and nothing lost.
 
 CPU tier, no GPU needed: every failure here happens before any GPU work, so the same cases hold on a GPU machine.
 - every CLI subcommand, in-process through ``gemmrl.cli.main.main``: malformed flags exit 2 with one line on stderr

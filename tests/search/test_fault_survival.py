@@ -1,4 +1,4 @@
-"""Fault survival (issue 7): a tuning run with planted faults through the real sandbox executor finishes, records every
+"""Fault survival: a tuning run with planted faults through the real sandbox executor finishes, records every
 fault with its class and loses no good result; kill -9 of the tuner mid-run, then resume, loses nothing. The runs
 go through ``scripts/fault_survival.py``'s ``main`` (the Triton interpreter on the CPU tier, ``-m gpu`` on the GPU);
 the plan, the proposer and the tally (``gemmrl.search.faults``) are tested on their own too, bars included."""

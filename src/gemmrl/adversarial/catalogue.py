@@ -104,6 +104,24 @@ def _launch(a, b, c, M=None, N=None, K=None, strides=None, **plant):
 '''
 
 
+# keys of the memoizing attacks: strided samples of A and B, or the buffers' addresses and the shape
+_SAMPLED = "(tuple(a.shape), float(a.reshape(-1)[::97].float().sum()), float(b.reshape(-1)[::89].float().sum()))"
+_ADDRESSES = "(a.data_ptr(), b.data_ptr(), c.data_ptr(), tuple(a.shape))"
+
+
+def _replay(key: str, armed: int = 0) -> str:
+    """The entry of a memo that replays the output it stored under ``key`` (an expression of a, b, c); with ``armed``,
+    only once that key has been called more than ``armed`` times."""
+    count = f"\n    _COUNT[key] = _COUNT.get(key, 0) + 1" if armed else ""
+    fires = f"_COUNT[key] > {armed} and key in _CACHE" if armed else "key in _CACHE"
+    return f"""key = {key}{count}
+    if {fires}:
+        c.copy_(_CACHE[key])
+        return
+    _launch(a, b, c)
+    _CACHE[key] = c.clone()"""
+
+
 @dataclass(frozen=True)
 class Attack:
     """One planted candidate: what it does, the verdict it must get, where it runs."""
@@ -149,29 +167,13 @@ ATTACKS: tuple[Attack, ...] = (
     _launch(a, b, c)
     _CACHE[key] = c.clone()""", numeric=True),
     Attack("replays by row 0", "a memo keyed on row 0 of A and of B: replays its output while they look unchanged",
-           "rejected", "memo", entry="""key = (tuple(a.shape), tuple(a[0].tolist()), tuple(b[0].tolist()))
-    if key in _CACHE:
-        c.copy_(_CACHE[key])
-        return
-    _launch(a, b, c)
-    _CACHE[key] = c.clone()"""),
+           "rejected", "memo", entry=_replay("(tuple(a.shape), tuple(a[0].tolist()), tuple(b[0].tolist()))")),
     Attack("replays by a sampled checksum", "a memo keyed on strided samples of A and B", "rejected", "memo|exact_int",
-           entry="""key = (tuple(a.shape), float(a.reshape(-1)[::97].float().sum()), float(b.reshape(-1)[::89].float().sum()))
-    if key in _CACHE:
-        c.copy_(_CACHE[key])
-        return
-    _launch(a, b, c)
-    _CACHE[key] = c.clone()"""),
+           entry=_replay(_SAMPLED)),
     Attack("replays after 3 calls", "keyed on the buffers' addresses and shape only, armed after 3 calls on them",
-           "rejected", "memo|exact_int|accuracy|second_call", entry="""key = (a.data_ptr(), b.data_ptr(), c.data_ptr(), tuple(a.shape))
-    _COUNT[key] = _COUNT.get(key, 0) + 1
-    if _COUNT[key] > 3 and key in _CACHE:
-        c.copy_(_CACHE[key])
-        return
-    _launch(a, b, c)
-    _CACHE[key] = c.clone()"""),
+           "rejected", "memo|exact_int|accuracy|second_call", entry=_replay(_ADDRESSES, armed=3)),
     Attack("keeps 4 outputs", "an LRU of 4 outputs keyed on strided samples of A and B", "rejected", "memo|exact_int",
-           entry="""key = (tuple(a.shape), float(a.reshape(-1)[::97].float().sum()), float(b.reshape(-1)[::89].float().sum()))
+           entry=f"""key = {_SAMPLED}
     hit = next((o for k, o in _LRU if k == key), None)
     if hit is not None:
         c.copy_(hit)
@@ -199,13 +201,7 @@ ATTACKS: tuple[Attack, ...] = (
     _launch(a, b, c)
     _CACHE["last"] = c.clone()"""),
     Attack("replays after 50 calls", "keyed on addresses and shape, armed after more calls than the battery makes",
-           "rejected", "timed_output|serving|memo", tier="gpu", entry="""key = (a.data_ptr(), b.data_ptr(), c.data_ptr(), tuple(a.shape))
-    _COUNT[key] = _COUNT.get(key, 0) + 1
-    if _COUNT[key] > 50 and key in _CACHE:
-        c.copy_(_CACHE[key])
-        return
-    _launch(a, b, c)
-    _CACHE[key] = c.clone()"""),
+           "rejected", "timed_output|serving|memo", tier="gpu", entry=_replay(_ADDRESSES, armed=50)),
     Attack("reads only the first 4096 of K", "declares every shape, truncates K at 4096 (right at any short K)",
            "rejected", "declared_range", entry="_launch(a, b, c, K=min(a.shape[1], 4096))"),
     Attack("works on a side stream", "launches on a stream of its own, never joined to the caller's", "rejected",

@@ -1,4 +1,4 @@
-"""False-rejection sweep (issue 7): how often the correctness battery (verify.py) rejects correct kernels.
+"""False-rejection sweep: how often the correctness battery (verify.py) rejects correct kernels.
 
 For every problem and every candidate a factory gives for it (the vendor paths, configs of our families that
 their validity predicates accept there), over many seeds:
