@@ -19,12 +19,12 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-
 status=0
 case "$PART" in
   checks)
-    timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_outputs.py tests/test_fill.py tests/test_timing.py \
+    timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_outputs.py tests/test_fill.py tests/test_timing.py \
       -x 2>&1 | tail -15 | tee "$GEMMRL_OUT/gpu_tests_timing_${SHA:0:12}.txt" || status=1
-    GEMMRL_ADVERSARIAL_CSV="$GEMMRL_OUT/${GPU}_adversarial_${SHA:0:12}_${DAY}.csv" timeout 240 \
+    GEMMRL_ADVERSARIAL_CSV="$GEMMRL_OUT/${GPU}_adversarial_${SHA:0:12}_${DAY}.csv" timeout 210 \
       python3 -m pytest -q -p no:cacheprovider tests/adversarial/test_adversarial.py 2>&1 | tail -15 \
       | tee "$GEMMRL_OUT/gpu_tests_adversarial_${SHA:0:12}.txt" || status=1
-    timeout 180 python3 scripts/fresh_inputs_cost.py --out "$GEMMRL_OUT" --sha "$SHA" --reps 2 || status=1
+    timeout 200 python3 scripts/fresh_inputs_cost.py --out "$GEMMRL_OUT" --sha "$SHA" --reps 2 || status=1
     ;;
   false)
     timeout 560 python3 scripts/false_rejections.py --out "$GEMMRL_OUT" --seeds 100 --timed-seeds 5 \

@@ -5,6 +5,7 @@ the host-timed protocols reject a kernel that replays an old output and record t
 from __future__ import annotations
 
 import random
+import statistics
 
 import pytest
 import torch
@@ -180,10 +181,14 @@ def test_device_protocols_reject_replayed_outputs_and_keep_the_honest(protocol, 
 @pytest.mark.gpu
 def test_graph_subtracts_its_refill():
     """The refill before each captured call is timed on its own and subtracted: the honest time stays within noise of
-    the time measured without refills (a fixed-input measurement of the same call)."""
-    bufs = make_buffers(_problem("2048_2048_2048"), "cuda")
-    cfg = TimingConfig().quick()
-    fresh = measure({"mm": _cuda_mm(bufs)}, bufs, "graph", cfg, layouts={"mm": "nn"})["mm"]
-    fixed = measure({"mm": _cuda_mm(bufs)}, bufs, "graph", TimingConfig(fresh_inputs=False).quick())["mm"]
-    assert fresh.extra["fill_ms"] > 0 and fixed.extra["fresh_inputs"] == 0
-    assert abs(fresh.time_ms / fixed.time_ms - 1) < 0.05, (fresh.time_ms, fixed.time_ms, fresh.extra["fill_ms"])
+    the time measured without refills (a fixed-input measurement of the same call). The two modes alternate three
+    times and their medians are compared, so a clock that drifts under power (2048^3 and up on an H200) moves both."""
+    bufs = make_buffers(_problem("1024_1024_1024"), "cuda")
+    fresh_cfg, fixed_cfg = TimingConfig().quick(), TimingConfig(fresh_inputs=False).quick()
+    fresh, fixed = [], []
+    for _ in range(3):
+        fresh.append(measure({"mm": _cuda_mm(bufs)}, bufs, "graph", fresh_cfg, layouts={"mm": "nn"})["mm"])
+        fixed.append(measure({"mm": _cuda_mm(bufs)}, bufs, "graph", fixed_cfg)["mm"])
+    assert all(t.extra["fill_ms"] > 0 for t in fresh) and all(t.extra["fresh_inputs"] == 0 for t in fixed)
+    f, x = statistics.median(t.time_ms for t in fresh), statistics.median(t.time_ms for t in fixed)
+    assert abs(f / x - 1) < 0.05, (f, x, [t.extra["fill_ms"] for t in fresh])
