@@ -124,6 +124,43 @@ def test_fp16_accumulation_fails_accuracy(shape):
     assert not v.passed and v.failed_check == "accuracy" and v.reason.startswith("accuracy:")
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 16383), (1, 3, 8192), (2, 5, 4096), (1, 1, 1), (16383, 1, 1)])
+def test_correct_kernel_passes_on_small_outputs_with_long_k(shape):
+    """Over a few elements R is noise (one honest sum rounded to the other neighbour reads as 2-3x): the check pools
+    its trials until R has enough elements, and judges fewer element by element only."""
+    for seed in range(0, 40, 4):
+        r = V.check_accuracy(cand("fp32", correct_fn()), P(shape), CPU, seeds=[seed, seed + 1])
+        assert r.passed, r.reason
+
+
+def test_r_is_not_judged_over_too_few_elements():
+    p = P((1, 1, 16383))
+    m = {"r": 2.18, "r_limit": 1.25, "elem_ratio": 0.02, "beta_needed": 0.0, "at": (0, 0), "got": 0.0435181,
+         "want": 0.043539, "n": 1}
+    V.judge(m, p, V.tolerance_for(p), "probe")  # passes: one element, well inside its bound
+    with pytest.raises(V.AccuracyError, match="that of the correctly rounded result"):
+        V.judge({**m, "n": V.R_MIN_ELEMENTS}, p, V.tolerance_for(p), "probe")
+
+
+def noisy_rounding_fn(a, b, bt, c):
+    """Every element off by up to half a unit in the last place before rounding: inside each element's bound, about
+    twice the correctly rounded error overall (what the global statistic is for)."""
+    ref = a.double() @ b.double()
+    ulp = (ref.to(c.dtype).double().abs() * 2.0 ** -10).clamp_min(2.0 ** -24)
+    noise = (torch.rand(ref.shape, generator=torch.Generator().manual_seed(int(a.double().sum().item() * 1e3) % 2**31),
+                        dtype=torch.float64) - 0.5) * ulp
+    c.copy_((ref + noise).to(c.dtype))
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 8192), (2, 3, 4096), (1, 4, 2048)])
+def test_small_outputs_are_judged_by_pooled_r(shape):
+    r = V.check_accuracy(cand("noisy", noisy_rounding_fn), P(shape), CPU, seeds=[0])
+    assert not r.passed and r.name == "accuracy", r
+    assert "seeds pooled" in r.reason and "that of the correctly rounded result" in r.reason, r.reason
+    r = V.check_accuracy(cand("f16acc", half_acc_fn()), P(shape), CPU, seeds=[0])
+    assert not r.passed and r.name == "accuracy", r
+
+
 def test_fp16_accumulation_error_grows_like_sqrt_k():
     rs = {}
     for k in (64, 1024):
