@@ -37,7 +37,7 @@ from gemmrl.results import collect_meta, git_sha  # noqa: E402
 from gemmrl.timing import TimingConfig, make_timer, measure  # noqa: E402
 
 SHAPES = ("1_4096_4096", "16_4096_4096", "1_8192_28672", "64_64_64", "256_256_4096", "128_1024_1024",
-          "1024_1024_1024", "2048_2048_2048", "4096_4096_4096", "8192_8192_8192", "4096_128_16384", "333_777_1111")
+          "1024_1024_1024", "2048_2048_2048", "4096_4096_4096", "4096_128_16384", "333_777_1111")
 FIELDS = ("mnk", "protocol", "candidate", "layout", "mode", "rep", "time_ms", "ok", "reason", "fill_us", "wall_s",
           "output_checks", "gpu", "git_sha")
 

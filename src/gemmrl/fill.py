@@ -1,21 +1,24 @@
-"""The timing protocols' device-side refill of the inputs: random-normal A and B written by one memory-bound Triton
-kernel per operand, new numbers on every call, graph-capturable.
+"""The timing protocols' device-side refill of the inputs: A and B rewritten by one memory-bound Triton kernel per
+operand, new numbers on every call, graph-capturable.
 
-Why not ``Tensor.normal_``: on an H200 the refill it made before each captured call took ~44 us at 1_4096_4096 (A and
-a 4096 x 4096 B: 0.7 TB/s), four times the GEMM it preceded, and its low-power time changed the clock the GEMMs ran
-at (benchmarks/results/h200_fresh-inputs-cost_f01efeb_2026-11-28.csv, docs/findings.md). This kernel is bound by
-its writes alone. It draws
-its numbers with Triton's Philox counter generator, keyed by a device-side counter that ``bump`` advances before each
-call: captured in a CUDA graph, every replay and every captured call reads a counter value no other call read, so no
-two timed calls see the same inputs, and the host takes no part. Values are normal with the standard deviation the
-protocols use (K**-0.25), as ``candidate.make_buffers`` draws them.
+Why not ``Tensor.normal_`` or ``tl.randn``: both are bound by their arithmetic, not their writes. On an H200 the
+refill before each captured call took ~44 us with ``normal_`` and ~87 us with ``tl.randn`` (Philox and Box-Muller per
+element: 0.4 TB/s) at 1_4096_4096, where the GEMM it preceded took 10 us, and the low-power time changed the clock the
+GEMMs ran at (``h200_fresh-inputs-cost_*`` in benchmarks/results, docs/findings.md). This kernel spends a few integer
+operations per element: a multiply-xorshift hash of (element, key) whose two 16-bit halves summed give a triangular
+distribution (mean 0, standard deviation 1, bounded at +-2.45: a normal's shape to the eye, every mantissa bit
+random), scaled to the standard deviation the protocols use (K**-0.25, as ``candidate.make_buffers``). The key comes
+from a counter on the device that ``bump`` advances before each call: captured in a CUDA graph, every replay and every
+captured call reads a counter value no other call read, so no two timed calls see the same inputs, and the host takes
+no part.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-BLOCK = 1024
+BLOCK = 2048
+TRI_NORM = 1.0 / 26754.5  # 1 / the standard deviation of the sum of two uniform 16-bit integers, sqrt(2 (2^32-1) / 12)
 CHUNK = 1 << 30   # elements per launch: Philox offsets are 32-bit; each chunk gets its own stream
 _KERNEL: list = []
 
@@ -27,11 +30,16 @@ def _kernel():
         import triton.language as tl  # start-up cost: as above
 
         @triton.jit
-        def normal_fill(out_ptr, n, counter_ptr, stream, scale, BLOCK: tl.constexpr):
+        def normal_fill(out_ptr, n, counter_ptr, stream, scale, BLOCK: tl.constexpr, TRI_NORM: tl.constexpr):
             offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            seed = tl.load(counter_ptr) * 65536 + stream
-            x = tl.randn(seed, offs)
-            tl.store(out_ptr + offs, (x * scale).to(out_ptr.dtype.element_ty), mask=offs < n)
+            key = (tl.load(counter_ptr) * 65536 + stream).to(tl.uint32)
+            key = (key ^ (key >> 16)) * 0x7FEB352D
+            key = (key ^ (key >> 15)) * 0x846CA68B
+            h = (offs.to(tl.uint32) ^ key) * 0x9E3779B1
+            h = (h ^ (h >> 15)) * 0x85EBCA6B
+            h = h ^ (h >> 13)
+            tri = (h & 0xFFFF).to(tl.float32) + (h >> 16).to(tl.float32) - 65535.0
+            tl.store(out_ptr + offs, (tri * (scale * TRI_NORM)).to(out_ptr.dtype.element_ty), mask=offs < n)
 
         _KERNEL.append((normal_fill, triton.cdiv))
     return _KERNEL[0]
@@ -50,14 +58,15 @@ class Refill:
         self.counter.add_(1)
 
     def normal(self, t: Any, operand: int, scale: float) -> None:
-        """Write N(0, scale^2) into the contiguous tensor ``t``; ``operand`` (0..63) keeps the operands of one call
+        """Write numbers of mean 0 and standard deviation ``scale`` (see the module) into the contiguous tensor ``t``; ``operand`` (0..63) keeps the operands of one call
         on different streams."""
         fill, cdiv = _kernel()
         flat = t.view(-1)
         for j, start in enumerate(range(0, flat.numel(), CHUNK)):
             part = flat[start:start + CHUNK]
             stream = operand * 1024 + j
-            fill[(cdiv(part.numel(), BLOCK),)](part, part.numel(), self.counter, stream, scale, BLOCK=BLOCK)
+            fill[(cdiv(part.numel(), BLOCK),)](part, part.numel(), self.counter, stream, scale, BLOCK=BLOCK,
+                                               TRI_NORM=TRI_NORM)
 
 
 __all__ = ["Refill"]
