@@ -15,11 +15,14 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
   ``GEMMRL_VENDOR_TUNE=here`` a cuBLASLt-autotuned entry is autotuned on this machine at build time instead (the
   same screen-and-confirm rule as the baseline, its choice cached per machine) rather than pinned: the autotune's
   pick among near-tie algorithms moves from machine to machine by more than the noise rule's 2%.
-- No entry, ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a
-  kernel the GPU's validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
-- Nothing compiles inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
+- No entry (or an entry that cannot be built or fails its check here): the vendor fallback, the lean cuBLAS /
+  cuBLASLt call with the plan raced best on this GPU for the bucket of M, cached per GPU, driver and cuBLASLt
+  version (serve/vendor_choice.py; ``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul).
+- ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a kernel the GPU's
+  validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
+- Nothing compiles or races inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
   (and built at its next eager call). ``warmup(shapes)`` builds ahead of time. A kernel that fails to build or
-  disagrees with an fp32 reference at build time is not served (a warning says why; torch.matmul serves).
+  disagrees with an fp32 reference at build time is not served (a warning says why; the vendor fallback serves).
 - Entries measured under other torch/Triton/CUDA versions are run through the full correctness battery before
   first use, as are bucket entries at an M they were not measured at.
 
@@ -46,7 +49,7 @@ from ..candidate import make_buffers
 from ..library import PROTOCOL_ORDER, Entry, Library, load_default
 from ..problem import GemmProblem, parse_mnk
 from ..verify import verify
-from . import fastpath, launchers
+from . import fastpath, launchers, vendor_choice
 from .launchers import DispatchError
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -85,6 +88,7 @@ class _State:
         self.lock = threading.RLock()
         self.warned: set[str] = set()
         self.fastpath_tried = False
+        self.choices: dict[Any, vendor_choice.ChoiceCache] = {}  # vendor identity -> its raced choices
 
 
 _S = _State()
@@ -124,6 +128,7 @@ def reset() -> None:
         if _S.ctorch is not None:
             _S.ctorch.clear()
         _S.built.clear()
+        _S.choices.clear()
 
 
 def _warn(msg: str) -> None:
@@ -402,17 +407,27 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     gpu, sw = _identity(device)
     dt = _DTYPES[dtype]
     launchers.vendor_tune()  # a bad GEMMRL_VENDOR_TUNE is the caller's error, not a kernel that failed to build
+    _fallback_settings()
     lib = library()
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
     made: dict[tuple, tuple[Callable, str, tuple]] = {}
 
+    def fallback() -> tuple[Callable, str, tuple]:
+        if ("vendor",) not in made:
+            made[("vendor",)] = _vendor_fallback(problem, device, gpu)
+        return made[("vendor",)]
+
     def serve(order) -> tuple[Callable, str, tuple]:
         e = lib.lookup_any(gpu, dt, "fp32", layout, order, M, N, K)
         if e is None:
-            return launchers.torch_mm, "torch.matmul", ()
+            return fallback()
         ek = (e.family, e.impl, e.algo)
         if ek not in made:
-            made[ek] = _make(e, problem, device, sw)
+            got = _make(e, problem, device, sw)
+            if isinstance(got, str):  # not servable here: the fallback, saying which entry it stands in for
+                call, desc, spec = fallback()
+                got = (call, f"{desc} (entry {e.family}:{e.impl} not served: {got})", spec)
+            made[ek] = got
         return made[ek]
 
     eager, ed, es = serve(PROTOCOL_ORDER["eager"])
@@ -421,9 +436,20 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd, es, gs)
 
 
-def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, str, tuple]:
+def _fallback_settings() -> str:
+    """The vendor fallback's settings, checked (a bad one is the caller's error): its mode."""
+    try:
+        m = vendor_choice.mode()
+        if m == "race":
+            vendor_choice.race_budget_s()
+        return m
+    except vendor_choice.VendorChoiceError as e:
+        raise DispatchError(str(e)) from None
+
+
+def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, str, tuple] | str:
     """A launcher for entry ``e`` at ``problem``, checked, with its spec for the compiled hot paths (() = call the
-    launcher); torch.matmul (with a warning) when it cannot serve."""
+    launcher); the error's type name (with a warning) when it cannot serve: the vendor fallback serves instead."""
     desc = f"{e.family}:{e.impl} ({e.protocol} entry {e.mnk}{'' if e.m_lo == e.m_hi else f', M {e.m_lo}..{e.m_hi}'})"
     try:
         bufs = make_buffers(problem, device, seed=1234)
@@ -439,10 +465,40 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
         else:
             _reference_check(got.call, bufs, problem)
         return got.call, desc, got.spec
-    except Exception as ex:  # noqa: BLE001 - any failure to build (no nvcc, no CUTLASS headers...): torch serves
+    except Exception as ex:  # noqa: BLE001 - any failure to build (no nvcc, no CUTLASS headers...): the fallback serves
         _warn(f"gemmrl: {desc} not served at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex}); "
-              "torch.matmul serves it")
-        return launchers.torch_mm, f"torch.matmul (entry {e.family}:{e.impl} not served: {type(ex).__name__})", ()
+              "the vendor fallback serves it (torch.matmul off CUDA)")
+        return type(ex).__name__
+
+
+def _vendor_fallback(problem: GemmProblem, device, gpu: str) -> tuple[Callable, str, tuple]:
+    """What serves a problem with no servable entry: the vendor plan chosen for its bucket of M on this GPU
+    (serve/vendor_choice.py), checked once against an fp32 product; torch.matmul off CUDA, with
+    GEMMRL_VENDOR_FALLBACK=off, or where the vendor extension cannot be loaded (one warning says why)."""
+    if device.type != "cuda" or vendor_choice.mode() == "off":
+        return launchers.torch_mm, "torch.matmul", ()
+    try:
+        bufs = make_buffers(problem, device, seed=1234)
+        choice = vendor_choice.choose(problem, _choice_cache(device, gpu),
+                                      lambda: vendor_choice.plans_for(problem, bufs))
+        got = launchers.vendor_plan(choice.kind, choice.algo, problem, bufs)
+        _reference_check(got.call, bufs, problem)
+        return got.call, f"vendor: {choice.describe()}{got.note}", got.spec
+    except Exception as ex:  # noqa: BLE001 - no vendor extension here (no nvcc, no cuBLASLt): torch serves
+        _warn(f"gemmrl: the vendor fallback cannot serve {problem.mnk} {problem.layout} here ({type(ex).__name__}: "
+              f"{ex}); torch.matmul serves it (GEMMRL_VENDOR_FALLBACK=off says so without trying)")
+        return launchers.torch_mm, f"torch.matmul (vendor fallback unavailable: {type(ex).__name__})", ()
+
+
+def _choice_cache(device, gpu: str) -> vendor_choice.ChoiceCache | None:
+    """The raced choices of this GPU model, driver and cuBLASLt (one per process and identity)."""
+    from ..kernels import vendor  # the vendor extension: loaded on first use
+
+    v = vendor.load_library().versions()
+    ident = vendor_choice.Identity(gpu, int(v["driver"]), int(v["cublaslt"]))
+    if ident not in _S.choices:
+        _S.choices[ident] = vendor_choice.ChoiceCache(ident)
+    return _S.choices[ident]
 
 
 def _reference_check(fn, bufs, problem: GemmProblem) -> None:

@@ -199,3 +199,26 @@ def _vendor(e: Entry, problem: GemmProblem, bufs: Buffers) -> Launch:
             cand.prepare(problem, bufs, e.protocol, None)
             note = f"{note[:-1]}: {cand.info().get('algo', '?')}]"
     return wrap(_Named(cand, f"gemmrl:{e.impl}", problem.layout), problem, bufs, note)
+
+
+def vendor_plan(kind: str, algo: str, problem: GemmProblem, bufs: Buffers) -> Launch:
+    """The lean vendor call of a vendor-fallback choice (serve/vendor_choice.py) at ``problem``: torch.matmul,
+    cublasGemmEx, or cuBLASLt with the algorithm described by ``algo`` where this shape's heuristic list offers it
+    (else its first; the note says which)."""
+    if kind == "torch":
+        tc = vendor.TorchCandidate()
+        tc.prepare(problem.with_(layout="nn"), bufs, "graph", None)
+        return Launch(torch_mm, _Named(tc, "vendor:torch", problem.layout))
+    if kind not in ("cublas", "cublaslt"):
+        raise ValueError(f"unknown vendor plan kind {kind!r}")
+    cand = vendor.CtypesCandidate(f"vendor:{kind}", problem.layout, "fp32", "cublas" if kind == "cublas" else
+                                  "heuristic")
+    cand.prepare(problem, bufs, "graph", None)
+    note = ""
+    if kind == "cublaslt" and algo:
+        descs = cand.algorithms()
+        if algo in descs:
+            cand.select_algorithm(descs.index(algo))
+        else:
+            note = f" [raced algorithm not among this shape's {len(descs)}: the heuristic's first]"
+    return wrap(_Named(cand, f"vendor:{kind}", problem.layout), problem, bufs, note)

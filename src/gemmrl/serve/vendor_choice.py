@@ -1,0 +1,267 @@
+"""The vendor fallback: what serves a shape the library has no entry for (or an entry that cannot be built here).
+
+Not ``torch.matmul``, which is not the best vendor path (on an H200 it paid ~2x the lean cuBLASLt call per call in
+``server`` at small shapes): the lean cuBLAS / cuBLASLt call of ``kernels/vendor.py`` with the algorithm measured
+best on this GPU, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4-7, ...).
+
+- **Raced once per bucket**, on first sight of a shape in it outside CUDA-graph capture (or at ``warmup``): torch.matmul,
+  cublasGemmEx and the first ``RACE_ALGOS`` of cuBLASLt's heuristic list, called in interleaved rounds and timed with
+  CUDA events, at the M first seen; the fastest median wins. The race stops when ``GEMMRL_VENDOR_RACE_MS`` (default
+  200 ms of wall time) is spent, after at least ``MIN_ROUNDS`` rounds: the cap on what a first call costs.
+- **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version: another
+  driver or cuBLAS version races again. A file that cannot be read is set aside with one warning (nothing raises);
+  one that cannot be written costs a race per process, not a failure.
+- Another M of a raced bucket takes the bucket's choice: a cuBLASLt algorithm is pinned by its description where
+  this shape's heuristic list offers it, else the heuristic's first.
+- ``GEMMRL_VENDOR_FALLBACK``: ``race`` (default), ``heuristic`` (no race: the heuristic's first plan through the lean
+  call), ``off`` (torch.matmul, as before this fallback existed).
+
+Inside capture nothing is raced or built (dispatch.py serves what it built before, else torch.matmul).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import statistics
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..paths import cache_dir
+from ..problem import GemmProblem
+
+MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
+MODES = ("race", "heuristic", "off")
+RACE_MS_ENV = "GEMMRL_VENDOR_RACE_MS"
+RACE_MS = 200.0
+RACE_ALGOS = 4     # cuBLASLt heuristic results raced (its first is one of them)
+MIN_ROUNDS = 3     # timed calls per plan the race makes whatever its budget
+MAX_ROUNDS = 15
+
+
+class VendorChoiceError(ValueError):
+    """A bad setting of the vendor fallback (the caller's error, with what to do)."""
+
+
+def mode() -> str:
+    """``GEMMRL_VENDOR_FALLBACK``, checked."""
+    v = os.environ.get(MODE_ENV, "race").strip().lower() or "race"
+    if v not in MODES:
+        raise VendorChoiceError(f"{MODE_ENV}={v!r}: use 'race' (measure the vendor paths once per bucket of M), "
+                                "'heuristic' (cuBLASLt's first plan, no race) or 'off' (torch.matmul)")
+    return v
+
+
+def race_budget_s() -> float:
+    """``GEMMRL_VENDOR_RACE_MS`` in seconds, checked."""
+    raw = os.environ.get(RACE_MS_ENV, "").strip()
+    try:
+        ms = float(raw) if raw else RACE_MS
+    except ValueError:
+        ms = -1.0
+    if not ms > 0 or ms != ms:
+        raise VendorChoiceError(f"{RACE_MS_ENV}={raw!r}: give the race's cap in milliseconds, a positive number "
+                                f"(default {RACE_MS:g})")
+    return ms / 1e3
+
+
+def m_bucket(M: int) -> tuple[int, int]:
+    """The bucket of M a choice is shared by: [2^i, 2^(i+1) - 1] for the largest 2^i <= M."""
+    if M < 1:
+        raise ValueError(f"M must be >= 1, got {M}")
+    lo = 1 << (M.bit_length() - 1)
+    return lo, 2 * lo - 1
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What a choice is valid for: the GPU model and the driver and cuBLASLt versions."""
+
+    gpu: str
+    driver: int
+    cublaslt: int
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A vendor plan: ``kind`` torch | cublas | cublaslt, ``algo`` the cuBLASLt algorithm's description ('' = the
+    heuristic's first); how it was chosen (raced at ``measured_m``, with every plan's median time, or not)."""
+
+    kind: str
+    algo: str = ""
+    how: str = "heuristic"
+    measured_m: int = 0
+    times_us: tuple = ()
+
+    def describe(self) -> str:
+        what = {"torch": "torch.matmul", "cublas": "cublasGemmEx", "cublaslt": "cuBLASLt"}[self.kind]
+        if self.kind == "cublaslt":
+            what += f" {self.algo}" if self.algo else " (the heuristic's first)"
+        if self.how == "raced":
+            return f"{what} [raced at M={self.measured_m}]"
+        return f"{what} [{self.how}]"
+
+
+def choice_key(problem: GemmProblem) -> str:
+    lo, hi = m_bucket(problem.M)
+    return f"{problem.dtype}|{problem.layout}|N={problem.N}|K={problem.K}|M={lo}-{hi}"
+
+
+class ChoiceCache:
+    """The raced choices of one identity, in one JSON file of the user cache."""
+
+    def __init__(self, ident: Identity, root: Path | None = None):
+        self.ident = ident
+        self.path = (root or cache_dir("vendor-choice")) / f"{ident.digest()}.json"
+        self.choices: dict[str, Choice] = {}
+        self._read()
+
+    def _read(self) -> None:
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return
+        try:
+            raw = json.loads(text)
+            if raw.get("identity") != asdict(self.ident):
+                raise ValueError("written for another GPU, driver or cuBLASLt")
+            self.choices = {k: Choice(**{**v, "times_us": tuple(tuple(t) for t in v.get("times_us", ()))})
+                            for k, v in raw["choices"].items()}
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            aside = self.path.with_name(self.path.name + f".unreadable-{int(time.time())}")
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
+            warnings.warn(f"gemmrl: the vendor-choice cache {self.path} could not be read ({type(e).__name__}: "
+                          f"{e}); set aside as {aside.name}, the vendor paths are raced again", RuntimeWarning,
+                          stacklevel=3)
+            self.choices = {}
+
+    def get(self, problem: GemmProblem) -> Choice | None:
+        return self.choices.get(choice_key(problem))
+
+    def put(self, problem: GemmProblem, choice: Choice) -> bool:
+        """Record ``choice`` and write the file (merged with what another process wrote meanwhile); False where it
+        cannot be written (the choice still serves this process)."""
+        self.choices[choice_key(problem)] = choice
+        tmp = None
+        try:
+            on_disk = ChoiceCache.__new__(ChoiceCache)
+            on_disk.ident, on_disk.path, on_disk.choices = self.ident, self.path, {}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                on_disk._read()
+            merged = {**on_disk.choices, **self.choices}
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.path.parent)
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"identity": asdict(self.ident),
+                           "choices": {k: asdict(v) for k, v in sorted(merged.items())}}, fh, indent=1)
+            os.replace(tmp, self.path)
+            self.choices = merged
+            return True
+        except OSError:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            return False
+
+
+def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], None]], float], budget_s: float,
+         clock: Callable[[], float] = time.perf_counter) -> tuple[str, dict[str, float]]:
+    """The fastest of ``plans`` (name -> a call on prepared buffers) by median ``timer`` time (ms) over interleaved
+    rounds: at least MIN_ROUNDS, more while ``budget_s`` of wall time lasts (at most MAX_ROUNDS). A plan that
+    raises is out. Returns (winner, {name: median us})."""
+    t0 = clock()
+    samples: dict[str, list[float]] = {}
+    live = dict(plans)
+    for name, fn in list(live.items()):  # one untimed call each: builds, first-launch costs
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - a plan that cannot run this shape is not a candidate
+            del live[name]
+    if not live:
+        raise RuntimeError("no vendor plan ran this shape")
+    for r in range(MAX_ROUNDS):
+        if r >= MIN_ROUNDS and clock() - t0 > budget_s:
+            break
+        order = list(live) if r % 2 == 0 else list(reversed(live))
+        for name in order:
+            samples.setdefault(name, []).append(timer(live[name]))
+    med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    return min(med, key=med.get), med
+
+
+def event_timer(fn: Callable[[], None]) -> float:
+    """Device time of one call of ``fn`` (ms), between CUDA events on the current stream."""
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e)
+
+
+def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
+           timer: Callable = event_timer, budget_s: float | None = None) -> Choice:
+    """The bucket's cached choice, else (mode 'race') a race of ``plans()`` recorded in ``cache``, else the
+    heuristic's first cuBLASLt plan. Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>'."""
+    m = mode()
+    if m == "off":
+        return Choice("torch", how="off")
+    got = cache.get(problem) if cache is not None else None
+    if got is not None:
+        return got
+    if m == "heuristic":
+        return Choice("cublaslt", how="heuristic")
+    winner, med = race(plans(), timer, race_budget_s() if budget_s is None else budget_s)
+    kind, _, rest = winner.partition("#")
+    algo = rest.split(" ", 1)[1] if kind == "cublaslt" and " " in rest else ""
+    c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())))
+    if cache is not None:
+        cache.put(problem, c)
+    return c
+
+
+def plans_for(problem: GemmProblem, bufs: Any) -> dict[str, Callable[[], None]]:
+    """The vendor plans raced at ``problem`` on the prepared buffers ``bufs`` (CUDA): torch.matmul, cublasGemmEx and
+    the first RACE_ALGOS cuBLASLt heuristic results, each a call in the problem's layout."""
+    from ..kernels import vendor  # the vendor extension: built or loaded on first use
+
+    a, b, bt, c = bufs.args()
+    tn = problem.layout == "tn"
+    bv = bt.t() if tn else b
+    out: dict[str, Callable[[], Any]] = {"torch": lambda: vendor_torch(a, bv, c)}
+    cb = vendor.CtypesCandidate("vendor:cublas", problem.layout, "fp32", "cublas")
+    cb.prepare(problem, bufs, "graph", None)
+    out["cublas"] = lambda: cb(a, b, bt, c)
+    first = vendor.CtypesCandidate("vendor:cublaslt", problem.layout, "fp32", "heuristic")
+    first.prepare(problem, bufs, "graph", None)
+    descs = first.algorithms()
+    for i, d in enumerate(descs[:RACE_ALGOS]):
+        cand = first if i == 0 else vendor.CtypesCandidate(f"vendor:cublaslt#{i}", problem.layout, "fp32",
+                                                           "heuristic")
+        if i:
+            cand.prepare(problem, bufs, "graph", None)
+            cand.select_algorithm(i)
+        out[f"cublaslt#{i} {d}"] = (lambda cand=cand: cand(a, b, bt, c))
+    return out
+
+
+def vendor_torch(a, b, c) -> None:
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    torch.matmul(a, b, out=c)
+
+
+__all__ = ["Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "m_bucket", "mode",
+           "plans_for", "race", "race_budget_s"]

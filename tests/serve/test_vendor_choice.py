@@ -1,0 +1,227 @@
+"""The vendor fallback (serve/vendor_choice.py): buckets of M at every edge, the race (fastest median, plans that fail
+are out, the first-call cap), the choice cache (per GPU, driver and cuBLASLt; an unreadable file set aside with one
+warning; an unwritable one costs a race, not a failure), the settings, and the dispatcher serving a shape with no
+entry through it (raced once per bucket, nothing raced inside capture). CPU tier: the plans are stand-ins and the
+device says it is CUDA; the GPU tier's test of the real plans is in test_dispatch.py."""
+
+from __future__ import annotations
+
+import json
+import types
+import warnings
+
+import pytest
+import torch
+
+from gemmrl.candidate import make_buffers
+from gemmrl.library import Library
+from gemmrl.problem import GemmProblem
+from gemmrl.serve import dispatch, launchers
+from gemmrl.serve import vendor_choice as VC
+from gemmrl.serve.launchers import DispatchError
+
+IDENT = VC.Identity("NVIDIA H200", 580159, 130100)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(VC.MODE_ENV, raising=False)
+    monkeypatch.delenv(VC.RACE_MS_ENV, raising=False)
+
+
+def P(M, N=4096, K=4096, dtype="fp16", layout="tn"):
+    return GemmProblem(M, N, K, dtype=dtype, acc="fp32", layout=layout)
+
+
+@pytest.mark.parametrize("M, bucket", [(1, (1, 1)), (2, (2, 3)), (3, (2, 3)), (4, (4, 7)), (7, (4, 7)), (8, (8, 15)),
+                                       (15, (8, 15)), (16, (16, 31)), (1023, (512, 1023)), (1024, (1024, 2047)),
+                                       (16383, (8192, 16383)), (16384, (16384, 32767))])
+def test_m_buckets_at_their_edges(M, bucket):
+    assert VC.m_bucket(M) == bucket
+    assert VC.choice_key(P(M)) == VC.choice_key(P(bucket[0])) == VC.choice_key(P(bucket[1]))
+    assert VC.choice_key(P(bucket[1] + 1)) != VC.choice_key(P(M))
+
+
+def test_the_key_holds_dtype_layout_n_and_k():
+    keys = {VC.choice_key(p) for p in (P(5), P(5, dtype="bf16"), P(5, layout="nn"), P(5, N=4097), P(5, K=11))}
+    assert len(keys) == 5
+    with pytest.raises(ValueError):
+        VC.m_bucket(0)
+
+
+class Clock:
+    def __init__(self, step):
+        self.t, self.step = 0.0, step
+
+    def __call__(self):
+        self.t += self.step
+        return self.t
+
+
+def _timer(times):
+    return lambda fn: times[fn.__name__] * (1.0 + 0.001 * fn())  # fn() returns a jitter step
+
+
+def _plans(times, calls):
+    def make(name):
+        def fn():
+            calls[name] = calls.get(name, 0) + 1
+            if times[name] is None:
+                raise RuntimeError("cannot run this shape")
+            return calls[name] % 3
+        fn.__name__ = name
+        return fn
+    return {n: make(n) for n in times}
+
+
+def test_the_race_picks_the_fastest_median_and_drops_plans_that_fail():
+    times = {"torch": 0.030, "cublas": 0.020, "cublaslt#0 a": 0.018, "cublaslt#1 b": 0.012, "cublaslt#2 c": None}
+    calls = {}
+    win, med = VC.race(_plans(times, calls), _timer(times), budget_s=1.0, clock=Clock(0.0))
+    assert win == "cublaslt#1 b" and set(med) == set(times) - {"cublaslt#2 c"}
+    assert med["cublaslt#1 b"] == pytest.approx(12.0, rel=0.01)  # microseconds
+    assert calls["torch"] == VC.MAX_ROUNDS + 1 and calls["cublaslt#2 c"] == 1  # one untimed call each first
+
+
+def test_the_race_stops_at_its_cap_after_the_minimum_rounds():
+    times = {"torch": 0.03, "cublas": 0.02}
+    calls = {}
+    VC.race(_plans(times, calls), _timer(times), budget_s=0.5, clock=Clock(1.0))  # every round "takes" 1 s
+    assert calls == {"torch": VC.MIN_ROUNDS + 1, "cublas": VC.MIN_ROUNDS + 1}
+    with pytest.raises(RuntimeError, match="no vendor plan"):
+        VC.race(_plans({"torch": None}, {}), _timer({"torch": None}), 1.0)
+
+
+def test_choose_races_once_per_bucket_and_caches_per_identity():
+    times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 algo=7 tile=128x64": 0.01}
+    raced = []
+
+    def plans():
+        raced.append(1)
+        return _plans(times, {})
+
+    cache = VC.ChoiceCache(IDENT)
+    c = VC.choose(P(37), cache, plans, _timer(times), budget_s=0.0)
+    assert (c.kind, c.algo, c.how, c.measured_m) == ("cublaslt", "algo=7 tile=128x64", "raced", 37)
+    assert "raced at M=37" in c.describe() and dict(c.times_us)["torch"] == pytest.approx(30.0, rel=0.01)
+    assert VC.choose(P(63), cache, plans, _timer(times)) == c and len(raced) == 1  # same bucket 32..63
+    VC.choose(P(64), cache, plans, _timer(times), budget_s=0.0)
+    assert len(raced) == 2  # the next bucket races again
+    again = VC.ChoiceCache(IDENT)  # another process: read from the user cache
+    assert again.get(P(40)) == c
+    other = VC.ChoiceCache(VC.Identity("NVIDIA H200", 580160, 130100))  # another driver: its own file, empty
+    assert other.get(P(40)) is None and other.path != again.path
+
+
+def test_modes_heuristic_and_off_do_not_race(monkeypatch):
+    def plans():
+        raise AssertionError("raced")
+
+    monkeypatch.setenv(VC.MODE_ENV, "heuristic")
+    c = VC.choose(P(3), VC.ChoiceCache(IDENT), plans)
+    assert (c.kind, c.algo, c.how) == ("cublaslt", "", "heuristic") and "heuristic's first" in c.describe()
+    monkeypatch.setenv(VC.MODE_ENV, "OFF")
+    assert VC.choose(P(3), None, plans).kind == "torch"
+
+
+@pytest.mark.parametrize("env, value, match", [(VC.MODE_ENV, "fast", "race.*heuristic.*off"),
+                                               (VC.RACE_MS_ENV, "-5", "milliseconds"),
+                                               (VC.RACE_MS_ENV, "nan", "milliseconds"),
+                                               (VC.RACE_MS_ENV, "soon", "milliseconds")])
+def test_bad_settings_are_one_line_errors(monkeypatch, env, value, match):
+    monkeypatch.setenv(env, value)
+    with pytest.raises(DispatchError, match=match) as e:
+        dispatch._fallback_settings()
+    assert "\n" not in str(e.value) and value in str(e.value)
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"identity": {"gpu": "other"}, "choices": {}}),
+                                     json.dumps({"identity": None, "choices": []}), "[]"])
+def test_an_unreadable_cache_is_set_aside_with_one_warning(content):
+    cache = VC.ChoiceCache(IDENT)
+    cache.path.write_text(content)
+    with pytest.warns(RuntimeWarning, match="could not be read.*set aside") as rec:
+        fresh = VC.ChoiceCache(IDENT)
+    assert len([w for w in rec if issubclass(w.category, RuntimeWarning)]) == 1
+    assert fresh.choices == {} and not fresh.path.exists()
+    assert list(fresh.path.parent.glob(fresh.path.name + ".unreadable-*"))  # kept for a look, not deleted
+    assert fresh.put(P(5), VC.Choice("cublas", how="raced", measured_m=5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert VC.ChoiceCache(IDENT).get(P(6)).kind == "cublas"
+
+
+def test_writers_merge_and_an_unwritable_cache_is_not_an_error(tmp_path, monkeypatch):
+    a, b = VC.ChoiceCache(IDENT), VC.ChoiceCache(IDENT)
+    assert a.put(P(5), VC.Choice("cublas", how="raced", measured_m=5))
+    assert b.put(P(100), VC.Choice("torch", how="raced", measured_m=100))  # b read before a wrote: merged
+    both = VC.ChoiceCache(IDENT)
+    assert both.get(P(5)).kind == "cublas" and both.get(P(100)).kind == "torch"
+    ro = VC.ChoiceCache(IDENT, root=tmp_path / "missing" / "dir")
+    assert ro.put(P(5), VC.Choice("torch")) is False and ro.get(P(5)).kind == "torch"  # serves this process
+
+
+# -- the dispatcher ------------------------------------------------------------------------------------------
+N, K = 40, 24
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """``dispatch._build`` on a device of type cuda whose plans are CPU stand-ins; returns (build, race log, plans
+    made)."""
+    raced, made = [], []
+    times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 algo=1": 0.015, "cublaslt#1 algo=9": 0.01}
+
+    def plans_for(problem, bufs):
+        raced.append(problem.M)
+        return _plans(times, {})
+
+    def vendor_plan(kind, algo, problem, bufs):
+        made.append((kind, algo, problem.M))
+        return launchers.Launch(launchers.torch_mm, None, (), f" [{kind} stand-in]")
+
+    monkeypatch.setattr(dispatch, "_identity", lambda device: ("NVIDIA H200", {"torch": torch.__version__}))
+    monkeypatch.setattr(dispatch, "make_buffers", lambda problem, device, seed=0: make_buffers(problem, "cpu", seed))
+    monkeypatch.setattr(dispatch, "_choice_cache", lambda device, gpu: VC.ChoiceCache(IDENT))
+    monkeypatch.setattr(VC, "plans_for", plans_for)
+    monkeypatch.setattr(VC, "event_timer", _timer(times))
+    monkeypatch.setattr(VC.choose, "__defaults__", (_timer(times), 0.0))
+    monkeypatch.setattr(launchers, "vendor_plan", vendor_plan)
+    dev = types.SimpleNamespace(type="cuda", index=0)
+    dispatch.use_library(Library())
+
+    def build(M):
+        return dispatch._build(M, N, K, torch.float16, "tn", dev)
+
+    yield build, raced, made
+    dispatch.use_library(Library())
+
+
+def test_a_shape_with_no_entry_is_served_by_the_raced_vendor_plan(fake_gpu):
+    build, raced, made = fake_gpu
+    s = build(37)
+    assert s.eager_desc == s.graph_desc == "vendor: cuBLASLt algo=9 [raced at M=37] [cublaslt stand-in]"
+    assert raced == [37] and made == [("cublaslt", "algo=9", 37)]  # one plan for the eager and the graph lookup
+    assert build(50).eager_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=37]") and raced == [37]
+    build(64)
+    assert raced == [37, 64]
+
+
+def test_off_serves_torch_matmul_and_heuristic_the_first_plan(fake_gpu, monkeypatch):
+    build, raced, made = fake_gpu
+    monkeypatch.setenv(VC.MODE_ENV, "off")
+    assert build(5).eager_desc == "torch.matmul" and raced == [] and made == []
+    monkeypatch.setenv(VC.MODE_ENV, "heuristic")
+    assert build(5).eager_desc.startswith("vendor: cuBLASLt (the heuristic's first) [heuristic]") and raced == []
+
+
+def test_nothing_is_raced_inside_capture(fake_gpu, monkeypatch):
+    _, raced, _ = fake_gpu
+    monkeypatch.setattr(dispatch, "_capturing", lambda: True)
+    a, b = torch.randn(9, K).half(), torch.randn(N, K).half().t()
+    key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, 0, 0)
+    s = dispatch._miss(key, types.SimpleNamespace(  # an a that says it is on CUDA device 0
+        dtype=a.dtype, device=a.device, dim=a.dim, shape=a.shape, numel=a.numel, get_device=lambda: 0,
+        is_contiguous=a.is_contiguous), b)
+    assert s.eager_desc == "torch.matmul" and raced == []  # served by torch now, built at the next eager call
