@@ -450,9 +450,52 @@ def test_capture_seen_and_unseen_shapes_gpu(lib, layout):
     torch.cuda.synchronize()
     assert (out.float() - a.float() @ b.float()).abs().max() <= tol(512)
     assert (out2.float() - a2.float() @ b.float()).abs().max() <= tol(512)
-    assert gemmrl.served_by(a2, b)["eager"] == "torch.matmul"  # built eagerly now: no entry there
+    assert gemmrl.served_by(a2, b)["eager"].startswith("vendor: ")  # built eagerly now: the vendor fallback
     e = gemmrl.mm(a, b)
     assert (e.float() - a.float() @ b.float()).abs().max() <= tol(512)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_an_unseen_shape_is_served_by_the_raced_vendor_plan_gpu(lib, layout, tmp_path, monkeypatch):
+    """No entry: warmup races the vendor plans for the bucket of M and caches the winner in the user cache; the shape
+    is served by it (eagerly and in a graph) with torch's result; another M of the bucket takes the same choice
+    without a race; a shape first seen inside a capture is served by torch.matmul there, by the vendor plan after."""
+    from gemmrl.serve import vendor_choice
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    raced = []
+    real = vendor_choice.race
+    monkeypatch.setattr(vendor_choice, "race", lambda *a, **k: (raced.append(1), real(*a, **k))[1])
+    lib()
+    dev = torch.device("cuda")
+    N, K = 1000, 776
+
+    def operands(M):
+        a = torch.randn(M, K, device=dev).half()
+        return a, (torch.randn(K, N, device=dev).half() if layout == "nn" else torch.randn(N, K, device=dev).half().t())
+
+    rec = gemmrl.warmup([(37, N, K)], layouts=(layout,))
+    assert rec[0]["eager"].startswith("vendor: ") and "raced at M=37" in rec[0]["eager"] and raced == [1], rec
+    files = list((tmp_path / "vendor-choice").glob("*.json"))
+    assert len(files) == 1 and f"{layout}|N={N}|K={K}|M=32-63" in files[0].read_text()
+    a, b = operands(37)
+    assert (gemmrl.mm(a, b).float() - a.float() @ b.float()).abs().max() <= tol(K)
+    a50, _ = operands(50)
+    assert "raced at M=37" in gemmrl.served_by(a50, b)["eager"] and raced == [1]  # the bucket's choice, no race
+    a9, _ = operands(9)
+    out9, out = torch.empty(9, N, device=dev, dtype=torch.half), torch.empty(37, N, device=dev, dtype=torch.half)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gemmrl.mm(a, b, out=out)
+        gemmrl.mm(a9, b, out=out9)  # first seen here: torch.matmul, nothing raced or built in the capture
+    out.fill_(float("nan"))
+    out9.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert (out.float() - a.float() @ b.float()).abs().max() <= tol(K)
+    assert (out9.float() - a9.float() @ b.float()).abs().max() <= tol(K) and raced == [1]
+    assert gemmrl.served_by(a9, b)["eager"].startswith("vendor: ") and raced == [1, 1]  # raced at its next eager call
 
 
 @pytest.mark.gpu
