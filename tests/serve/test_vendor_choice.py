@@ -84,6 +84,17 @@ def test_the_race_picks_the_fastest_median_and_drops_plans_that_fail():
     assert calls["torch"] == VC.MAX_ROUNDS + 1 and calls["cublaslt#2 c"] == 1  # one untimed call each first
 
 
+def test_the_first_round_screens_and_the_fastest_go_on():
+    times = {f"cublaslt#{i} algo={i}": 0.010 + 0.001 * ((i * 7) % 18) for i in range(16)}
+    times.update(torch=0.05, cublas=0.011)
+    calls = {}
+    win, med = VC.race(_plans(times, calls), _timer(times), budget_s=1.0, clock=Clock(0.0))
+    kept = sorted(times, key=times.get)[:VC.KEEP]
+    assert win == kept[0] and set(med) == set(kept)
+    assert all(calls[n] == VC.MAX_ROUNDS + 1 for n in kept)
+    assert all(calls[n] == 2 for n in times if n not in kept)  # the untimed call and the screening sample
+
+
 def test_the_race_stops_at_its_cap_after_the_minimum_rounds():
     times = {"torch": 0.03, "cublas": 0.02}
     calls = {}

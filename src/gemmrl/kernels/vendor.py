@@ -558,6 +558,17 @@ class CtypesCandidate:
         """The descriptions of the prepared plan's heuristic results, in the heuristic's order."""
         return [self._lib.describe(self._ptr, i) for i in range(self._lib.plan_count(self._ptr))]
 
+    def algorithm_call(self, index: int) -> Callable[[Any, Any, Any, Any], None]:
+        """``f(a, b, bt, c)`` running heuristic result ``index`` of the prepared plan (the selected one unchanged):
+        what a race among the plan's algorithms calls."""
+        lib, ptr, tn, device, stream = self._lib, self._ptr, self._tn, self._device, self._stream
+
+        def call(a, b, bt, c) -> None:
+            st = lib.run_index(ptr, index, a.data_ptr(), (bt if tn else b).data_ptr(), c.data_ptr(), stream(device))
+            if st:
+                raise VendorError(f"{self.name} algorithm {index}: {lib.message(st)} (status {st})")
+        return call
+
     def select_algorithm(self, index: int) -> None:
         """Run heuristic result ``index`` of the prepared plan from now on."""
         self._lib.check(self._lib.plan_select(self._ptr, index), "vb_plan_select")

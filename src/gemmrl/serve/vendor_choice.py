@@ -5,9 +5,12 @@ Not ``torch.matmul``, which is not the best vendor path (on an H200 it paid ~2x 
 best on this GPU, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4-7, ...).
 
 - **Raced once per bucket**, on first sight of a shape in it outside CUDA-graph capture (or at ``warmup``): torch.matmul,
-  cublasGemmEx and the first ``RACE_ALGOS`` of cuBLASLt's heuristic list, called in interleaved rounds and timed with
-  CUDA events, at the M first seen; the fastest median wins. The race stops when ``GEMMRL_VENDOR_RACE_MS`` (default
-  200 ms of wall time) is spent, after at least ``MIN_ROUNDS`` rounds: the cap on what a first call costs.
+  cublasGemmEx and the first ``RACE_ALGOS`` of cuBLASLt's heuristic list, at the M first seen. Each sample is a batch
+  of back-to-back calls between CUDA events (about BATCH_US long, so a call's launch latency does not decide: timed
+  one call at a time, a 7 us algorithm read slower than a 9 us one on an H200); a first round screens every plan,
+  the KEEP fastest go on in interleaved rounds, the fastest median wins. The race stops when
+  ``GEMMRL_VENDOR_RACE_MS`` (default 200 ms of wall time) is spent, after at least ``MIN_ROUNDS`` samples: the cap
+  on what a first call costs.
 - **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version: another
   driver or cuBLAS version races again. A file that cannot be read is set aside with one warning (nothing raises);
   one that cannot be written costs a race per process, not a failure.
@@ -40,9 +43,12 @@ MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
 RACE_MS_ENV = "GEMMRL_VENDOR_RACE_MS"
 RACE_MS = 200.0
-RACE_ALGOS = 4     # cuBLASLt heuristic results raced (its first is one of them)
-MIN_ROUNDS = 3     # timed calls per plan the race makes whatever its budget
+RACE_ALGOS = 16    # cuBLASLt heuristic results raced (its first is one of them)
+KEEP = 6           # plans kept after the first (screening) round
+MIN_ROUNDS = 3     # timed samples per kept plan the race takes whatever its budget
 MAX_ROUNDS = 15
+BATCH_US = 100.0   # a timed sample is a batch of back-to-back calls this long (launch latency amortised)
+MAX_BATCH = 32
 
 
 class VendorChoiceError(ValueError):
@@ -195,20 +201,31 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
         order = list(live) if r % 2 == 0 else list(reversed(live))
         for name in order:
             samples.setdefault(name, []).append(timer(live[name]))
+        if r == 0 and len(live) > KEEP:  # screening: the rest race on
+            kept = sorted(live, key=lambda n: samples[n][0])[:KEEP]
+            live = {n: live[n] for n in live if n in kept}
+            samples = {n: samples[n] for n in live}
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
     return min(med, key=med.get), med
 
 
 def event_timer(fn: Callable[[], None]) -> float:
-    """Device time of one call of ``fn`` (ms), between CUDA events on the current stream."""
+    """Device time per call of ``fn`` (ms): a batch of back-to-back calls between CUDA events on the current stream,
+    sized from one call to last about BATCH_US (at most MAX_BATCH calls)."""
     import torch  # start-up cost: torch loads on first use, not on import
 
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e)
+
+    def batch(n: int) -> float:
+        s.record()
+        for _ in range(n):
+            fn()
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) / n
+
+    one = batch(1)  # launch latency included: an upper bound of the call's time
+    return batch(max(1, min(MAX_BATCH, int(BATCH_US / max(one * 1e3, 1e-3)) + 1)))
 
 
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
@@ -244,16 +261,10 @@ def plans_for(problem: GemmProblem, bufs: Any) -> dict[str, Callable[[], None]]:
     cb = vendor.CtypesCandidate("vendor:cublas", problem.layout, "fp32", "cublas")
     cb.prepare(problem, bufs, "graph", None)
     out["cublas"] = lambda: cb(a, b, bt, c)
-    first = vendor.CtypesCandidate("vendor:cublaslt", problem.layout, "fp32", "heuristic")
-    first.prepare(problem, bufs, "graph", None)
-    descs = first.algorithms()
-    for i, d in enumerate(descs[:RACE_ALGOS]):
-        cand = first if i == 0 else vendor.CtypesCandidate(f"vendor:cublaslt#{i}", problem.layout, "fp32",
-                                                           "heuristic")
-        if i:
-            cand.prepare(problem, bufs, "graph", None)
-            cand.select_algorithm(i)
-        out[f"cublaslt#{i} {d}"] = (lambda cand=cand: cand(a, b, bt, c))
+    lt = vendor.CtypesCandidate("vendor:cublaslt", problem.layout, "fp32", "heuristic")
+    lt.prepare(problem, bufs, "graph", None)
+    for i, d in enumerate(lt.algorithms()[:RACE_ALGOS]):
+        out[f"cublaslt#{i} {d}"] = (lambda f=lt.algorithm_call(i): f(a, b, bt, c))
     return out
 
 
