@@ -4,6 +4,7 @@
     gemmrl lib show 64_4096_64 --dtype bf16
     gemmrl lib build benchmarks/results/h100_*.csv --out library.json
     gemmrl warmup --shapes shapes.txt --layouts tn,nn
+    gemmrl warmup --model qwen2.5-7b --tokens 1-8192 --layouts tn
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from ..candidate import make_buffers
 from ..library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, known_gpu,
                       load_default, require_known_gpus, stale_before, unjudged_repins, user_library_path)
+from ..models import model_shapes
 from ..problem import GemmProblem, parse_mnk
 from ..results import ResultsError, read_rows
 from ..summary import BASELINES, usable
@@ -229,9 +231,46 @@ def cmd_verify(args) -> int:
     return 1 if bad else 0
 
 
+MAX_TOKENS = 65536
+
+
+def token_ms(spec: str) -> list[int]:
+    """The token counts (M) ``--tokens`` asks to warm: a range ``LO-HI`` gives one M per bucket of M the vendor
+    fallback shares a choice over (powers of two: LO, then each power of two up to HI), a comma list gives itself."""
+    try:
+        if "-" in spec.strip()[1:]:
+            lo, hi = (int(x) for x in spec.split("-"))
+            if not 1 <= lo <= hi <= MAX_TOKENS:
+                raise ValueError
+            ms = [lo] + [1 << i for i in range(lo.bit_length(), hi.bit_length()) if (1 << i) <= hi]
+        else:
+            ms = sorted({int(x) for x in comma_list(spec)})
+            if not ms or not 1 <= ms[0] <= ms[-1] <= MAX_TOKENS:
+                raise ValueError
+    except ValueError:
+        raise CliError(f"--tokens {spec!r}: give a range LO-HI (e.g. 1-8192) or a comma list (e.g. 1,16,64) of token "
+                       f"counts in 1..{MAX_TOKENS}") from None
+    return ms
+
+
+def warmup_problems(args) -> list[GemmProblem]:
+    """The shapes `gemmrl warmup` builds: a model's layers at ``--tokens``, or --mnk / --grid / --shapes."""
+    if args.model is None:
+        if args.tokens is not None:
+            raise CliError("--tokens goes with --model (the token counts of that model's layers)")
+        return problems_from(args)[0]
+    if any((args.mnk, args.grid, args.shapes)):
+        raise CliError("give one of --model, --mnk, --grid or --shapes")
+    try:
+        return model_shapes(args.model, token_ms(args.tokens or "1-8192"), dtype=args.dtype, acc=args.acc)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+
+
 def cmd_warmup(args) -> int:
-    """`gemmrl warmup`: build what serves these shapes now (compiles into the on-disk caches)."""
-    problems, _ = problems_from(args)
+    """`gemmrl warmup`: build what serves these shapes now (compiles into the on-disk caches; races the vendor
+    fallback once per bucket of M where no entry serves)."""
+    problems = warmup_problems(args)
     layouts = comma_list(args.layouts)
     if not layouts or set(layouts) - {"tn", "nn"}:
         raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
@@ -241,7 +280,7 @@ def cmd_warmup(args) -> int:
 
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     for r in dispatch.warmup([(p.M, p.N, p.K) for p in problems], dtype=dt, layouts=layouts):
-        print(f"{r['mnk']:>20} {r['layout']}  eager: {r['eager']}\n{'':>23} graph: {r['graph']}")
+        print(f"{r['mnk']:>20} {r['layout']}  eager: {r['eager']}\n{'':>23} graph: {r['graph']}", flush=True)
     return 0
 
 
@@ -290,6 +329,9 @@ def add_parser(sub) -> None:
     p.set_defaults(lib_func=cmd_verify)
     w = sub.add_parser("warmup", help="build what serves these shapes now (compiles into the on-disk caches)")
     shape_args(w)
+    w.add_argument("--model", help="a model's linear layers (gemmrl tune --model's names; comma list or all)")
+    w.add_argument("--tokens", help="with --model: token counts, a range LO-HI (one per bucket of M, default 1-8192) "
+                                    "or a comma list")
     w.add_argument("--layouts", default="tn,nn")
     w.set_defaults(func=cmd_warmup)
 
