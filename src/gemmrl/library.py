@@ -60,6 +60,9 @@ class LibraryError(ValueError):
     pass
 
 
+AS_GPU_SOURCE = "as-gpu from "  # how an entry relabelled for another GPU model (lib export --as-gpu) says so
+
+
 @dataclass(frozen=True)
 class Entry:
     gpu: str
@@ -124,6 +127,11 @@ class Entry:
 
     def key(self) -> tuple:
         return (self.gpu, self.dtype, self.acc, self.layout, self.protocol, self.N, self.K, self.m_lo, self.m_hi)
+
+    @property
+    def relabelled(self) -> bool:
+        """Measured on another GPU model and relabelled for this one (``gemmrl lib export --as-gpu``)."""
+        return self.source.startswith(AS_GPU_SOURCE)
 
     def same_software(self, versions: Mapping[str, str]) -> bool:
         return all(not getattr(self, k) or not versions.get(k) or getattr(self, k) == versions[k] for k in SOFTWARE)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import types
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
 
 from gemmrl.candidate import make_buffers
-from gemmrl.library import Entry, Library
+from gemmrl.library import AS_GPU_SOURCE, Entry, Library
 from gemmrl.serve import dispatch, launchers
 
 GPU = "NVIDIA H100 80GB HBM3"
@@ -92,3 +93,12 @@ def test_a_battery_failure_is_a_warning_and_the_fallback_serves(on_a_fake_gpu):
     with warnings.catch_warnings():  # a measured M of the same entry is still served by it
         warnings.simplefilter("error", RuntimeWarning)
         assert build(Library([_bucket()]), 8).eager_desc.startswith(f"triton:{CFG}")
+
+
+@pytest.mark.interpreter
+def test_an_entry_relabelled_for_this_gpu_runs_the_battery_even_where_measured(on_a_fake_gpu):
+    """`gemmrl lib export --as-gpu` serves one GPU model's picks on another: measured there, not here."""
+    build, calls, _ = on_a_fake_gpu
+    e = _bucket()
+    build(Library([replace(e, source=f"{AS_GPU_SOURCE}NVIDIA H100 80GB HBM3: {e.source}")]), 8)
+    assert calls == [f"8_{N}_{K}"]

@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..candidate import make_buffers
-from ..library import (FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries, known_gpu,
-                      load_default, require_known_gpus, stale_before, unjudged_repins, user_library_path)
+from ..library import (AS_GPU_SOURCE, FAMILIES, PROTOCOL_ORDER, Library, LibraryError, TrialsStore, build_entries,
+                      known_gpu, load_default, require_known_gpus, stale_before, unjudged_repins, user_library_path)
 from ..models import model_shapes
 from ..problem import GemmProblem, parse_mnk
 from ..results import ResultsError, read_rows
@@ -167,7 +167,7 @@ def retarget(lib: Library, gpu: str) -> Library:
                           f"({', '.join(src) or 'none'}): pick one with --gpu")
     if src[0] == gpu:
         raise LibCliError(f"the entries are already {gpu}'s")
-    return Library(replace(e, gpu=gpu, source=f"as-gpu from {e.gpu}: {e.source}") for e in lib.entries)
+    return Library(replace(e, gpu=gpu, source=f"{AS_GPU_SOURCE}{e.gpu}: {e.source}") for e in lib.entries)
 
 
 def cmd_export(args) -> int:

@@ -23,8 +23,8 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
 - Nothing compiles or races inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
   (and built at its next eager call). ``warmup(shapes)`` builds ahead of time. A kernel that fails to build or
   disagrees with an fp32 reference at build time is not served (a warning says why; the vendor fallback serves).
-- Entries measured under other torch/Triton/CUDA versions are run through the full correctness battery before
-  first use, as are bucket entries at an M they were not measured at.
+- Entries measured under other torch/Triton/CUDA versions, or on another GPU model (``lib export --as-gpu``), are run
+  through the full correctness battery before first use, as are bucket entries at an M they were not measured at.
 
 Under torch.compile (and for tensor subclasses) the call goes through the custom op ``torch.ops.gemmrl.mm``
 (register_fake for tracing, dynamic M included; autograd registered). Eager autograd (an operand requires grad
@@ -455,10 +455,10 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
         bufs = make_buffers(problem, device, seed=1234)
         got = launchers.launch(e, problem, bufs)
         desc += got.note
-        measured = problem.mnk in e.members
+        measured = problem.mnk in e.members and not e.relabelled  # measured here, on this GPU model
         if e.same_software(sw) and measured:
             _reference_check(got.call, bufs, problem)
-        elif device.type == "cuda":  # another software stack, or an M the bucket was not measured at
+        elif device.type == "cuda":  # another software stack or GPU model, or an M the bucket was not measured at
             v = verify(got.candidate, problem, "cuda")
             if not v.passed:
                 raise RuntimeError(f"failed the correctness battery: {v.reason}")
