@@ -360,7 +360,7 @@ def cmd_tune(args) -> int:
     if args.library_out:
         lib = Library(winners(store, gpu))
         lib.save(args.library_out)
-        print(f"tune: library of {len(lib.entries)} entries -> {args.library_out}")
+        print(f"tune: library of {len(lib.entries)} entries -> {args.library_out}; {library_figure(lib)}")
     geo = math.exp(sum(math.log(max(1.0, v)) for v in report.best.values()) / max(1, len(problems)))
     if dry:
         print(f"tune (dry run: the cost model's guesses, nothing built or measured): {report.groups} groups, "
@@ -375,6 +375,17 @@ def cmd_tune(args) -> int:
               f"--library)")
     store.close()
     return 0
+
+
+def library_figure(lib: Library) -> str:
+    """What a built library claims, from its entries' own measurements (vendor_best_ms / time_ms per entry), or
+    that it claims nothing: the figure of the library, not of the clipped rewards."""
+    ratios = [e.vendor_best_ms / e.time_ms for e in lib.entries if e.time_ms > 0 and e.vendor_best_ms > 0]
+    if not ratios:
+        return "no entry: nothing measured faster than vendor_best (the vendor fallback serves every shape)"
+    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    return (f"its entries over vendor_best where they were measured: geomean {geo:.3f}x over {len(ratios)} entries "
+            f"(min {min(ratios):.3f}x; selection-run numbers: re-measure with gemmrl bench --library FILE)")
 
 
 def _hardware(device: int | None):

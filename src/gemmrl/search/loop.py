@@ -303,7 +303,7 @@ class Tuner:
         b = self.best()
         here = b.get(key)
         geo = math.exp(sum(math.log(max(1.0, v)) for v in b.values()) / len(b)) if b else float("nan")
-        return (f"{key} best {here:.3f}x" if here else f"{key} no win") + f" | library geomean {geo:.3f}x"
+        return (f"{key} best {here:.3f}x" if here else f"{key} no win") + f" | best-so-far geomean {geo:.3f}x"
 
     def _bar(self, total: int):
         if not self.progress:
