@@ -229,7 +229,7 @@ def event_timer(fn: Callable[[], None]) -> float:
 
 
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
-           timer: Callable = event_timer, budget_s: float | None = None) -> Choice:
+           timer: Callable | None = None, budget_s: float | None = None) -> Choice:
     """The bucket's cached choice, else (mode 'race') a race of ``plans()`` recorded in ``cache``, else the
     heuristic's first cuBLASLt plan. Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>'."""
     m = mode()
@@ -240,7 +240,7 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
         return got
     if m == "heuristic":
         return Choice("cublaslt", how="heuristic")
-    winner, med = race(plans(), timer, race_budget_s() if budget_s is None else budget_s)
+    winner, med = race(plans(), timer or event_timer, race_budget_s() if budget_s is None else budget_s)
     kind, _, rest = winner.partition("#")
     algo = rest.split(" ", 1)[1] if kind == "cublaslt" and " " in rest else ""
     c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())))
