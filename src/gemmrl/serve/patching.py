@@ -3,8 +3,9 @@
 A patched layer keeps its parameters (training updates the same tensors; gradients flow through the custom op's
 backward) and only gets an instance ``forward``. Its weight is made contiguous once, in place, so that
 ``weight.t()`` is the ``tn`` operand the kernels read without a copy. Layers whose weight is not fp16/bf16 are
-left alone and listed in the report. A call whose input dtype differs from the weight's (autocast, mixed use)
-takes the layer's own forward.
+left alone and listed in the report, as are modules that are not ``nn.Linear`` but hold stacked (3-D or more)
+expert weights (MoE experts): they stay on their own path. A call whose input dtype differs from the weight's
+(autocast, mixed use) takes the layer's own forward.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def patch(model: torch.nn.Module) -> PatchReport:
         raise TypeError(f"gemmrl.patch takes a torch.nn.Module, got {type(model).__name__}")
     patched, skipped = [], []
     for name, m in model.named_modules():
+        if not isinstance(m, torch.nn.Linear) and any(
+                p.is_floating_point() and p.ndim >= 3 for p in m.parameters(recurse=False)):
+            skipped.append((name or "<model>", f"not nn.Linear ({type(m).__name__} holds 3-D or larger weights, e.g. "
+                                               "stacked MoE experts): stays on its own path"))
+            continue
         if not isinstance(m, torch.nn.Linear) or _MARK in m.__dict__:
             continue
         if m.weight.dtype not in _SERVED:
