@@ -1,0 +1,104 @@
+"""The shapes "any shape" is measured on, drawn from a committed seed before anything is measured.
+
+- **Model shapes**: the linear layers of the six models of ``gemmrl tune --model`` (``models.MODELS``), layout ``tn``,
+  at token counts M drawn in the bands ``M_BANDS`` (between the token counts a library is tuned at, 1, 16, 64, 256,
+  1024, 4096, and the bucket edges 8 and 8192), log-uniform inside a band; the same number per band (the remainder
+  to the first bands), the models in turn; none an exact entry or a measured bucket member of the library under test for that GPU.
+- **Random shapes**: M, N and K log-uniform in [1, 16384]; two thirds rounded up to multiples of 8 in every dim, a
+  third with N or K (or both) not a multiple of 8.
+
+    python -m gemmrl.measure.anyshape --seed 0 --out benchmarks/shapes   # writes the files and prints what it drew
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+from pathlib import Path
+
+from ..library import Library
+from ..models import MODELS
+from ..problem import GemmProblem
+
+M_BANDS = ((2, 7), (9, 15), (17, 63), (65, 255), (257, 1023), (1025, 4095), (4097, 8192))
+MAX_DIM = 16384
+
+
+def _log_uniform(rng: random.Random, lo: int, hi: int) -> int:
+    return min(hi, max(lo, int(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))
+
+
+def _held(lib: Library | None, gpu: str, p: GemmProblem) -> bool:
+    """Whether the library holds ``p`` as an exact entry or a measured bucket member (any protocol)."""
+    if lib is None:
+        return False
+    return any(e.gpu == gpu and e.dtype == p.dtype and e.layout == p.layout and e.N == p.N and e.K == p.K
+               and (e.M == p.M or p.mnk in e.members) for e in lib.entries)
+
+
+def model_shapes(n: int, seed: int, dtype: str, lib: Library | None = None, gpu: str = "") -> list[GemmProblem]:
+    """``n`` model shapes in ``dtype`` (see the module), seeded, spread evenly over the bands of M."""
+    rng = random.Random(f"models|{seed}|{dtype}")
+    models = sorted(MODELS)
+    per = [n // len(M_BANDS) + (i < n % len(M_BANDS)) for i in range(len(M_BANDS))]
+    out: list[GemmProblem] = []
+    for (lo, hi), want in zip(M_BANDS, per):
+        got, tries = 0, 0
+        while got < want:
+            tries += 1
+            if tries > 100 * max(1, want):
+                raise ValueError(f"could not draw {want} shapes with M in {lo}..{hi} that the library does not hold")
+            model = models[len(out) % len(models)]  # every model in turn, a random layer of it
+            N, K = rng.choice(sorted(MODELS[model].values()))
+            p = GemmProblem(_log_uniform(rng, lo, hi), N, K, dtype=dtype, acc="fp32", layout="tn")
+            if p in out or _held(lib, gpu, p):
+                continue
+            out.append(p)
+            got += 1
+    return out
+
+
+def random_shapes(n: int, seed: int, dtype: str = "fp16") -> list[GemmProblem]:
+    """``n`` random shapes (see the module), seeded; every third has N or K not a multiple of 8."""
+    rng = random.Random(f"random|{seed}")
+    out: list[GemmProblem] = []
+    while len(out) < n:
+        M, N, K = (_log_uniform(rng, 1, MAX_DIM) for _ in range(3))
+        if len(out) % 3 == 2:  # N or K off a multiple of 8
+            if N % 8 == 0 and K % 8 == 0:
+                N = N - 1 if N > 1 else N + 1
+        else:
+            M, N, K = (min(MAX_DIM, -(-d // 8) * 8) for d in (M, N, K))
+        p = GemmProblem(M, N, K, dtype=dtype, acc="fp32", layout="tn")
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="benchmarks/shapes")
+    ap.add_argument("--models", type=int, default=30, help="model shapes per dtype (fp16 and bf16)")
+    ap.add_argument("--random", type=int, default=40)
+    ap.add_argument("--library", help="the library under test (its held shapes are left out)")
+    ap.add_argument("--gpu", default="NVIDIA H200", help="the GPU model whose entries are left out")
+    args = ap.parse_args(argv)
+    lib = Library.load(args.library) if args.library else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {f"anyshape_models{args.models}_{dt}_seed{args.seed}.txt": model_shapes(args.models, args.seed, dt, lib,
+                                                                                     args.gpu)
+             for dt in ("fp16", "bf16")}
+    files[f"anyshape_random{args.random}_seed{args.seed}.txt"] = random_shapes(args.random, args.seed)
+    for name, ps in files.items():
+        how = f"--seed {args.seed}" + (f" --library {args.library} --gpu '{args.gpu}'" if args.library else "")
+        (out / name).write_text(f"# {name}: python -m gemmrl.measure.anyshape {how} (layout tn)\n"
+                                + "".join(f"{p.mnk}\n" for p in ps))
+        print(f"{out / name}: {len(ps)} shapes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""The seeded shapes "any shape" is measured on (measure/anyshape.py): the same seed gives the same shapes; model
+shapes take every model in turn, M inside the bands (never a tuned token count or a bucket edge), none the library
+holds; random shapes stay in [1, 16384] with a third off multiples of 8."""
+
+from __future__ import annotations
+
+import pytest
+
+from gemmrl.library import Entry, Library
+from gemmrl.measure import anyshape as A
+from gemmrl.models import MODELS
+
+GPU = "NVIDIA H200"
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_model_shapes_are_seeded_banded_and_cover_every_model(dtype):
+    ps = A.model_shapes(30, 0, dtype)
+    assert ps == A.model_shapes(30, 0, dtype) and ps != A.model_shapes(30, 1, dtype)
+    assert len(set(ps)) == 30 and all(p.dtype == dtype and p.layout == "tn" for p in ps)
+    counts = [sum(lo <= p.M <= hi for p in ps) for lo, hi in A.M_BANDS]
+    assert counts == [5, 5, 4, 4, 4, 4, 4]
+    assert not {p.M for p in ps} & {1, 8, 16, 64, 256, 1024, 4096}
+    layers = {(N, K): m for m, ls in MODELS.items() for (N, K) in ls.values()}
+    assert all((p.N, p.K) in layers for p in ps)
+    covered = {m for m, ls in MODELS.items() for p in ps if (p.N, p.K) in ls.values()}
+    assert covered == set(MODELS)
+
+
+def test_shapes_the_library_holds_are_left_out():
+    ps = A.model_shapes(30, 0, "fp16")
+    p = ps[0]
+    cfg = "tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)"
+    held = Entry(gpu=GPU, cc="9.0", dtype="fp16", acc="fp32", layout="tn", protocol="graph", M=p.M, N=p.N, K=p.K,
+                 family="triton", impl=cfg, algo=cfg, time_ms=0.01, vendor_best_ms=0.02, vendor_best="cublas_tn",
+                 m_lo=p.M, m_hi=p.M, members=(p.mnk,), verified=True)
+    again = A.model_shapes(30, 0, "fp16", Library([held]), GPU)
+    assert p not in again and len(again) == 30
+    assert p in A.model_shapes(30, 0, "fp16", Library([held]), "NVIDIA H100 80GB HBM3")  # another GPU's entry
+
+
+def test_random_shapes():
+    ps = A.random_shapes(40, 0)
+    assert ps == A.random_shapes(40, 0) and len(set(ps)) == 40
+    assert all(1 <= d <= A.MAX_DIM for p in ps for d in (p.M, p.N, p.K))
+    off = [p for p in ps if p.N % 8 or p.K % 8]
+    assert len(off) == 13 and all(ps[i] in off for i in range(2, 40, 3))
+
+
+def test_the_command_writes_the_files(tmp_path):
+    assert A.main(["--seed", "3", "--out", str(tmp_path), "--models", "14", "--random", "9"]) == 0
+    names = sorted(f.name for f in tmp_path.iterdir())
+    assert names == ["anyshape_models14_bf16_seed3.txt", "anyshape_models14_fp16_seed3.txt",
+                     "anyshape_random9_seed3.txt"]
+    lines = (tmp_path / "anyshape_random9_seed3.txt").read_text().splitlines()
+    assert lines[0].startswith("#") and lines[1:] == [p.mnk for p in A.random_shapes(9, 3)]
