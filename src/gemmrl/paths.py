@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -16,3 +19,20 @@ def cache_dir(*parts: str) -> Path:
     p = Path(root).joinpath(*parts)
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def write_json_atomic(path: Path, obj) -> bool:
+    """Write ``obj`` as JSON to ``path`` through a temporary file and a rename (a reader never sees half a file);
+    False (nothing written, nothing raised) where it cannot be written."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1)
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return False

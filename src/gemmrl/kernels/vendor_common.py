@@ -8,21 +8,19 @@ heuristic candidates with its on-disk cache (:func:`autotune`, :class:`AutotuneK
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
 import random
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
 from ..candidate import Buffers, Timer, torch_dtype
-from ..paths import cache_dir
+from ..paths import cache_dir, write_json_atomic
 from ..problem import GemmProblem
 
 WORKSPACE_BYTES = 32 << 20
@@ -120,19 +118,11 @@ def store_choice(key: AutotuneKey, record: dict) -> bool:
     be written. A sandbox worker is such a place by design: Landlock keeps the cache read-only there, so a
     candidate running in the same process cannot plant a slow algorithm for the vendor baseline it is
     measured against; the choice is then made afresh per process, which costs time, not correctness."""
-    tmp = None
     try:
         path = _cache_file(key)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"key": asdict(key), **record}, fh, indent=1)
-        os.replace(tmp, path)
-        return True
     except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         return False
+    return write_json_atomic(path, {"key": asdict(key), **record})
 
 
 AUTOTUNE_TIE = 0.02

@@ -29,14 +29,13 @@ import hashlib
 import json
 import os
 import statistics
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..paths import cache_dir
+from ..paths import cache_dir, write_json_atomic
 from ..problem import GemmProblem
 
 MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
@@ -158,26 +157,20 @@ class ChoiceCache:
         """Record ``choice`` and write the file (merged with what another process wrote meanwhile); False where it
         cannot be written (the choice still serves this process)."""
         self.choices[choice_key(problem)] = choice
-        tmp = None
         try:
             on_disk = ChoiceCache.__new__(ChoiceCache)
             on_disk.ident, on_disk.path, on_disk.choices = self.ident, self.path, {}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 on_disk._read()
-            merged = {**on_disk.choices, **self.choices}
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.path.parent)
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"identity": asdict(self.ident),
-                           "choices": {k: asdict(v) for k, v in sorted(merged.items())}}, fh, indent=1)
-            os.replace(tmp, self.path)
-            self.choices = merged
-            return True
         except OSError:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
             return False
+        merged = {**on_disk.choices, **self.choices}
+        if not write_json_atomic(self.path, {"identity": asdict(self.ident),
+                                             "choices": {k: asdict(v) for k, v in sorted(merged.items())}}):
+            return False
+        self.choices = merged
+        return True
 
 
 def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], None]], float], budget_s: float,
