@@ -191,6 +191,7 @@ class Library:
         self.sources = sources
         self._exact: dict[tuple, Entry] = {}
         self._buckets: dict[tuple, list[Entry]] = {}
+        self._by_nk: dict[tuple, list[Entry]] = {}  # (GPU, dtype, acc, layout, N, K) -> entries, any protocol
         for e in entries:
             self.add(e)
 
@@ -201,6 +202,7 @@ class Library:
             self.entries.remove(old)
             self._index_remove(old)
         self.entries.append(e)
+        self._by_nk.setdefault((e.gpu, e.dtype, e.acc, e.layout, e.N, e.K), []).append(e)
         if e.m_lo == e.m_hi:
             self._exact[(e.gpu, e.dtype, e.acc, e.layout, e.protocol, e.M, e.N, e.K)] = e
         else:  # a bucket: its members are served by it where no exact entry exists
@@ -217,6 +219,8 @@ class Library:
         self._exact = {k: v for k, v in self._exact.items() if v is not e}
         for k, v in list(self._buckets.items()):
             self._buckets[k] = [x for x in v if x is not e]
+        for k, v in list(self._by_nk.items()):
+            self._by_nk[k] = [x for x in v if x is not e]
 
     def merge(self, other: "Library") -> "Library":
         """A new library: ``self``'s entries, overridden by ``other``'s where their keys are equal."""
@@ -244,6 +248,28 @@ class Library:
             if e is not None:
                 return e
         return None
+
+    def neighbours(self, gpu: str, dtype: str, acc: str, layout: str, M: int, N: int, K: int) -> list[Entry]:
+        """The generated entries (any protocol) measured at this (N, K) at the nearest measured M at or below ``M``
+        and at or above it: what an M between tuned shapes races against the vendor plans (serve/dispatch.py). A
+        bucket entry counts at each of its members' M. Vendor entries are left out (the race times every vendor plan
+        itself). Ordered by distance in log M, then by speedup."""
+        at: dict[int, list[Entry]] = {}
+        for e in self._by_nk.get((gpu, dtype, acc, layout, N, K), ()):
+            if e.family == "vendor":
+                continue
+            for mnk in e.members or (e.mnk,):
+                m, n, k = (int(x) for x in mnk.split("_"))
+                if (n, k) == (N, K):
+                    at.setdefault(m, []).append(e)
+        below = max((m for m in at if m <= M), default=None)
+        above = min((m for m in at if m >= M), default=None)
+        out: list[Entry] = []
+        for m in sorted({x for x in (below, above) if x is not None}, key=lambda m: (abs(math.log(m / M)), m)):
+            for e in sorted(at[m], key=lambda e: -e.speedup):
+                if all((e.family, e.impl) != (x.family, x.impl) for x in out):
+                    out.append(e)
+        return out
 
     def for_gpu(self, gpu: str) -> list[Entry]:
         return [e for e in self.entries if e.gpu == gpu]

@@ -450,7 +450,8 @@ def test_capture_seen_and_unseen_shapes_gpu(lib, layout):
     torch.cuda.synchronize()
     assert (out.float() - a.float() @ b.float()).abs().max() <= tol(512)
     assert (out2.float() - a2.float() @ b.float()).abs().max() <= tol(512)
-    assert gemmrl.served_by(a2, b)["eager"].startswith("vendor: ")  # built eagerly now: the vendor fallback
+    # built eagerly now: the fallback race (the vendor plans against the Triton config measured at M=64)
+    assert gemmrl.served_by(a2, b)["eager"].startswith(("vendor: ", f"triton:{cfg} [raced at M=48"))
     e = gemmrl.mm(a, b)
     assert (e.float() - a.float() @ b.float()).abs().max() <= tol(512)
 
@@ -496,6 +497,50 @@ def test_an_unseen_shape_is_served_by_the_raced_vendor_plan_gpu(lib, layout, tmp
     assert (out.float() - a.float() @ b.float()).abs().max() <= tol(K)
     assert (out9.float() - a9.float() @ b.float()).abs().max() <= tol(K) and raced == [1]
     assert gemmrl.served_by(a9, b)["eager"].startswith("vendor: ") and raced == [1, 1]  # raced at its next eager call
+    a40, _ = operands(40)  # first seen inside a capture, its bucket (32..63) raced: the cached plan serves there
+    out40 = torch.empty(40, N, device=dev, dtype=torch.half)
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2):
+        gemmrl.mm(a40, b, out=out40)
+    out40.fill_(float("nan"))
+    g2.replay()
+    torch.cuda.synchronize()
+    assert (out40.float() - a40.float() @ b.float()).abs().max() <= tol(K) and raced == [1, 1]
+    assert any(x.graph_desc.endswith("(cached choice, first seen inside capture)") and "raced at M=37" in x.graph_desc
+               for x in dispatch._S.in_capture.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_an_m_between_tuned_shapes_races_their_kernels_against_the_vendor_plans_gpu(lib, layout, tmp_path,
+                                                                                    monkeypatch):
+    """Triton entries measured here at M=16 and M=64: M=37 races both configs against the vendor plans (one race for
+    the bucket 32..63, its key naming the contenders); whatever wins serves with torch's result, a Triton winner
+    only after the battery; the race's timer captures each plan in a CUDA graph."""
+    from gemmrl.serve import vendor_choice
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    gpu, N, K = _gpu_name(), 1000, 776
+    cfg_a = "tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)"
+    cfg_b = "tiled(BM=32,BN=128,BK=64,warps=4,stages=3,group_m=8)"
+    lib(entry(16, N, K, gpu=gpu, layout=layout, protocol="graph", impl=cfg_a),
+        entry(64, N, K, gpu=gpu, layout=layout, protocol="graph", impl=cfg_b))
+    timed = []
+    real = vendor_choice.race
+    monkeypatch.setattr(vendor_choice, "race", lambda plans, *a, **k: (timed.append(sorted(plans)), real(plans, *a,
+                                                                                                          **k))[1])
+    rec = gemmrl.warmup([(37, N, K)], layouts=(layout,))
+    assert len(timed) == 1 and {f"gen#triton:{cfg_a}", f"gen#triton:{cfg_b}", "torch", "cublas"} <= set(timed[0])
+    assert rec[0]["graph"].startswith(("vendor: ", "triton:")) and "raced at M=37" in rec[0]["graph"], rec
+    text = next((tmp_path / "vendor-choice").glob("*.json")).read_text()
+    assert f"{layout}|N={N}|K={K}|M=32-63|gen=" in text
+    dev = torch.device("cuda")
+    a = torch.randn(37, K, device=dev).half()
+    b = torch.randn(K, N, device=dev).half() if layout == "nn" else torch.randn(N, K, device=dev).half().t()
+    assert (gemmrl.mm(a, b).float() - a.float() @ b.float()).abs().max() <= tol(K)
+    assert len(timed) == 1
+    t = vendor_choice.event_timer(lambda: torch.matmul(a, b))
+    assert 0 < t < 1.0  # ms per call, from a captured graph of back-to-back calls
 
 
 @pytest.mark.gpu
@@ -653,7 +698,8 @@ def test_tiny_entry_serves_gpu(lib, hot_path, shape, impl, dtype, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_torch_compile_gpu(lib):
+def test_torch_compile_gpu(lib, monkeypatch):
+    monkeypatch.setenv("GEMMRL_VENDOR_FALLBACK", "off")  # the bucket entry serves its unmeasured M unraced
     gpu = _gpu_name()
     cfg = "smallm(BM=16,BN=64,BK=128,warps=4,stages=4,split=1,reduction=none,tma=False)"
     lib(entry(16, 1024, 512, gpu=gpu, protocol="offline", impl=cfg, m_lo=1, m_hi=32,

@@ -236,3 +236,192 @@ def test_nothing_is_raced_inside_capture(fake_gpu, monkeypatch):
         dtype=a.dtype, device=a.device, dim=a.dim, shape=a.shape, numel=a.numel, get_device=lambda: 0,
         is_contiguous=a.is_contiguous), b)
     assert s.eager_desc == "torch.matmul" and raced == []  # served by torch now, built at the next eager call
+
+
+def _capture_call(M, layout="tn"):
+    """dispatch._miss inside a capture for an a that says it is on CUDA device 0."""
+    a = torch.randn(M, K).half()
+    b = torch.randn(N, K).half().t() if layout == "tn" else torch.randn(K, N).half()
+    key = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, 0, 0)
+    fake_a = types.SimpleNamespace(dtype=a.dtype, device=a.device, dim=a.dim, shape=a.shape, numel=a.numel,
+                                   get_device=lambda: 0, is_contiguous=a.is_contiguous, reshape=a.reshape)
+    return dispatch._miss(key, fake_a, b)
+
+
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_a_shape_first_seen_inside_capture_takes_its_buckets_cached_choice(fake_gpu, monkeypatch, layout):
+    build, raced, made = fake_gpu
+    dev = types.SimpleNamespace(type="cuda", index=0)
+    dispatch._build(37, N, K, torch.float16, layout, dev)  # raced eagerly: the bucket 32..63 is cached
+    assert raced == [37]
+    monkeypatch.setattr(dispatch, "_capturing", lambda: True)
+    s = _capture_call(50, layout)
+    assert s.graph_desc == ("vendor: cuBLASLt algo=9 [raced at M=37] [cublaslt stand-in] (cached choice, first seen "
+                            "inside capture)")
+    assert raced == [37] and made[-1] == ("cublaslt", "algo=9", 50)
+    assert _capture_call(9, layout).graph_desc == "torch.matmul" and raced == [37]  # bucket 8..15: nothing cached
+    n = len(made)
+    _capture_call(50, layout)
+    assert len(made) == n  # one plan per shape for the whole capture
+    monkeypatch.setattr(dispatch, "_capturing", lambda: False)
+    assert dispatch._build(50, N, K, torch.float16, layout, dev).graph_desc.startswith("vendor: cuBLASLt algo=9")
+
+
+def test_inside_capture_a_generated_winner_gives_its_races_vendor_plan(fake_gen, monkeypatch):
+    build, raced, made, times, launched, _ = fake_gen
+    dispatch.use_library(Library([_entry(16, CFG_A)]))
+    times[f"gen#triton:{CFG_A}"] = 0.001
+    assert build(20).graph_desc.startswith(f"triton:{CFG_A} [raced at M=20")
+    launched.clear()
+    monkeypatch.setattr(dispatch, "_capturing", lambda: True)
+    s = _capture_call(30)
+    assert s.graph_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=20]") and launched == []
+
+
+# -- generated kernels in the race --------------------------------------------------------------------------
+def test_a_generated_winner_keeps_the_fastest_vendor_plan_beside_it():
+    times = {"torch": 0.030, "cublas": 0.020, "cublaslt#0 algo=1": 0.018, "gen#triton:cfgA": 0.012,
+             "gen#triton:cfgB": 0.016}
+    cache = VC.ChoiceCache(IDENT)
+    names = ("triton:cfgA", "triton:cfgB")
+    c = VC.choose(P(40), cache, lambda: _plans(times, {}), timer=_timer(times), budget_s=0.0, generated=names)
+    assert (c.kind, c.algo, c.fallback, c.measured_m) == ("gen", "triton:cfgA", "cublaslt#0 algo=1", 40)
+    assert c.describe() == "triton:cfgA [raced at M=40]"
+    assert c.vendor().kind == "cublaslt" and c.vendor().algo == "algo=1"
+    again = VC.ChoiceCache(IDENT)  # read back from the file
+    assert again.get(P(33), names) == c and again.get(P(33)) is None  # another contender set is another key
+    assert again.get(P(33), ("triton:cfgA",)) is None
+
+
+@pytest.mark.parametrize("name, plan", [("torch", ("torch", "")), ("cublas", ("cublas", "")),
+                                        ("cublaslt#3 algo=7 tile=2", ("cublaslt", "algo=7 tile=2")),
+                                        ("gen#triton:tiled(BM=64)", ("gen", "triton:tiled(BM=64)"))])
+def test_race_names_parse_back_to_plans(name, plan):
+    assert VC.plan_of(name) == plan
+
+
+def test_a_cache_written_before_generated_contenders_still_reads(tmp_path):
+    VC.ChoiceCache(IDENT).put(P(5), VC.Choice("cublas", how="raced", measured_m=5))
+    raw = json.loads(VC.ChoiceCache(IDENT).path.read_text())
+    for v in raw["choices"].values():
+        v.pop("fallback")  # as a file from before the field existed
+    VC.ChoiceCache(IDENT).path.write_text(json.dumps(raw))
+    assert VC.ChoiceCache(IDENT).get(P(6)).kind == "cublas"
+
+
+def _entry(M, impl, *, members=None, relabelled=False, protocol="graph", fam="triton", m_lo=None, m_hi=None):
+    from gemmrl.library import AS_GPU_SOURCE, Entry
+    return Entry(gpu="NVIDIA H200", cc="9.0", dtype="fp16", acc="fp32", layout="tn", protocol=protocol, M=M, N=N,
+                 K=K, family=fam, impl=impl, algo=impl, time_ms=0.01, vendor_best_ms=0.012,
+                 vendor_best="cublas_tn", m_lo=m_lo or M, m_hi=m_hi or M, members=members or (f"{M}_{N}_{K}",),
+                 verified=True, source=AS_GPU_SOURCE + "NVIDIA H100 80GB HBM3" if relabelled else "")
+
+
+CFG_A = "tiled(BM=64,BN=64,BK=32,warps=4,stages=3,group_m=8)"
+CFG_B = "tiled(BM=128,BN=64,BK=32,warps=4,stages=3,group_m=8)"
+CFG_C = "tiled(BM=32,BN=64,BK=32,warps=4,stages=3,group_m=8)"
+
+
+@pytest.fixture
+def fake_gen(fake_gpu, monkeypatch):
+    """fake_gpu with generated contenders: their stand-in calls are named gen#<family>:<impl> for the timer, the
+    battery's verdict per impl is set by the test; returns (build, raced, made, times, launched, verdicts)."""
+    build, raced, made = fake_gpu
+    times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 algo=1": 0.015, "cublaslt#1 algo=9": 0.01}
+    launched, verdicts = [], {}
+
+    def plans_for(problem, bufs):
+        raced.append(problem.M)
+        return _plans(times, {})
+
+    def launch(e, problem, bufs):
+        launched.append((e.impl, problem.M))
+
+        def call(a, b, out):
+            return 1
+        call.__name__ = f"gen#{e.family}:{e.impl}"
+        return launchers.Launch(call, e.impl, (), "")
+
+    def timer(fn):
+        name = fn.func.__name__ if hasattr(fn, "func") else fn.__name__
+        return times[name] * (1.0 + 0.001 * (fn() or 0))
+
+    def fake_verify(cand, problem, where):
+        ok = verdicts.get(cand, True)
+        return types.SimpleNamespace(passed=ok, reason="" if ok else "wrong tail tile")
+
+    monkeypatch.setattr(VC, "plans_for", plans_for)
+    monkeypatch.setattr(VC, "event_timer", timer)
+    monkeypatch.setattr(launchers, "launch", launch)
+    monkeypatch.setattr(dispatch, "verify", fake_verify)
+    monkeypatch.setattr(dispatch, "_reference_check", lambda fn, bufs, problem: None)  # stand-ins compute nothing
+    return build, raced, made, times, launched, verdicts
+
+
+def test_an_m_between_tuned_shapes_races_the_neighbours_and_serves_the_faster_generated_one(fake_gen):
+    build, raced, made, times, launched, _ = fake_gen
+    dispatch.use_library(Library([_entry(16, CFG_A), _entry(64, CFG_B), _entry(256, CFG_C)]))
+    times.update({f"gen#triton:{CFG_A}": 0.012, f"gen#triton:{CFG_B}": 0.008})
+    s = build(37)
+    assert s.graph_desc.startswith(f"triton:{CFG_B} [raced at M=37 against the vendor plans; graph entry 64_40_24")
+    assert s.eager_desc == s.graph_desc and raced == [37]
+    assert sorted(i for i, _ in launched) == sorted([CFG_A, CFG_B])  # the neighbours at M=16 and M=64, not M=256
+    assert made == []  # no vendor plan was made: the generated kernel serves
+    build(40)  # the bucket's choice: no second race
+    assert raced == [37]
+
+
+def test_a_vendor_plan_faster_than_every_neighbour_serves(fake_gen):
+    build, raced, made, times, launched, _ = fake_gen
+    dispatch.use_library(Library([_entry(16, CFG_A), _entry(64, CFG_B)]))
+    times.update({f"gen#triton:{CFG_A}": 0.02, f"gen#triton:{CFG_B}": 0.03})
+    assert build(37).graph_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=37]")
+
+
+def test_a_generated_winner_that_fails_the_battery_gives_way_to_the_fastest_vendor_plan(fake_gen):
+    build, raced, made, times, launched, verdicts = fake_gen
+    dispatch.use_library(Library([_entry(16, CFG_A)]))
+    times[f"gen#triton:{CFG_A}"] = 0.001
+    verdicts[CFG_A] = False
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        s = build(20)
+    assert s.graph_desc.startswith("vendor: cuBLASLt algo=9") and made[-1][:2] == ("cublaslt", "algo=9")
+    assert any("wrong tail tile" in str(x.message) for x in w)
+    dispatch.reset()
+    dispatch.use_library(Library([_entry(16, CFG_A)]))
+    launched.clear()
+    raced.clear()
+    assert build(21).graph_desc.startswith("vendor: cuBLASLt algo=9") and raced == []  # recorded: no new race
+    assert launched == []
+
+
+def test_an_entry_measured_here_is_served_without_a_race_and_a_relabelled_one_races(fake_gen):
+    build, raced, made, times, launched, _ = fake_gen
+    dispatch.use_library(Library([_entry(16, CFG_A), _entry(32, CFG_B, relabelled=True)]))
+    times.update({f"gen#triton:{CFG_A}": 0.02, f"gen#triton:{CFG_B}": 0.005})
+    s16 = build(16)
+    assert s16.graph_desc.startswith(f"triton:{CFG_A} (graph entry 16_40_24") and raced == []
+    s32 = build(32)
+    assert raced == [32] and s32.graph_desc.startswith(f"triton:{CFG_B} [raced at M=32 against the vendor plans; "
+                                                       "graph entry 32_40_24, relabelled]")
+
+
+def test_a_relabelled_vendor_entry_is_not_a_contender_the_race_times_the_vendor_plans_here(fake_gen):
+    build, raced, made, times, launched, _ = fake_gen
+    dispatch.use_library(Library([_entry(48, "cublaslt_autotuned_tn", fam="vendor", relabelled=True)]))
+    s = build(48)
+    assert raced == [48] and launched == [] and s.graph_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=48]")
+
+
+def test_neighbours_are_the_nearest_tuned_m_below_and_above():
+    lib = Library([_entry(16, CFG_A), _entry(64, CFG_B, protocol="cold"), _entry(64, CFG_C), _entry(256, CFG_A),
+                   _entry(1, "cublas_tn", fam="vendor"),
+                   _entry(1024, CFG_C, members=(f"1024_{N}_{K}", f"4096_{N}_{K}"), m_lo=1024, m_hi=4096)])
+    nb = lambda M: [(e.M, e.impl) for e in lib.neighbours("NVIDIA H200", "fp16", "fp32", "tn", M, N, K)]  # noqa: E731
+    assert {i for _, i in nb(37)} == {CFG_A, CFG_B, CFG_C} and nb(37)[0][1] in (CFG_B, CFG_C)  # 64 is nearer
+    assert nb(16) == [(16, CFG_A)]
+    assert nb(1) == [(16, CFG_A)]  # the vendor entry at 1 is not a contender
+    assert {i for _, i in nb(2000)} == {CFG_C}  # the bucket counts at 1024 and at 4096
+    assert {i for _, i in nb(9000)} == {CFG_C}
+    assert lib.neighbours("NVIDIA H200", "fp16", "fp32", "tn", 37, N, K + 1) == []

@@ -15,16 +15,19 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
   ``GEMMRL_VENDOR_TUNE=here`` a cuBLASLt-autotuned entry is autotuned on this machine at build time instead (the
   same screen-and-confirm rule as the baseline, its choice cached per machine) rather than pinned: the autotune's
   pick among near-tie algorithms moves from machine to machine by more than the noise rule's 2%.
-- No entry (or an entry that cannot be built or fails its check here): the vendor fallback, the lean cuBLAS /
-  cuBLASLt call with the plan raced best on this GPU for the bucket of M, cached per GPU, driver and cuBLASLt
-  version (serve/vendor_choice.py; ``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul).
+- A shape not measured here (no entry, an M between tuned shapes, an entry relabelled from another GPU model) or
+  whose entry cannot be built or fails its check here: the fallback race, once per bucket of M (powers of two) on
+  this GPU, cached per GPU, driver and cuBLASLt version: the lean cuBLAS / cuBLASLt plans and torch.matmul against
+  the generated kernels the library measured for the shape or at the nearest tuned M below and above it
+  (serve/vendor_choice.py); a generated winner serves after the full correctness battery at this shape
+  (``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul and entries as they are).
 - ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a kernel the GPU's
   validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
 - Nothing compiles or races inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
   (and built at its next eager call). ``warmup(shapes)`` builds ahead of time. A kernel that fails to build or
   disagrees with an fp32 reference at build time is not served (a warning says why; the vendor fallback serves).
-- Entries measured under other torch/Triton/CUDA versions, or on another GPU model (``lib export --as-gpu``), are run
-  through the full correctness battery before first use, as are bucket entries at an M they were not measured at.
+- Entries measured under other torch/Triton/CUDA versions are run through the full correctness battery before first
+  use.
 
 Under torch.compile (and for tensor subclasses) the call goes through the custom op ``torch.ops.gemmrl.mm``
 (register_fake for tracing, dynamic M included; autograd registered). Eager autograd (an operand requires grad
@@ -37,6 +40,7 @@ at once.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
@@ -45,7 +49,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from ..candidate import make_buffers
+from ..candidate import Buffers, make_buffers
+from ..kernels.registry import family
 from ..library import PROTOCOL_ORDER, Entry, Library, load_default
 from ..problem import GemmProblem, parse_mnk
 from ..verify import verify
@@ -84,6 +89,7 @@ class _State:
         self.cfast: dict[tuple, tuple] = {}       # the same keys -> the C hot path's entries (fastpath.c)
         self.ctorch: Any = None                   # the torch-built hot path's module (fastpath_torch.cpp), if serving
         self.built: dict[tuple, Served] = {}      # (M, N, K, dtype, layout, dev) -> served, shared by signatures
+        self.in_capture: dict[tuple, Served] = {}  # the same keys -> a cached vendor choice served inside capture
         self.gpu: dict[int, tuple[str, dict]] = {}
         self.lock = threading.RLock()
         self.warned: set[str] = set()
@@ -128,6 +134,7 @@ def reset() -> None:
         if _S.ctorch is not None:
             _S.ctorch.clear()
         _S.built.clear()
+        _S.in_capture.clear()
         _S.choices.clear()
 
 
@@ -356,8 +363,10 @@ def _miss(key: tuple, a, b) -> Served:
     with _S.lock:
         got = _S.built.get(pkey)
         if got is None:
-            if dev >= 0 and _capturing():
-                return fallback  # nothing compiles inside a capture; the next eager call builds
+            if dev >= 0 and _capturing():  # nothing compiles or races inside a capture; the next eager call builds
+                if pkey not in _S.in_capture:
+                    _S.in_capture[pkey] = _cached_in_capture(M, N, K, layout, a, b, out_shape) or fallback
+                return _S.in_capture[pkey]
             got = _build(M, N, K, a.dtype, layout, a.device)
             _S.built[pkey] = got
         s = Served(got.eager, got.graph, out_shape, a.dtype, dev, a.device, got.eager_desc, got.graph_desc,
@@ -367,6 +376,47 @@ def _miss(key: tuple, a, b) -> Served:
         _use_fastpath()
         _put_hot(a, b, s)
         return s
+
+
+def _cached_in_capture(M: int, N: int, K: int, layout: str, a, b, out_shape) -> Served | None:
+    """Inside CUDA-graph capture, a shape not built yet: its bucket's cached vendor choice on this GPU (raced by an
+    earlier call or process; a generated winner's race gives its vendor plan, since the battery cannot run in a
+    capture), the plan made on the call's own operands: nothing compiles, races or synchronizes. None (torch.matmul
+    serves) where nothing is cached, the mode is 'off', or an entry measured here serves this shape (built at the
+    next eager call)."""
+    try:
+        m = vendor_choice.mode()
+    except vendor_choice.VendorChoiceError:
+        return None
+    if m == "off":
+        return None
+    device = a.device
+    gpu, _ = _identity(device)
+    dt = _DTYPES[a.dtype]
+    problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
+    lib = library()
+    e = lib.lookup_any(gpu, dt, "fp32", layout, PROTOCOL_ORDER["graph"], M, N, K)
+    if e is not None and _measured_here(e, problem):
+        return None
+    try:
+        if m == "heuristic":
+            choice = vendor_choice.Choice("cublaslt", how="heuristic")
+        else:
+            cache = _choice_cache(device, gpu)
+            got = cache.get(problem, tuple(sorted(f"{x.family}:{x.impl}" for x in _contenders(lib, gpu, problem))))
+            if got is None:
+                return None
+            choice = got.vendor()
+        bt = b.t() if layout == "tn" else b.view(N, K)  # the form the plan reads is the call's own
+        bufs = Buffers(problem, a.reshape(M, K), bt.view(K, N) if layout == "tn" else b, bt,
+                       torch.empty((M, N), dtype=a.dtype, device=device))
+        plan = launchers.vendor_plan(choice.kind, choice.algo, problem, bufs)
+    except Exception as ex:  # noqa: BLE001 - torch.matmul serves in the capture; the next eager call builds
+        _warn(f"gemmrl: the cached vendor choice for {problem.mnk} {layout} cannot serve inside capture "
+              f"({type(ex).__name__}: {ex}); torch.matmul serves it there")
+        return None
+    desc = f"vendor: {choice.describe()}{plan.note} (cached choice, first seen inside capture)"
+    return Served(plan.call, plan.call, out_shape, a.dtype, device.index, device, desc, desc, plan.spec, plan.spec)
 
 
 def _fast_key(a, b) -> tuple:
@@ -407,18 +457,21 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     gpu, sw = _identity(device)
     dt = _DTYPES[dtype]
     launchers.vendor_tune()  # a bad GEMMRL_VENDOR_TUNE is the caller's error, not a kernel that failed to build
-    _fallback_settings()
+    racing = _fallback_settings() == "race" and device.type == "cuda"
     lib = library()
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
     made: dict[tuple, tuple[Callable, str, tuple]] = {}
 
-    def fallback() -> tuple[Callable, str, tuple]:
-        if ("vendor",) not in made:
-            made[("vendor",)] = _vendor_fallback(problem, device, gpu)
-        return made[("vendor",)]
+    def fallback(contenders: tuple[Entry, ...] = ()) -> tuple[Callable, str, tuple]:
+        key = ("vendor", bool(contenders))
+        if key not in made:
+            made[key] = _vendor_fallback(problem, device, gpu, contenders)
+        return made[key]
 
     def serve(order) -> tuple[Callable, str, tuple]:
         e = lib.lookup_any(gpu, dt, "fp32", layout, order, M, N, K)
+        if racing and (e is None or not _measured_here(e, problem)):  # race what was measured at or near M
+            return fallback(_contenders(lib, gpu, problem))
         if e is None:
             return fallback()
         ek = (e.family, e.impl, e.algo)
@@ -434,6 +487,31 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     graph, gd, gs = serve(PROTOCOL_ORDER["graph"]) if device.type == "cuda" else (eager, ed, es)
     dev = device.index if device.type == "cuda" else -1
     return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd, es, gs)
+
+
+MAX_CONTENDERS = 4  # generated kernels a first sight races beside the vendor plans (each is built, then timed)
+
+
+def _measured_here(e: Entry, problem: GemmProblem) -> bool:
+    """``e`` was measured at this very shape on this GPU model (not relabelled from another, not a bucket's
+    unmeasured M): served as it is, no race."""
+    return problem.mnk in e.members and not e.relabelled
+
+
+def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ...]:
+    """The generated kernels a shape not measured here races beside the vendor plans: the library's entries for it
+    (any protocol; relabelled, or a bucket at an unmeasured M) and those measured at the nearest tuned M below and
+    above at this (N, K) of a family that takes any M (``Family.buckets``: a CUTLASS pick's scheduler knobs were
+    chosen for its measured grid of tiles, and it builds with nvcc). Vendor entries are not contenders: the race
+    times every vendor plan here."""
+    p = problem
+    own = [lib.lookup(gpu, p.dtype, p.acc, p.layout, proto, p.M, p.N, p.K) for proto in PROTOCOL_ORDER["graph"]]
+    near = [e for e in lib.neighbours(gpu, p.dtype, p.acc, p.layout, p.M, p.N, p.K) if family(e.family).buckets]
+    out: list[Entry] = []
+    for e in own + near:
+        if e is not None and e.family != "vendor" and all((e.family, e.impl) != (x.family, x.impl) for x in out):
+            out.append(e)
+    return tuple(out[:MAX_CONTENDERS])
 
 
 def _fallback_settings() -> str:
@@ -471,16 +549,43 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
         return type(ex).__name__
 
 
-def _vendor_fallback(problem: GemmProblem, device, gpu: str) -> tuple[Callable, str, tuple]:
-    """What serves a problem with no servable entry: the vendor plan chosen for its bucket of M on this GPU
-    (serve/vendor_choice.py), checked once against an fp32 product; torch.matmul off CUDA, with
-    GEMMRL_VENDOR_FALLBACK=off, or where the vendor extension cannot be loaded (one warning says why)."""
+def _vendor_fallback(problem: GemmProblem, device, gpu: str, contenders: tuple[Entry, ...] = ()
+                     ) -> tuple[Callable, str, tuple]:
+    """What serves a problem not measured here: the plan raced best on this GPU for its bucket of M among the vendor
+    plans and the generated ``contenders`` (serve/vendor_choice.py). A generated winner serves once it passes the
+    correctness battery at this shape (else the race's fastest vendor plan, recorded for the bucket); a vendor plan
+    once it matches an fp32 product. torch.matmul off CUDA, with GEMMRL_VENDOR_FALLBACK=off, or where the vendor
+    extension cannot be loaded (one warning says why)."""
     if device.type != "cuda" or vendor_choice.mode() == "off":
         return launchers.torch_mm, "torch.matmul", ()
+    gen = {f"{e.family}:{e.impl}": e for e in contenders}
+    names = tuple(sorted(gen))
     try:
         bufs = make_buffers(problem, device, seed=1234)
-        choice = vendor_choice.choose(problem, _choice_cache(device, gpu),
-                                      lambda: vendor_choice.plans_for(problem, bufs))
+        launched: dict[str, launchers.Launch] = {}
+
+        def plans() -> dict[str, Callable[[], Any]]:
+            out = dict(vendor_choice.plans_for(problem, bufs))
+            a, b, bt, c = bufs.args()
+            bv = bt.t() if problem.layout == "tn" else b
+            for name, e in gen.items():
+                try:
+                    launched[name] = got = launchers.launch(e, problem, bufs)
+                except Exception as ex:  # noqa: BLE001 - a contender that cannot be built here does not race
+                    _warn(f"gemmrl: {name} not raced at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex})")
+                    continue
+                out[vendor_choice.GEN + name] = functools.partial(got.call, a, bv, c)
+            return out
+
+        cache = _choice_cache(device, gpu)
+        choice = vendor_choice.choose(problem, cache, plans, generated=names)
+        if choice.kind == "gen":
+            won = _generated_winner(choice, gen, launched, problem, bufs)
+            if won is not None:
+                return won
+            choice = choice.vendor()
+            if cache is not None:  # the battery said no here: the bucket's vendor plan from now on
+                cache.put(problem, choice, names)
         got = launchers.vendor_plan(choice.kind, choice.algo, problem, bufs)
         _reference_check(got.call, bufs, problem)
         return got.call, f"vendor: {choice.describe()}{got.note}", got.spec
@@ -488,6 +593,27 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str) -> tuple[Callable, 
         _warn(f"gemmrl: the vendor fallback cannot serve {problem.mnk} {problem.layout} here ({type(ex).__name__}: "
               f"{ex}); torch.matmul serves it (GEMMRL_VENDOR_FALLBACK=off says so without trying)")
         return launchers.torch_mm, f"torch.matmul (vendor fallback unavailable: {type(ex).__name__})", ()
+
+
+def _generated_winner(choice: vendor_choice.Choice, gen: dict[str, Entry], launched: dict[str, launchers.Launch],
+                      problem: GemmProblem, bufs) -> tuple[Callable, str, tuple] | None:
+    """The generated kernel that won its bucket's race, once it passes the correctness battery at this shape (it
+    was not measured here); None (with a warning) where it cannot serve."""
+    e = gen.get(choice.algo)
+    if e is None:
+        return None
+    desc = (f"{choice.algo} [raced at M={choice.measured_m} against the vendor plans; {e.protocol} entry {e.mnk}"
+            f"{', relabelled' if e.relabelled else ''}]")
+    try:
+        got = launched.get(choice.algo) or launchers.launch(e, problem, bufs)
+        v = verify(got.candidate, problem, "cuda")
+        if not v.passed:
+            raise RuntimeError(f"failed the correctness battery: {v.reason}")
+        return got.call, desc + got.note, got.spec
+    except Exception as ex:  # noqa: BLE001 - the race's vendor plan serves instead
+        _warn(f"gemmrl: {desc} not served at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex}); the "
+              "fastest vendor plan of its race serves it")
+        return None
 
 
 def _choice_cache(device, gpu: str) -> vendor_choice.ChoiceCache | None:

@@ -1,25 +1,30 @@
-"""The vendor fallback: what serves a shape the library has no entry for (or an entry that cannot be built here).
+"""The fallback race: what serves a shape the library has not measured here (no entry, an M between tuned shapes, an
+entry measured on another GPU model, or one that cannot be built here).
 
 Not ``torch.matmul``, which is not the best vendor path (on an H200 it paid ~2x the lean cuBLASLt call per call in
 ``server`` at small shapes): the lean cuBLAS / cuBLASLt call of ``kernels/vendor.py`` with the algorithm measured
-best on this GPU, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4-7, ...).
+best on this GPU, or a generated kernel the library measured at a neighbouring M of the same (N, K) where it is
+faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4-7, ...).
 
 - **Raced once per bucket**, on first sight of a shape in it outside CUDA-graph capture (or at ``warmup``): torch.matmul,
-  cublasGemmEx and the first ``RACE_ALGOS`` of cuBLASLt's heuristic list, at the M first seen. Each sample is a batch
-  of back-to-back calls between CUDA events (about BATCH_US long, so a call's launch latency does not decide: timed
-  one call at a time, a 7 us algorithm read slower than a 9 us one on an H200); a first round screens every plan,
-  the KEEP fastest go on in interleaved rounds, the fastest median wins. The race stops when
-  ``GEMMRL_VENDOR_RACE_MS`` (default 200 ms of wall time) is spent, after at least ``MIN_ROUNDS`` samples: the cap
-  on what a first call costs.
+  cublasGemmEx, the first ``RACE_ALGOS`` of cuBLASLt's heuristic list and the generated contenders (``gen#<family>:
+  <impl>``), at the M first seen. Each sample is a CUDA graph of back-to-back calls (about BATCH_US of work) replayed
+  between CUDA events, so neither a call's launch latency nor its host cost decides (timed one call at a time, a 7 us
+  algorithm read slower than a 9 us one on an H200); a plan that cannot be captured is timed as a batch of eager
+  calls. A first round screens every plan, the KEEP fastest go on in interleaved rounds, the fastest median wins.
+  The race stops when ``GEMMRL_VENDOR_RACE_MS`` (default 200 ms of wall time) is spent, after at least
+  ``MIN_ROUNDS`` samples: the cap on what a first call costs. A generated winner is run through the correctness
+  battery before it serves (dispatch.py); the fastest vendor plan is kept beside it (``Choice.fallback``).
 - **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version: another
-  driver or cuBLAS version races again. A file that cannot be read is set aside with one warning (nothing raises);
-  one that cannot be written costs a race per process, not a failure.
+  driver or cuBLAS version races again; another set of generated contenders (a library tuned since) is another key.
+  A file that cannot be read is set aside with one warning (nothing raises); one that cannot be written costs a race
+  per process, not a failure.
 - Another M of a raced bucket takes the bucket's choice: a cuBLASLt algorithm is pinned by its description where
   this shape's heuristic list offers it, else the heuristic's first.
 - ``GEMMRL_VENDOR_FALLBACK``: ``race`` (default), ``heuristic`` (no race: the heuristic's first plan through the lean
   call), ``off`` (torch.matmul, as before this fallback existed).
 
-Inside capture nothing is raced or built (dispatch.py serves what it built before, else torch.matmul).
+Inside capture nothing is raced or built (dispatch.py serves a cached vendor choice there, else torch.matmul).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import os
 import statistics
 import time
 import warnings
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -48,6 +54,7 @@ MIN_ROUNDS = 3     # timed samples per kept plan the race takes whatever its bud
 MAX_ROUNDS = 15
 BATCH_US = 100.0   # a timed sample is a batch of back-to-back calls this long (launch latency amortised)
 MAX_BATCH = 32
+GEN = "gen#"       # the race's name prefix of a generated contender: gen#<family>:<impl>
 
 
 class VendorChoiceError(ValueError):
@@ -98,16 +105,28 @@ class Identity:
 
 @dataclass(frozen=True)
 class Choice:
-    """A vendor plan: ``kind`` torch | cublas | cublaslt, ``algo`` the cuBLASLt algorithm's description ('' = the
-    heuristic's first); how it was chosen (raced at ``measured_m``, with every plan's median time, or not)."""
+    """What serves a bucket: ``kind`` torch | cublas | cublaslt (a vendor plan; ``algo`` the cuBLASLt algorithm's
+    description, '' = the heuristic's first) or gen (a generated kernel; ``algo`` '<family>:<impl>', ``fallback``
+    the fastest vendor plan's race name, what serves if the kernel fails its battery here); how it was chosen
+    (raced at ``measured_m``, with every plan's median time, or not)."""
 
     kind: str
     algo: str = ""
     how: str = "heuristic"
     measured_m: int = 0
     times_us: tuple = ()
+    fallback: str = ""
+
+    def vendor(self) -> "Choice":
+        """The vendor plan of this choice: itself, or for a generated winner the fastest vendor plan of its race."""
+        if self.kind != "gen":
+            return self
+        kind, algo = plan_of(self.fallback or "cublaslt")
+        return Choice(kind, algo, self.how, self.measured_m, self.times_us)
 
     def describe(self) -> str:
+        if self.kind == "gen":
+            return f"{self.algo} [raced at M={self.measured_m}]"
         what = {"torch": "torch.matmul", "cublas": "cublasGemmEx", "cublaslt": "cuBLASLt"}[self.kind]
         if self.kind == "cublaslt":
             what += f" {self.algo}" if self.algo else " (the heuristic's first)"
@@ -116,9 +135,22 @@ class Choice:
         return f"{what} [{self.how}]"
 
 
-def choice_key(problem: GemmProblem) -> str:
+def plan_of(name: str) -> tuple[str, str]:
+    """(kind, algo) of a race name: 'torch', 'cublas', 'cublaslt#<i> <description>', 'gen#<family>:<impl>'."""
+    if name.startswith(GEN):
+        return "gen", name[len(GEN):]
+    kind, _, rest = name.partition("#")
+    return kind, (rest.split(" ", 1)[1] if kind == "cublaslt" and " " in rest else "")
+
+
+def choice_key(problem: GemmProblem, generated: tuple[str, ...] = ()) -> str:
+    """The cache key: dtype, layout, N, K, the bucket of M and (where generated kernels race) a digest of their
+    names, so a library with other contenders races again."""
     lo, hi = m_bucket(problem.M)
-    return f"{problem.dtype}|{problem.layout}|N={problem.N}|K={problem.K}|M={lo}-{hi}"
+    key = f"{problem.dtype}|{problem.layout}|N={problem.N}|K={problem.K}|M={lo}-{hi}"
+    if generated:
+        key += "|gen=" + hashlib.sha256("\n".join(sorted(generated)).encode()).hexdigest()[:12]
+    return key
 
 
 class ChoiceCache:
@@ -150,13 +182,13 @@ class ChoiceCache:
                           stacklevel=3)
             self.choices = {}
 
-    def get(self, problem: GemmProblem) -> Choice | None:
-        return self.choices.get(choice_key(problem))
+    def get(self, problem: GemmProblem, generated: tuple[str, ...] = ()) -> Choice | None:
+        return self.choices.get(choice_key(problem, generated))
 
-    def put(self, problem: GemmProblem, choice: Choice) -> bool:
+    def put(self, problem: GemmProblem, choice: Choice, generated: tuple[str, ...] = ()) -> bool:
         """Record ``choice`` and write the file (merged with what another process wrote meanwhile); False where it
         cannot be written (the choice still serves this process)."""
-        self.choices[choice_key(problem)] = choice
+        self.choices[choice_key(problem, generated)] = choice
         try:
             on_disk = ChoiceCache.__new__(ChoiceCache)
             on_disk.ident, on_disk.path, on_disk.choices = self.ident, self.path, {}
@@ -202,9 +234,14 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
     return min(med, key=med.get), med
 
 
+_GRAPHS: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary()  # plan -> (graph, calls) or None
+
+
 def event_timer(fn: Callable[[], None]) -> float:
-    """Device time per call of ``fn`` (ms): a batch of back-to-back calls between CUDA events on the current stream,
-    sized from one call to last about BATCH_US (at most MAX_BATCH calls)."""
+    """Device time per call of ``fn`` (ms): a CUDA graph of back-to-back calls (about BATCH_US of work, at most
+    MAX_BATCH calls; captured on first use and kept while ``fn`` lives) replayed between CUDA events on the current
+    stream. A plan that cannot be captured is timed as a batch of eager calls (its launch latency amortised, its
+    host cost not hidden where a call is shorter than its launch)."""
     import torch  # start-up cost: torch loads on first use, not on import
 
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -217,28 +254,63 @@ def event_timer(fn: Callable[[], None]) -> float:
         e.synchronize()
         return s.elapsed_time(e) / n
 
-    one = batch(1)  # launch latency included: an upper bound of the call's time
-    return batch(max(1, min(MAX_BATCH, int(BATCH_US / max(one * 1e3, 1e-3)) + 1)))
+    if fn not in _GRAPHS:
+        one = batch(1)  # launch latency included: an upper bound of the call's time
+        n = max(1, min(MAX_BATCH, int(BATCH_US / max(one * 1e3, 1e-3)) + 1))
+        _GRAPHS[fn] = _capture(fn, n) or (None, n)
+    g, n = _GRAPHS[fn]
+    if g is None:
+        return batch(n)
+    s.record()
+    g.replay()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / n
+
+
+def _capture(fn: Callable[[], None], n: int) -> tuple[Any, int] | None:
+    """A CUDA graph of ``n`` calls of ``fn`` (replayed once, untimed), or None where ``fn`` cannot be captured."""
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    try:
+        g = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()  # warm on the side stream first: lazy set-up (handles, workspaces) stays out of the capture
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(g):
+            for _ in range(n):
+                fn()
+        g.replay()
+        torch.cuda.current_stream().synchronize()
+        return g, n
+    except Exception:  # noqa: BLE001 - a plan that cannot be captured is timed eagerly
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+        return None
 
 
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
-           timer: Callable | None = None, budget_s: float | None = None) -> Choice:
+           timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = ()) -> Choice:
     """The bucket's cached choice, else (mode 'race') a race of ``plans()`` recorded in ``cache``, else the
-    heuristic's first cuBLASLt plan. Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>'."""
+    heuristic's first cuBLASLt plan. Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>' and, for the
+    ``generated`` contenders ('<family>:<impl>', part of the cache key), 'gen#<family>:<impl>'."""
     m = mode()
     if m == "off":
         return Choice("torch", how="off")
-    got = cache.get(problem) if cache is not None else None
+    got = cache.get(problem, generated) if cache is not None else None
     if got is not None:
         return got
     if m == "heuristic":
         return Choice("cublaslt", how="heuristic")
     winner, med = race(plans(), timer or event_timer, race_budget_s() if budget_s is None else budget_s)
-    kind, _, rest = winner.partition("#")
-    algo = rest.split(" ", 1)[1] if kind == "cublaslt" and " " in rest else ""
-    c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())))
+    kind, algo = plan_of(winner)
+    vendors = {k: v for k, v in med.items() if not k.startswith(GEN)}
+    fallback = min(vendors, key=vendors.get) if kind == "gen" and vendors else ""
+    c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())), fallback)
     if cache is not None:
-        cache.put(problem, c)
+        cache.put(problem, c, generated)
     return c
 
 
@@ -267,5 +339,5 @@ def vendor_torch(a, b, c) -> None:
     torch.matmul(a, b, out=c)
 
 
-__all__ = ["Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "m_bucket", "mode",
-           "plans_for", "race", "race_budget_s"]
+__all__ = ["GEN", "Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "m_bucket",
+           "mode", "plan_of", "plans_for", "race", "race_budget_s"]
