@@ -274,16 +274,20 @@ def _capture(fn: Callable[[], None], n: int) -> tuple[Any, int] | None:
 
     try:
         g = torch.cuda.CUDAGraph()
+        here = torch.cuda.current_stream()
         side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()  # warm on the side stream first: lazy set-up (handles, workspaces) stays out of the capture
-        torch.cuda.current_stream().wait_stream(side)
-        with torch.cuda.graph(g):
-            for _ in range(n):
-                fn()
+        side.wait_stream(here)
+        with torch.cuda.stream(side):  # capture_begin/end, not torch.cuda.graph: no gc.collect and empty_cache a plan
+            fn()  # warm on the capture stream first: lazy set-up (handles, workspaces) stays out of the capture
+            g.capture_begin(capture_error_mode="thread_local")
+            try:
+                for _ in range(n):
+                    fn()
+            finally:
+                g.capture_end()
+        here.wait_stream(side)
         g.replay()
-        torch.cuda.current_stream().synchronize()
+        here.synchronize()
         return g, n
     except Exception:  # noqa: BLE001 - a plan that cannot be captured is timed eagerly
         with contextlib.suppress(Exception):

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Any shape on the GPU in front of you, one call: the fallback race's GPU tests, then gemmrl.mm serving a library
+# tuned on another GPU model (the package's H100 model library, relabelled for this GPU with `gemmrl lib export
+# --as-gpu`) against every vendor path, on committed seeded shape files no library entry holds.
+#   GEMMRL_GIT_SHA=$(git rev-parse HEAD) SETS="anyshape_models30_fp16_seed0:fp16 anyshape_models30_bf16_seed0:bf16" \
+#     bash scripts/gpu_anyshape.sh
+# SETS: space-separated <file in benchmarks/shapes, no .txt>:<dtype>[:<protocols>]; PROTOCOLS (graph,cold) is the
+# default; offline/server sets take WARMUP_S/BENCH_S/QPS. TESTS=0 skips the tests; LIBRARY=empty serves an empty one.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck shell=bash disable=SC1091
+source scripts/gpu_env.sh
+SHA=${GEMMRL_GIT_SHA}
+DAY=$(date -u +%F)
+status=0
+if [ "${TESTS:-1}" != 0 ]; then
+  timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/serve/test_dispatch.py \
+    -k "unseen_shape or never_seen or capture or between_tuned" 2>&1 | tail -6 \
+    | tee "$GEMMRL_OUT/h200_gpu-tests_fallback-race_${SHA:0:12}_${DAY}.txt" || status=1
+fi
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+if [ "${LIBRARY:-as-gpu}" = empty ]; then
+  python3 -c "from gemmrl.library import Library; Library().save('/tmp/served_library.json')"; LIBTAG=empty-library
+else
+  gemmrl lib export --library src/gemmrl/libraries/h100.json --gpu 'NVIDIA H100 80GB HBM3' --as-gpu "$GPU" \
+    /tmp/served_library.json || status=1
+  LIBTAG=h100-models-library-as-h200
+fi
+for set in ${SETS:?give SETS=<shapes file>:<dtype>[:<protocols>] ...}; do
+  IFS=: read -r name dtype protos <<<"$set"
+  protos=${protos:-${PROTOCOLS:-graph,cold}}
+  extra=()
+  case $protos in *offline*|*server*) extra=(--warmup-seconds "${WARMUP_S:-0.25}" --benchmark-seconds "${BENCH_S:-1}");; esac
+  case $protos in *server*) extra+=(--target-qps "${QPS:-100}");; esac
+  out="$GEMMRL_OUT/h200_anyshape_${LIBTAG}_${name}_${protos//,/-}_${SHA:0:12}_${DAY}.csv"
+  timeout "${BENCH_TIMEOUT:-400}" gemmrl bench --shapes "benchmarks/shapes/${name}.txt" --dtype "$dtype" \
+    --library /tmp/served_library.json --protocol "$protos" --timing quick "${extra[@]}" --no-progress --out "$out" \
+    2>&1 | tail -4 || status=1
+done
+python3 - "$GEMMRL_OUT" <<'PY'
+import csv, glob, math, sys
+from collections import defaultdict
+print(f"{'file':<78} {'protocol':<8} {'n':>3} {'geomean':>8} {'min':>6} {'<0.97':>5}")
+for f in sorted(glob.glob(sys.argv[1] + "/*anyshape*.csv")):
+    t = defaultdict(dict)
+    for r in csv.DictReader(open(f)):
+        if r["candidate"] in ("gemmrl", "vendor_best") and not r.get("recheck") and r["time_ms"]:
+            t[(r["protocol"], r["mnk"])][r["candidate"]] = float(r["time_ms"])
+    by = defaultdict(list)
+    for (p, m), v in t.items():
+        if len(v) == 2:
+            by[p].append(v["vendor_best"] / v["gemmrl"])
+    for p, xs in sorted(by.items()):
+        g = math.exp(sum(map(math.log, xs)) / len(xs))
+        print(f"{f.rsplit('/', 1)[1][:78]:<78} {p:<8} {len(xs):>3} {g:>8.4f} {min(xs):>6.3f} {sum(x < .97 for x in xs):>5}")
+PY
+echo "sha=$SHA status=$status"
