@@ -10,8 +10,8 @@ re-measured selection ``<name>-sel:<protocols>`` (its ``selected``).
     cand = fam.candidate(cfg, problem, "cutlass:...")   # built (compiled) in its prepare, as every candidate
     cand, record = fam.build(payload, problem, name)    # built now: the tuner's path, failures in the record
 
-Config families (``triton``, ``cutlass``, ``tiny``, ``wgmma``) take a config string; ``vendor`` takes a baseline
-name; source families (``cuda``, ``triton_source``) take a source object that declares the shapes it handles;
+Config families (``triton``, ``cutlass``, ``tiny``, ``wgmma``, ``decode``) take a config string; ``vendor`` takes a
+baseline name; source families (``cuda``, ``triton_source``) take a source object that declares the shapes it handles;
 ``planted_triton`` takes the mode of a deliberately wrong kernel (the adversarial suite).
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Callable
 from ..adversarial.planted import planted_candidates
 from ..problem import GemmProblem
 from ..summary import BASELINES
-from . import cuda_source, cutlass_sm90, tiny_gemm, triton_source, vendor, wgmma_gemm
+from . import cuda_source, cutlass_sm90, decode_gemm, tiny_gemm, triton_source, vendor, wgmma_gemm
 from .toolchain import arch_for
 from .triton_gemm import TritonGemm
 from .triton_gemm import configs as triton_configs
@@ -148,6 +148,10 @@ def _wgmma_candidate(cfg, problem: GemmProblem, name: str | None):
     return wgmma_gemm.WgmmaCandidate(cfg, name=name)
 
 
+def _decode_candidate(cfg, problem: GemmProblem, name: str | None):
+    return decode_gemm.DecodeCandidate(cfg, name=name)
+
+
 # -- vendor paths, sources, planted kernels -------------------------------------------------------------
 def _vendor_parse(text: str) -> str:
     if text not in BASELINES:
@@ -210,6 +214,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            selectable=True),
     Family("wgmma", wgmma_gemm.WgmmaConfig.parse, _wgmma_candidate, wgmma_gemm.valid, _fixed_config,
            selectable=True),
+    Family("decode", decode_gemm.DecodeConfig.parse, _decode_candidate, decode_gemm.valid, _fixed_config),
     Family("vendor", _vendor_parse, _vendor_candidate, served=True),
     Family("cuda", _source, _cuda_candidate, builder=_cuda_build, prebuild=_cuda_prebuild, declared=True),
     Family("triton_source", _source, _triton_source_candidate, builder=_triton_source_build, declared=True),
