@@ -37,6 +37,8 @@ for set in ${SETS:?give SETS=<shapes file>:<dtype>[:<protocols>] ...}; do
     --library /tmp/served_library.json --protocol "$protos" --timing quick "${extra[@]}" --no-progress --out "$out" \
     2>&1 | tail -4 || status=1
 done
+[ -d "$GEMMRL_CACHE_DIR/vendor-choice" ] && tar czf "$GEMMRL_OUT/h200_vendor-choices_${LIBTAG}_${SHA:0:12}_${DAY}.tgz" \
+  -C "$GEMMRL_CACHE_DIR" vendor-choice  # every race's plans and median times, for the findings
 python3 - "$GEMMRL_OUT" <<'PY'
 import csv, glob, math, sys
 from collections import defaultdict

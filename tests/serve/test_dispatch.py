@@ -522,7 +522,7 @@ def test_an_m_between_tuned_shapes_races_their_kernels_against_the_vendor_plans_
     monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
     gpu, N, K = _gpu_name(), 1000, 776
     cfg_a = "tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)"
-    cfg_b = "tiled(BM=32,BN=128,BK=64,warps=4,stages=3,group_m=8)"
+    cfg_b = "tiled(BM=32,BN=64,BK=32,warps=4,stages=3,group_m=8)"
     lib(entry(16, N, K, gpu=gpu, layout=layout, protocol="graph", impl=cfg_a),
         entry(64, N, K, gpu=gpu, layout=layout, protocol="graph", impl=cfg_b))
     timed = []

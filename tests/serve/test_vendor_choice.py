@@ -92,16 +92,43 @@ def test_the_first_round_screens_and_the_fastest_go_on():
     kept = sorted(times, key=times.get)[:VC.KEEP]
     assert win == kept[0] and set(med) == set(kept)
     assert all(calls[n] == VC.MAX_ROUNDS + 1 for n in kept)
-    assert all(calls[n] == 2 for n in times if n not in kept)  # the untimed call and the screening sample
+    assert all(calls[n] == 1 + VC.SCREEN_ROUNDS for n in times if n not in kept)  # untimed call, screening samples
 
 
 def test_the_race_stops_at_its_cap_after_the_minimum_rounds():
     times = {"torch": 0.03, "cublas": 0.02}
     calls = {}
     VC.race(_plans(times, calls), _timer(times), budget_s=0.5, clock=Clock(1.0))  # every round "takes" 1 s
-    assert calls == {"torch": VC.MIN_ROUNDS + 1, "cublas": VC.MIN_ROUNDS + 1}
+    rounds = VC.SCREEN_ROUNDS + VC.MIN_ROUNDS - 1
+    assert calls == {"torch": rounds + 1, "cublas": rounds + 1}
     with pytest.raises(RuntimeError, match="no vendor plan"):
         VC.race(_plans({"torch": None}, {}), _timer({"torch": None}), 1.0)
+
+
+def test_screening_keeps_a_plan_by_its_faster_sample_and_the_clocks_settle_first():
+    """On an H200 the race began at idle clocks: the plans timed first (torch, cublas, cuBLASLt's first) read slow in
+    a one-sample screen and were dropped, and slower plans won (2_2048_1408: 5.0 us against 4.2 us)."""
+    times = {f"cublaslt#{i} algo={i}": 0.012 + 0.0001 * i for i in range(1, 12)}
+    times.update({"torch": 0.0101, "cublas": 0.0105, "cublaslt#0 algo=0": 0.010})
+    calls, first = {}, {}
+    idle = {"left": 3}  # the first three timed samples (round 0's first plans) read 3x slow
+
+    def timer(fn):
+        slow = 3.0 if idle["left"] > 0 else 1.0
+        idle["left"] -= 1
+        return times[fn.__name__] * slow * (1.0 + 0.001 * fn())
+
+    win, med = VC.race(_plans(times, calls), timer, budget_s=1.0, clock=Clock(0.0),
+                       settle=lambda fn: first.setdefault("fn", fn.__name__))
+    assert first == {"fn": "cublaslt#1 algo=1"} and win == "cublaslt#0 algo=0"
+    assert {"torch", "cublas", "cublaslt#0 algo=0"} <= set(med)
+
+
+@pytest.mark.parametrize("challenger, wins", [(0.00995, False), (0.0098, True)])
+def test_a_plan_beats_the_defaults_only_by_more_than_the_tie_band(challenger, wins):
+    times = {"torch": 0.0103, "cublas": 0.0101, "cublaslt#0 a": 0.0100, "cublaslt#5 b": challenger}
+    win, _ = VC.race(_plans(times, {}), _timer(times), budget_s=1.0, clock=Clock(0.0))
+    assert win == ("cublaslt#5 b" if wins else "cublaslt#0 a")
 
 
 def test_choose_races_once_per_bucket_and_caches_per_identity():

@@ -48,8 +48,12 @@ MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
 RACE_MS_ENV = "GEMMRL_VENDOR_RACE_MS"
 RACE_MS = 200.0
-RACE_ALGOS = 16    # cuBLASLt heuristic results raced (its first is one of them)
-KEEP = 6           # plans kept after the first (screening) round
+RACE_ALGOS = 32    # cuBLASLt heuristic results raced (its first is one of them)
+SCREEN_ROUNDS = 2  # screening samples per plan (one in each order), the faster counts
+KEEP = 6           # plans kept after screening
+SETTLE_MS = 25.0   # back-to-back calls before the first timed sample: the clocks leave idle first
+DEFAULTS = ("torch", "cublas", "cublaslt#0")  # what a plan must beat by TIE_BAND to be chosen over them
+TIE_BAND = 0.01
 MIN_ROUNDS = 3     # timed samples per kept plan the race takes whatever its budget
 MAX_ROUNDS = 15
 BATCH_US = 100.0   # a timed sample is a batch of back-to-back calls this long (launch latency amortised)
@@ -206,10 +210,15 @@ class ChoiceCache:
 
 
 def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], None]], float], budget_s: float,
-         clock: Callable[[], float] = time.perf_counter) -> tuple[str, dict[str, float]]:
+         clock: Callable[[], float] = time.perf_counter, settle: Callable[[Callable[[], None]], None] | None = None
+         ) -> tuple[str, dict[str, float]]:
     """The fastest of ``plans`` (name -> a call on prepared buffers) by median ``timer`` time (ms) over interleaved
-    rounds: at least MIN_ROUNDS, more while ``budget_s`` of wall time lasts (at most MAX_ROUNDS). A plan that
-    raises is out. Returns (winner, {name: median us})."""
+    rounds, at least MIN_ROUNDS, more while ``budget_s`` of wall time lasts (at most MAX_ROUNDS). A plan that
+    raises is out. ``settle(fn)`` runs before the first timed sample (the clocks leave idle on the first plan's
+    calls: screened at idle clocks, the plans timed first read slow and were dropped). The first SCREEN_ROUNDS rounds
+    (one in each order) screen: the KEEP fastest by their faster sample race on. A plan other than the defaults
+    (torch.matmul, cublasGemmEx, cuBLASLt's first heuristic result) wins only if it beats the fastest default by
+    TIE_BAND (a near-tie is noise). Returns (winner, {name: median us})."""
     t0 = clock()
     samples: dict[str, list[float]] = {}
     live = dict(plans)
@@ -220,18 +229,37 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
             del live[name]
     if not live:
         raise RuntimeError("no vendor plan ran this shape")
+    if settle is not None:
+        settle(next(iter(live.values())))
     for r in range(MAX_ROUNDS):
-        if r >= MIN_ROUNDS and clock() - t0 > budget_s:
+        if r >= SCREEN_ROUNDS + MIN_ROUNDS - 1 and clock() - t0 > budget_s:
             break
         order = list(live) if r % 2 == 0 else list(reversed(live))
         for name in order:
             samples.setdefault(name, []).append(timer(live[name]))
-        if r == 0 and len(live) > KEEP:  # screening: the rest race on
-            kept = sorted(live, key=lambda n: samples[n][0])[:KEEP]
+        if r == SCREEN_ROUNDS - 1 and len(live) > KEEP:  # screening: the rest race on
+            kept = sorted(live, key=lambda n: min(samples[n]))[:KEEP]
             live = {n: live[n] for n in live if n in kept}
             samples = {n: samples[n] for n in live}
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    return min(med, key=med.get), med
+    best = min(med, key=med.get)
+    defaults = [k for k in med if k.split(" ", 1)[0] in DEFAULTS]
+    if defaults and best not in defaults:
+        d = min(defaults, key=med.get)
+        if med[best] * (1 + TIE_BAND) > med[d]:
+            best = d
+    return best, med
+
+
+def settle(fn: Callable[[], None], ms: float = SETTLE_MS) -> None:
+    """Back-to-back calls of ``fn`` for ``ms`` of wall time, then a synchronize: the GPU's clocks leave idle."""
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    t = time.perf_counter()
+    while (time.perf_counter() - t) * 1e3 < ms:
+        for _ in range(8):
+            fn()
+        torch.cuda.current_stream().synchronize()
 
 
 _GRAPHS: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary()  # plan -> (graph, calls) or None
@@ -295,6 +323,9 @@ def _capture(fn: Callable[[], None], n: int) -> tuple[Any, int] | None:
         return None
 
 
+_GPU_TIMER = event_timer  # the clocks settle before a race timed on the GPU (not before a stand-in timer's)
+
+
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
            timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = ()) -> Choice:
     """The bucket's cached choice, else (mode 'race') a race of ``plans()`` recorded in ``cache``, else the
@@ -308,7 +339,9 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
         return got
     if m == "heuristic":
         return Choice("cublaslt", how="heuristic")
-    winner, med = race(plans(), timer or event_timer, race_budget_s() if budget_s is None else budget_s)
+    t = timer or event_timer
+    winner, med = race(plans(), t, race_budget_s() if budget_s is None else budget_s,
+                       settle=settle if t is _GPU_TIMER else None)
     kind, algo = plan_of(winner)
     vendors = {k: v for k, v in med.items() if not k.startswith(GEN)}
     fallback = min(vendors, key=vendors.get) if kind == "gen" and vendors else ""
