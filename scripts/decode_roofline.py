@@ -25,8 +25,9 @@ PEAK_FLOPS, PEAK_BW = 989e12, 4.8e12
 BATTERY = [
     ("1_37_72", "r1_w1x8_st8_s1"), ("3_130_264", "r2_w1x8_st4_s1"), ("9_70_136", "r2_w2x4_st6_s2"),
     ("20_130_264", "r2_w4x2_st4_s3"), ("33_50_72", "r4_w2x2_st4_s2"), ("64_257_520", "r2_w4x1_st4_s1"),
-    ("8_16_8", "r2_w4x1_st8_s1"), ("17_1000_1032", "r2_w2x4_st8_s4"), ("5_8191_4104", "r1_w1x8_st8_s1"),
-    ("32_3584_18944", "r2_w4x1_st8_s6"), ("1_4096_14336", "r2_w1x8_st8_s2"), ("16_4100_4096", "r4_w2x2_st8_s3"),
+    ("8_16_8", "r2_w4x1_st8_s1"), ("17_1000_1032", "r2_w2x4_u2_st3_s4"), ("5_8191_4104", "r1_w1x8_u4_st3_s1"),
+    ("32_3584_18944", "r2_w4x1_u4_st2_s6"), ("1_4096_14336", "r1_w1x8_u4_st3_s1"), ("16_4100_4096", "r4_w2x2_u2_st4_s3"),
+    ("1_40_392", "r1_w1x8_u4_st3_s1"), ("31_1000_1000", "r2_w2x4_u2_st3_s2"),
 ]
 
 
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="fp16", help="comma list of fp16,bf16")
     ap.add_argument("--battery-dtype", default="fp16,bf16")
     ap.add_argument("--budget-s", type=float, default=150.0, help="wall seconds for everything, bench stops short")
-    ap.add_argument("--limit", type=int, default=5, help="screened configs per shape")
+    ap.add_argument("--limit", type=int, default=6, help="screened configs per shape")
     ap.add_argument("--configs", default="", help="comma list of configs (without dtype) instead of the screen")
     ap.add_argument("--skip-battery", action="store_true")
     args = ap.parse_args(argv)

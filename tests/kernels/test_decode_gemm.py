@@ -17,7 +17,8 @@ needs_nvcc = pytest.mark.skipif(not toolchain.find_nvcc(), reason="needs nvcc (t
 SHAPES_FILE = "benchmarks/shapes/decode_models5_m1-32_weights100mb.txt"
 
 
-@pytest.mark.parametrize("cfg", [dg.DecodeConfig(), dg.DecodeConfig(4, 2, 2, 4, 3, "bf16"), dg.DecodeConfig(1, 1, 8, 6, 16)],
+@pytest.mark.parametrize("cfg", [dg.DecodeConfig(), dg.DecodeConfig(4, 2, 2, 4, 3, "bf16", 1),
+                                 dg.DecodeConfig(1, 1, 8, 6, 16, u=1), dg.DecodeConfig(2, 2, 4, 4, 2, u=2)],
                          ids=str)
 def test_name_round_trip(cfg):
     assert dg.DecodeConfig.parse(str(cfg)) == cfg
@@ -32,7 +33,7 @@ def test_bad_names_say_what_to_write(text):
 
 
 @pytest.mark.parametrize("cfg,why", [(dg.DecodeConfig(3, 1, 8), "instantiated (R, WR, WK)"),
-                                     (dg.DecodeConfig(stages=5), "ring depths"), (dg.DecodeConfig(split=0), "split 0"),
+                                     (dg.DecodeConfig(stages=5), "ring depth"), (dg.DecodeConfig(u=3), "u3"), (dg.DecodeConfig(split=0), "split 0"),
                                      (dg.DecodeConfig(split=33), "split 33"), (dg.DecodeConfig(dtype="fp8"), "dtype")])
 def test_valid_config_rejects_with_reason(cfg, why):
     ok, msg = dg.valid_config(cfg)
@@ -42,9 +43,10 @@ def test_valid_config_rejects_with_reason(cfg, why):
 @pytest.mark.parametrize("mnk,cfg,why", [
     ("1_4096_4100", dg.DecodeConfig(), "K % 8"),
     ("65_4096_4096", dg.DecodeConfig(), "M <= 64"),
-    ("64_4096_4096", dg.DecodeConfig(2, 1, 8, 8), "shared memory"),        # 8 warps x 8 deep x 12 vectors x 512 B
-    ("1_4096_64", dg.DecodeConfig(split=3), "no work"),                    # 2 chunks of 32 cannot split 3 ways
-    ("1_14336_4096", dg.DecodeConfig(1, 1, 8, 8, 2), "split only"),        # 896 row blocks need no split
+    ("64_4096_4096", dg.DecodeConfig(2, 1, 8, 8, u=1), "shared memory"),   # 8 warps x 8 deep x 12 vectors x 512 B
+    ("1_4096_64", dg.DecodeConfig(split=3, stages=4, u=1), "no work"),     # 2 chunks of 32 cannot split 3 ways
+    ("1_4096_256", dg.DecodeConfig(1, 1, 8, 3, 3), "no work"),             # 2 steps of 128
+    ("1_14336_4096", dg.DecodeConfig(1, 1, 8, 8, 2, u=1), "split only"),   # 896 row blocks need no split
     ("1_4096_4096", dg.DecodeConfig(dtype="bf16"), "config dtype"),
 ])
 def test_valid_rejects_at_the_problem(mnk, cfg, why):
@@ -105,11 +107,11 @@ def _mma_frags(w, x, hh):
 
 def emulate(A, W, cfg: dg.DecodeConfig):
     """C as decode_kernel computes it: warps (wr, wk), lanes' 16-byte chunks, fragments, epilogue, split."""
-    R, WR, WK, S = cfg.r, cfg.wr, cfg.wk, cfg.split
+    R, WR, WK, S, U = cfg.r, cfg.wr, cfg.wk, cfg.split, cfg.u
     M, K = A.shape
     N = W.shape[0]
     MT, RB = dg.mt_for(M), cfg.rows
-    nch = -(-K // 32)
+    nch = -(-K // (32 * U))
     cps = -(-nch // S)
     C = np.full((M, N), np.nan)
     ws = np.zeros((S, M, N))
@@ -121,8 +123,8 @@ def emulate(A, W, cfg: dg.DecodeConfig):
                 wr, wk = warp % WR, warp // WR
                 n0 = nb + wr * 16 * R
                 cb, ce = s * cps + wk, min(nch, s * cps + cps)
-                for i in range(-(-(ce - cb) // WK) if ce > cb else 0):
-                    col = (cb + WK * i) * 32
+                for i, u in [(i, u) for i in range(-(-(ce - cb) // WK) if ce > cb else 0) for u in range(U)]:
+                    col = (cb + WK * i) * 32 * U + 32 * u
                     w, x = np.zeros((R, 2, 32, 8)), np.zeros((MT, 32, 8))
                     for lane in range(32):
                         g, t = lane >> 2, lane & 3
@@ -161,9 +163,11 @@ def emulate(A, W, cfg: dg.DecodeConfig):
 
 
 @pytest.mark.parametrize("mnk,cfg", [
-    ("1_40_96", dg.DecodeConfig(1, 1, 8, 4, 1)), ("3_37_200", dg.DecodeConfig(2, 1, 8, 4, 1)),
-    ("9_70_136", dg.DecodeConfig(2, 2, 4, 6, 2)), ("20_130_264", dg.DecodeConfig(2, 4, 2, 4, 3)),
-    ("33_50_72", dg.DecodeConfig(4, 2, 2, 4, 2)), ("8_16_8", dg.DecodeConfig(2, 4, 1, 8, 1)),
+    ("1_40_96", dg.DecodeConfig(1, 1, 8, 4, 1, u=1)), ("3_37_200", dg.DecodeConfig(2, 1, 8, 4, 1, u=1)),
+    ("9_70_136", dg.DecodeConfig(2, 2, 4, 6, 2, u=1)), ("20_130_264", dg.DecodeConfig(2, 4, 2, 4, 3, u=1)),
+    ("33_50_72", dg.DecodeConfig(4, 2, 2, 4, 2, u=1)), ("8_16_8", dg.DecodeConfig(2, 4, 1, 8, 1, u=1)),
+    ("1_40_392", dg.DecodeConfig(1, 1, 8, 3, 1, u=4)), ("9_70_520", dg.DecodeConfig(2, 2, 4, 3, 2, u=2)),
+    ("17_33_1000", dg.DecodeConfig(1, 1, 8, 2, 1, u=4)),
 ])
 def test_data_map_computes_the_product(mnk, cfg):
     M, N, K = map(int, mnk.split("_"))
@@ -185,7 +189,7 @@ def test_builds_without_spills(dtype, monkeypatch, tmp_path):
 
     b = cs.build(dg.source(dtype), "90a")
     assert b.ok, b.error
-    n = len(dg.SHAPES) * len(dg.STAGES) * len(dg.MTS)
+    n = len(dg.SHAPES) * len(dg.DEPTHS) * len(dg.MTS)
     assert b.ptxas.kernels == n and b.ptxas.spill_store_bytes == 0 and b.ptxas.spill_load_bytes == 0
     assert not b.ptxas.perf_warnings
 
@@ -196,7 +200,8 @@ def test_builds_without_spills(dtype, monkeypatch, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("mnk,text", [("1_37_72", "r1_w1x8_st8_s1"), ("9_70_136", "r2_w2x4_st6_s2"),
-                                      ("33_50_72", "r4_w2x2_st4_s2"), ("17_1000_1032", "r2_w2x4_st8_s4")])
+                                      ("33_50_72", "r4_w2x2_st4_s2"), ("17_1000_1032", "r2_w2x4_u2_st3_s4"),
+                                      ("3_4100_4104", "r1_w1x8_u4_st3_s1")])
 def test_battery_repeat_and_graph(dtype, mnk, text):
     import torch
 

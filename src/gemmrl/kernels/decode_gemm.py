@@ -10,15 +10,15 @@ weight), WK warps interleaving the K chunks; a split S along K (grid.y) for shap
 in the same launch (the last CTA of a tile sums the S fp32 partials in split order through a workspace and a
 self-resetting counter per tile, both allocated once in ``prepare``).
 
-A config (:class:`DecodeConfig`) is (R, WR, WK, ST, S) for one dtype; the token tile MT (n8 tiles: 1, 2, 4, 8 for
-M <= 8, 16, 32, 64) follows M. Every (R, WR, WK) x ST x MT is instantiated in one shared object per dtype (one nvcc
+A config (:class:`DecodeConfig`) is (R, WR, WK, U chunks a warp step, ST, S) for one dtype; the token tile MT (n8 tiles: 1, 2, 4, 8 for
+M <= 8, 16, 32, 64) follows M. Every (R, WR, WK) x (U, ST) x MT is instantiated in one shared object per dtype (one nvcc
 run, ~25 s). ``valid_config`` is the compile-time predicate (an instantiated shape and depth, a split in 1..32, the
 dtype), ``valid`` adds the problem (tn, fp32 accumulation, the dtype, M <= 64, K % 8 for 16-byte cp.async, the
 ring and epilogue within the opt-in shared memory at that M, every split with K work, and a split only where the
 row blocks alone give fewer than 2 x SMs CTAs); ``prepare`` also asks the device how many CTAs fit an SM and refuses
 a config that fits none.
 
-Candidates are named ``decode:<config>``, e.g. ``decode:r2_w1x8_st8_s1_fp16``.
+Candidates are named ``decode:<config>``, e.g. ``decode:r1_w1x8_u4_st3_s1_fp16`` (``_u1`` is left out of a name).
 
 Tests: ``pytest tests/kernels/test_decode_gemm.py`` (names, predicates at tiny and odd shapes, the screened configs,
 the kernel's data map checked in numpy, and a compile without spills where nvcc exists; ``-m gpu`` runs configs
@@ -41,7 +41,10 @@ from .vendor import raw_stream_getter
 SOURCE = Path(__file__).with_name("csrc") / "decode_stream.cu"
 # the .cu's instantiations (its g_insts): (R m16 row tiles a warp, WR row warps, WK K warps), ring depths, token tiles
 SHAPES = ((1, 1, 8), (2, 1, 8), (2, 2, 4), (2, 4, 2), (2, 4, 1), (4, 2, 2))
-STAGES = (4, 6, 8)
+# (U adjacent 32-column chunks a warp step, ST ring depth in steps): U = 1 asks for 64 bytes of a row at a time, U = 4
+# for 256 back to back
+DEPTHS = ((1, 4), (1, 6), (1, 8), (2, 3), (2, 4), (4, 2), (4, 3))
+STAGES = tuple(sorted({st for _, st in DEPTHS}))
 MTS = (1, 2, 4, 8)
 MAX_M = 64
 MAX_SPLIT = 32
@@ -66,9 +69,10 @@ class DecodeConfig:
     r: int = 2
     wr: int = 1
     wk: int = 8
-    stages: int = 8
+    stages: int = 3
     split: int = 1
     dtype: str = "fp16"
+    u: int = 4                   # adjacent 32-column chunks a warp step
 
     @property
     def layout(self) -> str:
@@ -92,21 +96,23 @@ class DecodeConfig:
         return 16 * self.r * self.wr
 
     def __str__(self) -> str:
-        return f"r{self.r}_w{self.wr}x{self.wk}_st{self.stages}_s{self.split}_{self.dtype}"
+        u = f"_u{self.u}" if self.u != 1 else ""
+        return f"r{self.r}_w{self.wr}x{self.wk}{u}_st{self.stages}_s{self.split}_{self.dtype}"
 
     @classmethod
     def parse(cls, text: str) -> "DecodeConfig":
-        m = re.fullmatch(r"r(\d+)_w(\d+)x(\d+)_st(\d+)_s(\d+)_(fp16|bf16)", text.strip())
+        m = re.fullmatch(r"r(\d+)_w(\d+)x(\d+)(?:_u(\d+))?_st(\d+)_s(\d+)_(fp16|bf16)", text.strip())
         if not m:
             raise DecodeConfigError(f"cannot read decode config {text!r}; expected e.g. {DecodeConfig()} "
-                                    "(r<m16 tiles a warp>_w<row warps>x<K warps>_st<ring depth>_s<split>_<dtype>)")
-        r, wr, wk, st, s, dtype = m.groups()
-        return cls(int(r), int(wr), int(wk), int(st), int(s), dtype)
+                                    "(r<m16 tiles a warp>_w<row warps>x<K warps>[_u<chunks a step>]_st<ring depth>"
+                                    "_s<split>_<dtype>)")
+        r, wr, wk, u, st, s, dtype = m.groups()
+        return cls(int(r), int(wr), int(wk), int(st), int(s), dtype, int(u or 1))
 
     def smem_bytes(self, M: int) -> int:
         """What a launch at M asks for (the .cu's Cfg::SMEM): the warps' rings, or their partial tiles if larger."""
         mt = mt_for(M)
-        ring = self.warps * self.stages * (2 * self.r + mt) * 512
+        ring = self.warps * self.stages * self.u * (2 * self.r + mt) * 512
         return max(ring, self.warps * self.r * mt * 512)
 
 
@@ -115,8 +121,9 @@ def valid_config(cfg: DecodeConfig) -> tuple[bool, str]:
     if cfg.shape not in SHAPES:
         return False, (f"r{cfg.r}_w{cfg.wr}x{cfg.wk}: instantiated (R, WR, WK) are "
                        f"{', '.join(f'r{r}_w{a}x{b}' for r, a, b in SHAPES)}")
-    if cfg.stages not in STAGES:
-        return False, f"stages {cfg.stages}: instantiated ring depths are {STAGES}"
+    if (cfg.u, cfg.stages) not in DEPTHS:
+        return False, (f"u{cfg.u} with stages {cfg.stages}: instantiated (chunks a step, ring depth) are "
+                       f"{', '.join(f'u{u}_st{st}' for u, st in DEPTHS)}")
     if not 1 <= cfg.split <= MAX_SPLIT:
         return False, f"split {cfg.split}: use 1..{MAX_SPLIT}"
     if cfg.dtype not in DTYPES:
@@ -124,8 +131,9 @@ def valid_config(cfg: DecodeConfig) -> tuple[bool, str]:
     return True, ""
 
 
-def chunks(problem: GemmProblem) -> int:
-    return -(-problem.K // CHUNK)
+def chunks(problem: GemmProblem, u: int = 1) -> int:
+    """Warp steps of ``u`` chunks that cover K."""
+    return -(-problem.K // (CHUNK * u))
 
 
 def row_blocks(cfg: DecodeConfig, problem: GemmProblem) -> int:
@@ -152,9 +160,9 @@ def valid(cfg: DecodeConfig, problem: GemmProblem, sms: int = 132, cc: int = 90)
     if cfg.smem_bytes(problem.M) > SMEM_LIMIT:
         return False, (f"needs {cfg.smem_bytes(problem.M)} bytes of shared memory at M={problem.M} (> {SMEM_LIMIT}): "
                        "fewer stages")
-    cps = -(-chunks(problem) // cfg.split)
-    if (cfg.split - 1) * cps >= chunks(problem):
-        return False, f"split {cfg.split} of {chunks(problem)} K chunks of {CHUNK}: some split would have no work"
+    nst = chunks(problem, cfg.u)
+    if (cfg.split - 1) * -(-nst // cfg.split) >= nst:
+        return False, f"split {cfg.split} of {nst} K steps of {CHUNK * cfg.u}: some split would have no work"
     if cfg.split > 1 and row_blocks(cfg, problem) >= 2 * sms:
         return False, (f"{row_blocks(cfg, problem)} row blocks of {cfg.rows} >= 2 x {sms} SMs: split only shapes "
                        "with too few CTAs")
@@ -174,14 +182,14 @@ def ctas_per_sm(cfg: DecodeConfig, M: int) -> int:
 
 
 def all_configs(dtypes: Iterable[str] = DTYPES, splits: Iterable[int] = (1, 2, 3, 4, 6, 8)) -> list[DecodeConfig]:
-    return [DecodeConfig(r, wr, wk, st, s, d) for d in dtypes for (r, wr, wk) in SHAPES for st in STAGES
+    return [DecodeConfig(r, wr, wk, st, s, d, u) for d in dtypes for (r, wr, wk) in SHAPES for u, st in DEPTHS
             for s in splits]
 
 
 def split_for(cfg: DecodeConfig, problem: GemmProblem, sms: int = 132) -> int:
     """The smallest split that gives at least one CTA an SM (1 where the row blocks alone do), within the splits
     that leave every split K work."""
-    tiles, nch = row_blocks(cfg, problem), chunks(problem)
+    tiles, nch = row_blocks(cfg, problem), chunks(problem, cfg.u)
     best = 1
     if tiles >= sms:
         return 1
@@ -194,32 +202,46 @@ def split_for(cfg: DecodeConfig, problem: GemmProblem, sms: int = 132) -> int:
     return best
 
 
-def deepest(shape: tuple[int, int, int], problem: GemmProblem, per_sm: int = 1) -> int:
-    """The deepest ring of ``shape`` at M with ``per_sm`` CTAs an SM by shared memory (0: none)."""
+def deepest(shape: tuple[int, int, int], u: int, problem: GemmProblem, per_sm: int = 1) -> int:
+    """The deepest ring of ``shape`` with steps of ``u`` chunks at M with ``per_sm`` CTAs an SM by shared memory
+    (0: none)."""
     r, wr, wk = shape
-    for st in sorted(STAGES, reverse=True):
-        c = DecodeConfig(r, wr, wk, st, 1, problem.dtype)
+    for st in sorted((st for uu, st in DEPTHS if uu == u), reverse=True):
+        c = DecodeConfig(r, wr, wk, st, 1, problem.dtype, u)
         if c.smem_bytes(problem.M) <= SMEM_LIMIT and ctas_per_sm(c, problem.M) >= per_sm:
             return st
     return 0
 
 
+# the (R, WR, WK) screened first: K-interleaved warps for M <= 8, row warps sharing activations above
+ORDER_SMALL_M = ((1, 1, 8), (2, 1, 8), (2, 2, 4), (2, 4, 2), (4, 2, 2), (2, 4, 1))
+ORDER_LARGE_M = ((2, 2, 4), (4, 2, 2), (2, 4, 2), (2, 1, 8), (1, 1, 8), (2, 4, 1))
+
+
 def screen_configs(problem: GemmProblem, sms: int = 132, limit: int = 6) -> list[DecodeConfig]:
-    """The configs measured at ``problem``: per (R, WR, WK), the deepest ring that fits one CTA an SM, with the
-    split that gives at least an SM's worth of CTAs, and where it differs the deepest that fits two; ordered so
-    that the row shapes that share activations (WR > 1) come first from M > 8 on, the K-interleaved ones below."""
-    shapes = sorted(SHAPES, key=lambda s: (-(s[1] > 1) if problem.M > 8 else (s[1] > 1), s))
+    """The configs measured at ``problem``: the first three (R, WR, WK) in the order for its M, each with 256-byte
+    then 128-byte row runs (U = 4, 2) at the deepest ring that fits one CTA an SM and at the deepest that fits two,
+    with the split that gives at least an SM's worth of CTAs; the last place goes to the first shape with U = 1
+    (64-byte runs, the deepest ring), the pattern the others are measured against."""
+    order = ORDER_SMALL_M if problem.M <= 8 else ORDER_LARGE_M
+
+    def make(shape, u, per_sm):
+        st = deepest(shape, u, problem, per_sm)
+        if not st:
+            return None
+        c = DecodeConfig(*shape, st, 1, problem.dtype, u)
+        c = DecodeConfig(*shape, st, split_for(c, problem, sms), problem.dtype, u)
+        return c if valid(c, problem, sms)[0] else None
+
     out: list[DecodeConfig] = []
-    for shape in shapes:
-        for per_sm in (1, 2):
-            st = deepest(shape, problem, per_sm)
-            if not st:
-                continue
-            c = DecodeConfig(*shape, st, 1, problem.dtype)
-            c = DecodeConfig(*shape, st, split_for(c, problem, sms), problem.dtype)
-            if c not in out and valid(c, problem, sms)[0]:
-                out.append(c)
-    return out[:limit]
+    for shape in order[:3]:
+        for u in (4, 2):
+            for per_sm in (1, 2):
+                c = make(shape, u, per_sm)
+                if c is not None and c not in out:
+                    out.append(c)
+    base = next((c for shape in order if (c := make(shape, 1, 1)) is not None), None)
+    return out[:limit - 1] + ([base] if base is not None else [])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -243,16 +265,16 @@ def typed(lib):
     if not getattr(lib, "_gemmrl_typed", False):
         i, p, z = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
         lib.gemmrl_decode_gemm.restype = i
-        lib.gemmrl_decode_gemm.argtypes = [p] * 3 + [i] * 6 + [p] * 2 + [i] * 5 + [p]
+        lib.gemmrl_decode_gemm.argtypes = [p] * 3 + [i] * 6 + [p] * 2 + [i] * 6 + [p]
         lib.gemmrl_decode_plan.restype = p
-        lib.gemmrl_decode_plan.argtypes = [i] * 11 + [p, p]
+        lib.gemmrl_decode_plan.argtypes = [i] * 12 + [p, p]
         lib.gemmrl_decode_plan_run.restype = i
         lib.gemmrl_decode_plan_run.argtypes = [p] * 5
         lib.gemmrl_decode_plan_free.restype = None
         lib.gemmrl_decode_plan_free.argtypes = [p]
         for fn in (lib.gemmrl_decode_smem_bytes, lib.gemmrl_decode_ctas_per_sm):
             fn.restype = i
-            fn.argtypes = [i] * 5
+            fn.argtypes = [i] * 6
         lib.gemmrl_decode_workspace_bytes.restype = z
         lib.gemmrl_decode_workspace_bytes.argtypes = [i] * 5
         lib.gemmrl_decode_counter_bytes.restype = z
@@ -293,7 +315,7 @@ class DecodeCandidate:
             return  # the same shape in another protocol: the plan, workspace and counters stand
         c, M, N, K = self.cfg, problem.M, problem.N, problem.K
         lib = _lib(c.dtype)
-        args = (c.r, c.wr, c.wk, c.stages, M)
+        args = (c.r, c.wr, c.wk, c.u, c.stages, M)
         smem = int(lib.gemmrl_decode_smem_bytes(*args))
         if smem != c.smem_bytes(M):
             raise DecodeConfigError(f"{c}: shared memory sizes disagree (library {smem}, Python {c.smem_bytes(M)}): "
@@ -306,7 +328,7 @@ class DecodeCandidate:
         ws = torch.empty(max(ws_bytes, 16), dtype=torch.uint8, device=dev)
         cnt = torch.zeros(max(cnt_bytes, 16), dtype=torch.uint8, device=dev)
         torch.cuda.synchronize(dev)
-        plan = lib.gemmrl_decode_plan(M, N, K, K, K, N, c.r, c.wr, c.wk, c.stages, c.split,
+        plan = lib.gemmrl_decode_plan(M, N, K, K, K, N, c.r, c.wr, c.wk, c.u, c.stages, c.split,
                                       ws.data_ptr() if ws_bytes else None, cnt.data_ptr() if cnt_bytes else None)
         if not plan:
             raise DecodeConfigError(f"{self.name}: gemmrl_decode_plan refused {problem.mnk}")

@@ -11,7 +11,8 @@
 //   mma of a chunk is physical column 8t + 4h + e (k 2t+8+e: 8t + 4h + 2 + e), the same map for both operands;
 // - the loads are per-lane cp.async of 16 bytes into a warp-private ring in shared memory (ST deep): a lane reads
 //   back only what it wrote, so the main loop has no barrier at all, only cp.async.wait_group; a warp keeps ST-1
-//   chunks (R x 1 KB of weight each) in flight;
+//   steps in flight, a step being U adjacent chunks (R x U KB of weight), so that a row's U x 64 bytes are asked for
+//   back to back (whole 128-byte lines and longer runs for the DRAM);
 // - a CTA is WR x WK warps: WR warps own R m16 row tiles each (RB = 16 R WR rows), WK warps interleave the CTA's K
 //   chunks. Warps with one WK index read the same activation chunk at about the same time (cp.async.ca: L1 serves the
 //   repeats), so activations cross L2 once per RB rows, not once per 16;
@@ -76,20 +77,21 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-template <int R, int WR, int WK, int MT, int ST>
+template <int R, int WR, int WK, int U, int MT, int ST>
 struct Cfg {
   static constexpr int WARPS = WR * WK, THREADS = 32 * WARPS, RB = 16 * R * WR;
   static constexpr int Q = 2 * R + MT;                  // 16-byte vectors per lane per stage
-  static constexpr int RING = WARPS * ST * Q * 512;     // bytes
+  static constexpr int RING = WARPS * ST * U * Q * 512;  // bytes
   static constexpr int RED = WARPS * R * MT * 512;      // the partial tiles of every warp, for the epilogue
   static constexpr int SMEM = RING > RED ? RING : RED;
 };
 
-template <int R, int WR, int WK, int MT, int ST>
+template <int R, int WR, int WK, int U, int MT, int ST>
 __global__ void __launch_bounds__(32 * WR * WK)
     decode_kernel(const elem_t* __restrict__ A, const elem_t* __restrict__ W, elem_t* __restrict__ C, int M, int N,
                   int K, int lda, int ldw, int ldc, int cps, float* __restrict__ ws, unsigned* __restrict__ counters) {
-  using CF = Cfg<R, WR, WK, MT, ST>;
+  using CF = Cfg<R, WR, WK, U, MT, ST>;
+  constexpr int STEP = U * CHUNK;  // K columns of one warp step: U adjacent chunks (a row's U x 64 bytes back to back)
   constexpr int Q = CF::Q, RB = CF::RB, THREADS = CF::THREADS;
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int is_last;
@@ -98,7 +100,7 @@ __global__ void __launch_bounds__(32 * WR * WK)
   const int g = lane >> 2, t = lane & 3;
   const int nb = blockIdx.x * RB, n0 = nb + wr * 16 * R;
   const int s = blockIdx.y, S = gridDim.y;
-  const int nchunks = (K + CHUNK - 1) / CHUNK;
+  const int nchunks = (K + STEP - 1) / STEP;  // steps
   const int c_begin = s * cps + wk, c_end = min(nchunks, s * cps + cps);
   const int my_n = c_end > c_begin ? (c_end - c_begin + WK - 1) / WK : 0;
 
@@ -119,24 +121,33 @@ __global__ void __launch_bounds__(32 * WR * WK)
     alive[j] = g + 8 * j < M;
     asrc[j] = A + size_t(alive[j] ? g + 8 * j : 0) * lda + 8 * t;
   }
-  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(smem)) + warp * ST * Q * 512 + lane * 16;
+  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(smem)) + warp * ST * U * Q * 512 + lane * 16;
 
-  // chunk i of this warp (K columns (c_begin + WK i) * 32 ..) into ring slot ``slot``; always one commit group
+  // step i of this warp (K columns (c_begin + WK i) * STEP ..) into ring slot ``slot``; always one commit group
   auto issue = [&](int i, int slot) {
     if (i < my_n) {
-      const int col = (c_begin + WK * i) * CHUNK;
-      const bool kin = col + 8 * t < K;
-      const unsigned dst = base + slot * Q * 512;
 #pragma unroll
-      for (int r = 0; r < R; ++r)
+      for (int u = 0; u < U; ++u) {
+        const int col = (c_begin + WK * i) * STEP + u * CHUNK;
+        const bool kin = col + 8 * t < K;
+        const unsigned dst = base + (slot * U + u) * Q * 512;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool live = kin && wlive[r][h];
-          cp16_cg(dst + (2 * r + h) * 512, live ? wsrc[r][h] + col : W, live ? 16 : 0);
-        }
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int j = 0; j < MT; ++j)
-        if (alive[j]) cp16_ca(dst + (2 * R + j) * 512, kin ? asrc[j] + col : A, kin ? 16 : 0);
+          for (int h = 0; h < 2; ++h) {
+            const bool live = kin && wlive[r][h];
+            cp16_cg(dst + (2 * r + h) * 512, live ? wsrc[r][h] + col : W, live ? 16 : 0);
+          }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int col = (c_begin + WK * i) * STEP + u * CHUNK;
+        const bool kin = col + 8 * t < K;
+        const unsigned dst = base + (slot * U + u) * Q * 512;
+#pragma unroll
+        for (int j = 0; j < MT; ++j)
+          if (alive[j]) cp16_ca(dst + (2 * R + j) * 512, kin ? asrc[j] + col : A, kin ? 16 : 0);
+      }
     }
     cp_commit();
   };
@@ -153,26 +164,30 @@ __global__ void __launch_bounds__(32 * WR * WK)
   for (int i = 0; i < ST - 1; ++i) issue(i, i);
   int slot = 0, next = ST - 1;
   for (int i = 0; i < my_n; ++i) {
-    cp_wait<ST - 2>();  // (ST - 1 + i) groups committed, chunk i's is done
-    const unsigned src = base + slot * Q * 512;
-    uint4 w[R][2], x[MT];
+    cp_wait<ST - 2>();  // (ST - 1 + i) groups committed, step i's is done
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      w[r][0] = lds128(src + (2 * r) * 512);
-      w[r][1] = lds128(src + (2 * r + 1) * 512);
+    for (int u = 0; u < U; ++u) {
+      const unsigned src = base + (slot * U + u) * Q * 512;
+      uint4 w[R][2], x[MT];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        w[r][0] = lds128(src + (2 * r) * 512);
+        w[r][1] = lds128(src + (2 * r + 1) * 512);
+      }
+#pragma unroll
+      for (int j = 0; j < MT; ++j) x[j] = alive[j] ? lds128(src + (2 * R + j) * 512) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < MT; ++j) {
+          mma16816(acc[r][j], w[r][0].x, w[r][1].x, w[r][0].y, w[r][1].y, x[j].x, x[j].y);
+          mma16816(acc[r][j], w[r][0].z, w[r][1].z, w[r][0].w, w[r][1].w, x[j].z, x[j].w);
+        }
     }
-#pragma unroll
-    for (int j = 0; j < MT; ++j) x[j] = alive[j] ? lds128(src + (2 * R + j) * 512) : make_uint4(0, 0, 0, 0);
-    issue(i + ST - 1, next);  // into the slot consumed one step ago
+    // into the slot consumed one step ago: its shared-memory reads fed the mma above, so they are done
+    issue(i + ST - 1, next);
     slot = slot + 1 == ST ? 0 : slot + 1;
     next = next + 1 == ST ? 0 : next + 1;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int j = 0; j < MT; ++j) {
-        mma16816(acc[r][j], w[r][0].x, w[r][1].x, w[r][0].y, w[r][1].y, x[j].x, x[j].y);
-        mma16816(acc[r][j], w[r][0].z, w[r][1].z, w[r][0].w, w[r][1].w, x[j].z, x[j].w);
-      }
   }
   cp_wait<0>();
   __syncthreads();
@@ -225,18 +240,20 @@ __global__ void __launch_bounds__(32 * WR * WK)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// the instantiations: (R, WR, WK) x ST x MT. Keep in step with kernels/decode_gemm.py (SHAPES, STAGES, MTS).
+// the instantiations: (R, WR, WK) x (U, ST) x MT. Keep in step with kernels/decode_gemm.py (SHAPES, DEPTHS, MTS).
 typedef void (*kernel_t)(const elem_t*, const elem_t*, elem_t*, int, int, int, int, int, int, int, float*, unsigned*);
 struct Inst {
-  int r, wr, wk, mt, st, smem, threads;
+  int r, wr, wk, u, mt, st, smem, threads;
   kernel_t fn;
   bool attr;
 };
 
-#define GEMMRL_DEC1(R_, WR_, WK_, MT_, ST_) \
-  {R_, WR_, WK_, MT_, ST_, Cfg<R_, WR_, WK_, MT_, ST_>::SMEM, 32 * WR_ * WK_, decode_kernel<R_, WR_, WK_, MT_, ST_>, false},
-#define GEMMRL_DEC_ST(R_, WR_, WK_, MT_) GEMMRL_DEC1(R_, WR_, WK_, MT_, 4) GEMMRL_DEC1(R_, WR_, WK_, MT_, 6) \
-  GEMMRL_DEC1(R_, WR_, WK_, MT_, 8)
+#define GEMMRL_DEC1(R_, WR_, WK_, U_, MT_, ST_)                                                    \
+  {R_, WR_, WK_, U_, MT_, ST_, Cfg<R_, WR_, WK_, U_, MT_, ST_>::SMEM, 32 * WR_ * WK_,             \
+   decode_kernel<R_, WR_, WK_, U_, MT_, ST_>, false},
+#define GEMMRL_DEC_ST(R_, WR_, WK_, MT_) GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 4) GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 6) \
+  GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 8) GEMMRL_DEC1(R_, WR_, WK_, 2, MT_, 3) GEMMRL_DEC1(R_, WR_, WK_, 2, MT_, 4) \
+  GEMMRL_DEC1(R_, WR_, WK_, 4, MT_, 2) GEMMRL_DEC1(R_, WR_, WK_, 4, MT_, 3)
 #define GEMMRL_DEC(R_, WR_, WK_) GEMMRL_DEC_ST(R_, WR_, WK_, 1) GEMMRL_DEC_ST(R_, WR_, WK_, 2) \
   GEMMRL_DEC_ST(R_, WR_, WK_, 4) GEMMRL_DEC_ST(R_, WR_, WK_, 8)
 
@@ -251,11 +268,11 @@ constexpr int NINST = sizeof(g_insts) / sizeof(g_insts[0]);
 
 int mt_for(int M) { return M <= 8 ? 1 : M <= 16 ? 2 : M <= 32 ? 4 : M <= 64 ? 8 : 0; }
 
-Inst* find(int r, int wr, int wk, int st, int M) {
+Inst* find(int r, int wr, int wk, int u, int st, int M) {
   const int mt = mt_for(M);
   for (int i = 0; i < NINST; ++i) {
     Inst& x = g_insts[i];
-    if (x.r == r && x.wr == wr && x.wk == wk && x.st == st && x.mt == mt) return &x;
+    if (x.r == r && x.wr == wr && x.wk == wk && x.u == u && x.st == st && x.mt == mt) return &x;
   }
   return nullptr;
 }
@@ -287,13 +304,13 @@ int launch(const Plan& p, const void* A, const void* B, void* C, cudaStream_t st
   return static_cast<int>(cudaGetLastError());
 }
 
-// split S: the chunks per split and whether every split has at least one chunk
-bool make_plan(Plan& p, int M, int N, int K, int lda, int ldb, int ldc, int r, int wr, int wk, int st, int split,
-               void* ws, void* counters) {
+// split S: the steps (U chunks) per split and whether every split has at least one
+bool make_plan(Plan& p, int M, int N, int K, int lda, int ldb, int ldc, int r, int wr, int wk, int u, int st,
+               int split, void* ws, void* counters) {
   if (M < 1 || M > 64 || N < 1 || K < 8 || K % 8 || lda % 8 || ldb % 8 || split < 1) return false;
-  Inst* x = find(r, wr, wk, st, M);
+  Inst* x = find(r, wr, wk, u, st, M);
   if (!x || prepare_inst(x) != 0) return false;
-  const int nchunks = (K + CHUNK - 1) / CHUNK, cps = (nchunks + split - 1) / split;
+  const int nchunks = (K + u * CHUNK - 1) / (u * CHUNK), cps = (nchunks + split - 1) / split;
   if ((split - 1) * cps >= nchunks) return false;
   if (split > 1 && (!ws || !counters)) return false;
   const int rb = 16 * r * wr;
@@ -307,14 +324,14 @@ bool make_plan(Plan& p, int M, int N, int K, int lda, int ldb, int ldc, int r, i
 extern "C" {
 
 // shared memory bytes of a config at M (0: not instantiated)
-int gemmrl_decode_smem_bytes(int r, int wr, int wk, int st, int M) {
-  Inst* x = find(r, wr, wk, st, M);
+int gemmrl_decode_smem_bytes(int r, int wr, int wk, int u, int st, int M) {
+  Inst* x = find(r, wr, wk, u, st, M);
   return x ? x->smem : 0;
 }
 
 // CTAs of a config one SM holds at once (0: none fits; < 0: a CUDA error)
-int gemmrl_decode_ctas_per_sm(int r, int wr, int wk, int st, int M) {
-  Inst* x = find(r, wr, wk, st, M);
+int gemmrl_decode_ctas_per_sm(int r, int wr, int wk, int u, int st, int M) {
+  Inst* x = find(r, wr, wk, u, st, M);
   if (!x) return 0;
   int e = prepare_inst(x);
   if (e) return -e;
@@ -333,10 +350,10 @@ size_t gemmrl_decode_counter_bytes(int N, int r, int wr, int split) {
   return split > 1 ? size_t((N + rb - 1) / rb) * 4 : 0;
 }
 
-void* gemmrl_decode_plan(int M, int N, int K, int lda, int ldb, int ldc, int r, int wr, int wk, int st, int split,
-                         void* ws, void* counters) {
+void* gemmrl_decode_plan(int M, int N, int K, int lda, int ldb, int ldc, int r, int wr, int wk, int u, int st,
+                         int split, void* ws, void* counters) {
   Plan p;
-  if (!make_plan(p, M, N, K, lda, ldb, ldc, r, wr, wk, st, split, ws, counters)) return nullptr;
+  if (!make_plan(p, M, N, K, lda, ldb, ldc, r, wr, wk, u, st, split, ws, counters)) return nullptr;
   Plan* out = static_cast<Plan*>(malloc(sizeof(Plan)));
   if (out) *out = p;
   return out;
@@ -349,9 +366,9 @@ int gemmrl_decode_plan_run(void* plan, const void* A, const void* B, void* C, cu
 void gemmrl_decode_plan_free(void* plan) { free(plan); }
 
 int gemmrl_decode_gemm(const void* A, const void* B, void* C, int M, int N, int K, int lda, int ldb, int ldc,
-                       void* ws, void* counters, int r, int wr, int wk, int st, int split, cudaStream_t stream) {
+                       void* ws, void* counters, int r, int wr, int wk, int u, int st, int split, cudaStream_t stream) {
   Plan p;
-  if (!make_plan(p, M, N, K, lda, ldb, ldc, r, wr, wk, st, split, ws, counters)) return cudaErrorInvalidValue;
+  if (!make_plan(p, M, N, K, lda, ldb, ldc, r, wr, wk, u, st, split, ws, counters)) return cudaErrorInvalidValue;
   return launch(p, A, B, C, stream);
 }
 
@@ -360,8 +377,7 @@ int gemmrl_gemm(const void* A, const void* B, void* C, int M, int N, int K, int 
                 size_t workspace_bytes, cudaStream_t stream) {
   (void)workspace;
   (void)workspace_bytes;
-  const int st = M <= 16 ? 8 : M <= 32 ? 6 : 4;
-  return gemmrl_decode_gemm(A, B, C, M, N, K, lda, ldb, ldc, nullptr, nullptr, 2, 1, 8, st, 1, stream);
+  return gemmrl_decode_gemm(A, B, C, M, N, K, lda, ldb, ldc, nullptr, nullptr, 1, 1, 8, 4, M <= 32 ? 3 : 2, 1, stream);
 }
 
 }  // extern "C"
