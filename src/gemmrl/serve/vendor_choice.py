@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import statistics
 import time
@@ -41,8 +42,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..clocks import max_sm_mhz
 from ..paths import cache_dir, write_json_atomic
 from ..problem import GemmProblem
+from ..timing import _sm_clock_reader
 
 MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
@@ -51,13 +54,13 @@ RACE_MS = 200.0
 RACE_ALGOS = 32    # cuBLASLt heuristic results raced (its first is one of them)
 SCREEN_ROUNDS = 2  # screening samples per plan (one in each order), the faster counts
 KEEP = 6           # plans kept after screening
-SETTLE_MS = 25.0   # back-to-back calls before the first timed sample: the clocks leave idle first
+SETTLE_MS = (20.0, 200.0)  # replays before the first timed sample, until the SM clock is near its ceiling
 DEFAULTS = ("torch", "cublas", "cublaslt#0")  # what a plan must beat by TIE_BAND to be chosen over them
 TIE_BAND = 0.01
 MIN_ROUNDS = 3     # timed samples per kept plan the race takes whatever its budget
 MAX_ROUNDS = 15
-BATCH_US = 100.0   # a timed sample is a batch of back-to-back calls this long (launch latency amortised)
-MAX_BATCH = 32
+BATCH_US = 200.0   # a timed sample is a graph of back-to-back calls this long (its launch amortised)
+MIN_BATCH, MAX_BATCH = 8, 128
 GEN = "gen#"       # the race's name prefix of a generated contender: gen#<family>:<impl>
 
 
@@ -251,49 +254,74 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
     return best, med
 
 
-def settle(fn: Callable[[], None], ms: float = SETTLE_MS) -> None:
-    """Back-to-back calls of ``fn`` for ``ms`` of wall time, then a synchronize: the GPU's clocks leave idle."""
+def settle(fn: Callable[[], None], ms: tuple[float, float] = SETTLE_MS) -> None:
+    """Replays of ``fn``'s timing graph for at least ``ms[0]`` of wall time, then on until the SM clock (NVML) is
+    within 10% of its ceiling or ``ms[1]`` have passed: the first plan timed at idle clocks read slow (on an H200 a
+    4.2 us plan read 7 us, and the ranking of small plans changed with the clock)."""
     import torch  # start-up cost: torch loads on first use, not on import
 
+    g, _n = _graph_of(fn)
+    read = _sm_clock_reader()
+    ceiling = max_sm_mhz(torch.cuda.current_device())
     t = time.perf_counter()
-    while (time.perf_counter() - t) * 1e3 < ms:
-        for _ in range(8):
-            fn()
+    while True:
+        for _ in range(4):
+            if g is not None:
+                g.replay()
+            else:
+                fn()
         torch.cuda.current_stream().synchronize()
+        el = (time.perf_counter() - t) * 1e3
+        if el >= ms[1] or (el >= ms[0] and read is not None and read() >= 0.9 * ceiling):
+            return
 
 
 _GRAPHS: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary()  # plan -> (graph, calls) or None
 
 
 def event_timer(fn: Callable[[], None]) -> float:
-    """Device time per call of ``fn`` (ms): a CUDA graph of back-to-back calls (about BATCH_US of work, at most
+    """Device time per call of ``fn`` (ms): a CUDA graph of back-to-back calls (about BATCH_US of work, MIN_BATCH to
     MAX_BATCH calls; captured on first use and kept while ``fn`` lives) replayed between CUDA events on the current
     stream. A plan that cannot be captured is timed as a batch of eager calls (its launch latency amortised, its
     host cost not hidden where a call is shorter than its launch)."""
     import torch  # start-up cost: torch loads on first use, not on import
 
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def batch(n: int) -> float:
-        s.record()
+    g, n = _graph_of(fn)
+    s.record()
+    if g is None:
         for _ in range(n):
             fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) / n
+    else:
+        g.replay()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / n
 
-    if fn not in _GRAPHS:
-        one = batch(1)  # launch latency included: an upper bound of the call's time
-        n = max(1, min(MAX_BATCH, int(BATCH_US / max(one * 1e3, 1e-3)) + 1))
-        _GRAPHS[fn] = _capture(fn, n) or (None, n)
-    g, n = _GRAPHS[fn]
-    if g is None:
-        return batch(n)
+
+def _graph_of(fn: Callable[[], None]) -> tuple[Any, int]:
+    """``fn``'s timing graph and its number of calls: MIN_BATCH calls first, recaptured with enough calls for
+    BATCH_US of work; (None, n) where ``fn`` cannot be captured (timed as n eager calls)."""
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    if fn in _GRAPHS:
+        return _GRAPHS[fn]
+    got = _capture(fn, MIN_BATCH)
+    if got is None:
+        _GRAPHS[fn] = (None, MIN_BATCH)
+        return _GRAPHS[fn]
+    g, n = got
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record()
     g.replay()
     e.record()
     e.synchronize()
-    return s.elapsed_time(e) / n
+    per_call_us = max(s.elapsed_time(e) * 1e3 / n, 1e-3)
+    want = max(MIN_BATCH, min(MAX_BATCH, math.ceil(BATCH_US / per_call_us)))
+    if want > n:
+        got = _capture(fn, want) or got
+    _GRAPHS[fn] = got
+    return got
 
 
 def _capture(fn: Callable[[], None], n: int) -> tuple[Any, int] | None:
