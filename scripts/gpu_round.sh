@@ -29,7 +29,7 @@
 #      compile    scripts/compile_throughput.py: the family built from scratch with 16 parallel nvcc (configs/min)
 #      select     gemmrl select --family cutlass on ISSUE4_SHAPES (default the 100 grid shapes --sample 100 --seed 1)
 #      remeasure  gemmrl bench --triton-from <issue 3's selection> --cutlass-from <select> in graph,cold: the run
-#                 that counts; then scripts/issue4_table.py (limits ISSUE4_SELECT_S, ISSUE4_REMEASURE_S;
+#                 that counts; then scripts/family_table.py (limits ISSUE4_SELECT_S, ISSUE4_REMEASURE_S;
 #                 ISSUE4_SELECT_ARGS / TRITON_SELECT_ARGS: extra gemmrl select arguments, e.g. --timing full;
 #                 the Triton selection re-measured is stage 5's when it ran, else ISSUE4_TRITON_SEL;
 #                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from; ISSUE4_TRITON_SEL and
@@ -63,14 +63,14 @@
 #      faults       scripts/fault_survival.py: 200 candidates with 10% planted faults, then kill -9 and resume
 #      (limits ISSUE7_ADV_S, ISSUE7_FR_S, ISSUE7_FAULTS_S; FAULTS_ARGS: extra fault_survival.py arguments)
 #  11. only with HEADROOM=1 (issues 3, 4, 5: how much room the vendor leaves; gemmrl headroom): HEADROOM_SHAPES
-#      (default benchmarks/shapes/issue3_120.txt) in HEADROOM_PROTOCOL (default graph,cold) with HEADROOM_ARGS
+#      (default benchmarks/shapes/decode-grid120.txt) in HEADROOM_PROTOCOL (default graph,cold) with HEADROOM_ARGS
 #      (default --quick), then with HEADROOM_GRID=1 the 1000 grid shapes in cold with --quick (limits HEADROOM_S,
 #      HEADROOM_GRID_S; HEADROOM_CSV / HEADROOM_GRID_CSV: files of an earlier call to resume from)
 #  12. only with CUDA_SOURCE=FILE.cu: gemmrl bench --cuda-source FILE (ABI gemmrl, layout tn, --declare
 #      CUDA_SOURCE_DECLARE, default K%8) on CUDA_SOURCE_SHAPES in graph,cold, sandboxed (limit CUDA_SOURCE_S;
 #      CUDA_SOURCE_CSV resumes)
 #  13. only with WGMMA=1 (the TMA + wgmma family with cluster/DSMEM and global split-K, kernels/wgmma_gemm.py), the
-#      stages in WGMMA_STAGES (default select,remeasure) on WGMMA_SHAPES (default benchmarks/shapes/issue3_small72.txt):
+#      stages in WGMMA_STAGES (default select,remeasure) on WGMMA_SHAPES (default benchmarks/shapes/small72.txt):
 #      select     gemmrl select --family wgmma in graph,cold
 #      remeasure  gemmrl bench --wgmma-from <select> (+ WGMMA_EXTRA, e.g. --triton-from CSV) in graph,cold: the run
 #                 that counts (limits WGMMA_SELECT_S, WGMMA_REMEASURE_S; WSEL_CSV / WREM_CSV resume); with
@@ -78,7 +78,7 @@
 #  13b. only with TINY=1 (the small-tile mma.sync family with one-launch cluster split-K, kernels/tiny_gemm.py): the
 #      same two stages on TINY_SHAPES (default benchmarks/shapes/tiny_first24.txt), TINY_STAGES, TINY_SELECT_S,
 #      TINY_REMEASURE_S, TINY_WINNERS, TINY_EXTRA (e.g. --library FILE: gemmrl.mm beside it), TSEL_CSV / TREM_CSV
-#  13c. only with MERGE_LIB=FILE (a grid library) and MERGE_SPLICE=FILE (scripts/issue5_measure.py's markdown of its
+#  13c. only with MERGE_LIB=FILE (a grid library) and MERGE_SPLICE=FILE (scripts/library_measure.py's markdown of its
 #      measure passes): the cells of MERGE_SELECT (default this round's tiny selection) whose screen beats the splice
 #      by MERGE_MARGIN (1.04; scripts/library_merge_rows.py screened --splice-md) merged into a copy of the library
 #      (gemmrl lib build --generated-only --no-buckets; <gpu>_grid1000_library_<MERGE_TAG>_<day>.json.gz), then the
@@ -283,7 +283,7 @@ if [ -n "${SERVE_SHAPES:-}" ]; then
     echo "serve measure (gemmrl.mm): exit $?"
     tail -n 2 "$GEMMRL_OUT/serve_measure.log"
     tables+=("$smeas")
-    python3 scripts/issue6_table.py "$smeas" --out "$GEMMRL_OUT/issue6_table.md" | tail -n 12
+    python3 scripts/serving_table.py "$smeas" --out "$GEMMRL_OUT/serving_table.md" | tail -n 12
   fi
   if [[ $stages == *example* ]]; then
     for m in ${SERVE_TOKENS:-16 32}; do
@@ -299,7 +299,7 @@ if [ "${ISSUE4:-0}" = 1 ]; then
   tag=${ISSUE4_TAG:-grid100s1}
   csel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
   crem="$GEMMRL_OUT/${gpu}_${tag}_cutlass-triton-selected-remeasure_graph-cold_${day}.csv"
-  tsel=${ISSUE4_TRITON_SEL:-${triton_sel_out:-benchmarks/results/h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}}
+  tsel=${ISSUE4_TRITON_SEL:-${triton_sel_out:-benchmarks/results/h100_decode-grid120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}}
   if [ -n "${CSEL_CSV:-}" ] && [ -f "$CSEL_CSV" ]; then  # a committed selection may be stored gzipped
     if [[ $CSEL_CSV == *.gz ]]; then gunzip -c "$CSEL_CSV" >"$csel"; else cp "$CSEL_CSV" "$csel"; fi
   fi
@@ -332,8 +332,8 @@ if [ "${ISSUE4:-0}" = 1 ]; then
       --cutlass-from $csels --protocol graph,cold ${ISSUE4_REMEASURE_ARGS:-} --no-progress --out "$crem" \
       >"$GEMMRL_OUT/cutlass_remeasure.log" 2>&1
     echo "re-measure (vendor + triton-sel + cutlass-sel): exit $? ($(grep -c . "$crem" 2>/dev/null) lines)"
-    python3 scripts/issue4_table.py "$crem" --triton-select $tsel --cutlass-select $csels \
-      --md "$GEMMRL_OUT/${gpu}_${tag}_issue4-table_${day}.md" | tail -n 14
+    python3 scripts/family_table.py "$crem" --triton-select $tsel --cutlass-select $csels \
+      --md "$GEMMRL_OUT/${gpu}_${tag}_family-table_${day}.md" | tail -n 14
   fi
 fi
 
@@ -496,7 +496,7 @@ if [ "${ISSUE7:-0}" = 1 ]; then
 fi
 
 if [ "${HEADROOM:-0}" = 1 ]; then
-  hshapes=${HEADROOM_SHAPES:-benchmarks/shapes/issue3_120.txt}
+  hshapes=${HEADROOM_SHAPES:-benchmarks/shapes/decode-grid120.txt}
   hcsv="$GEMMRL_OUT/${gpu}_headroom_$(basename "$hshapes" .txt)_${HEADROOM_PROTOCOL:-graph,cold}_${day}.csv"
   hcsv=${hcsv//,/-}
   if [ -n "${HEADROOM_CSV:-}" ] && [ -f "$HEADROOM_CSV" ]; then cp "$HEADROOM_CSV" "$hcsv"; fi
@@ -556,7 +556,7 @@ print(f'screen winners: {len(w)}: {\" \".join(w)}')" "$fsel" "$GEMMRL_OUT/${fam}
 }
 
 if [ "${WGMMA:-0}" = 1 ]; then
-  own_family wgmma "${WGMMA_SHAPES:-benchmarks/shapes/issue3_small72.txt}" "${WGMMA_STAGES:-select,remeasure}" \
+  own_family wgmma "${WGMMA_SHAPES:-benchmarks/shapes/small72.txt}" "${WGMMA_STAGES:-select,remeasure}" \
     "${WGMMA_SELECT_S:-300}" "${WGMMA_REMEASURE_S:-300}" "${WGMMA_WINNERS:-0}" "${WGMMA_EXTRA:-}" "${WSEL_CSV:-}" \
     "${WREM_CSV:-}"
 fi

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemmrl.problem import grid, read_shapes  # noqa: E402
 from gemmrl.results import ResultsError, read_rows  # noqa: E402
 from gemmrl.summary import usable  # noqa: E402
-from issue5_measure import BARS, CLASSES, LABEL, geomean, shape_class  # noqa: E402  (issue 5's bars: grid only)
+from library_measure import BARS, CLASSES, LABEL, geomean, shape_class  # noqa: E402  (issue 5's bars: grid only)
 
 GENERATED = ("triton", "cutlass", "cuda", "wgmma", "gemmrl")
 PROTOCOLS = ("graph", "cold")

@@ -1,4 +1,4 @@
-"""scripts/issue3_compare_plot.py: two issue-3 re-measures side by side, per shape and protocol, on the committed
+"""scripts/selection_compare_plot.py: two issue-3 re-measures side by side, per shape and protocol, on the committed
 runs of sessions 29 and 30 (their geomeans are the notes' figures) and refusing runs with no shape in common."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 R = ROOT / "benchmarks" / "results"
-S29 = R / "h100_issue3_small72_tiny12-gemv_triton-selected-remeasure_graph-cold_bc80862926af_2026-11-26.csv.gz"
-S30 = R / "h100_issue3_small72_tiny12-cm30_triton-selected-remeasure_graph-cold_afd0b7355f79_2026-11-26.csv.gz"
-REST = R / "h100_issue3_rest48_final_triton-selected-remeasure_graph-cold_2f06d09708b3_2026-11-26.csv.gz"
+S29 = R / "h100_small72_tiny12-gemv_triton-selected-remeasure_graph-cold_bc80862926af_2026-11-26.csv.gz"
+S30 = R / "h100_small72_tiny12-cm30_triton-selected-remeasure_graph-cold_afd0b7355f79_2026-11-26.csv.gz"
+REST = R / "h100_rest48_final_triton-selected-remeasure_graph-cold_2f06d09708b3_2026-11-26.csv.gz"
 
 
 def _load():
-    return script_module("issue3_compare_plot")
+    return script_module("selection_compare_plot")
 
 
 def test_the_small_class_before_and_after_the_refit(tmp_path, capsys):

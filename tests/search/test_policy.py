@@ -25,7 +25,7 @@ from gemmrl.search.space import space_size
 from conftest import script_module
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-SCREENS = [RESULTS / "h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz",
+SCREENS = [RESULTS / "h100_decode-grid120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz",
            RESULTS / "h100_grid100s1_cutlass-select_graph-cold_2026-11-23.csv.gz"]
 SMALL = partial(candidate_set, top=8, explore=4)
 SHAPES = [(1, 7, 13), (33, 65, 129), (3, 4096, 40), (130, 200, 72), (4096, 4096, 4096), (16384, 16384, 64)]
