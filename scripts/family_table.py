@@ -1,4 +1,4 @@
-"""Issue 4's done-criteria from committed CSVs: the CUTLASS family's re-measured selection against vendor_best
+"""The CUTLASS-family bar's done-criteria from committed CSVs: the CUTLASS family's re-measured selection against vendor_best
 (bar: geomean >= 0.98 on shapes with all dims >= 4096), and per shape the better of the Triton and CUTLASS
 families (bar: geomean >= 1.05 over vendor_best on the 100 grid shapes), in protocols graph and cold.
 
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
             f = lambda x: f"{x:.3f}" if x else ""  # noqa: E731
             shape_lines.append(f"| {p['protocol']} | {p['mnk']} | {p['vendor_ms'] * 1e3:.2f} ({p['vendor']}) | "
                                f"{f(p['cutlass'])} | {f(p['triton'])} | {p['pick'] or ''} | {p['cutlass_cfg']} |")
-        Path(args.md).write_text(f"# Issue 4: CUTLASS and Triton families vs vendor_best\n\nFrom "
+        Path(args.md).write_text(f"# The CUTLASS-family bar: CUTLASS and Triton families vs vendor_best\n\nFrom "
                                  f"{', '.join(Path(x).name for x in args.remeasure)}.\n\n{out}\n\n## Per shape\n\n"
                                  + "\n".join(shape_lines) + "\n")
     if args.png:

@@ -1,4 +1,4 @@
-"""Probe (session 29, before the GEMV joined the family as ``smallm(..., mma=False)``): dot-free GEMV kernels at
+"""Probe (the GEMV run, before the GEMV joined the family as ``smallm(..., mma=False)``): dot-free GEMV kernels at
 M = 1 against torch.matmul, in graph (40 calls back to back in one CUDA graph, median of 15 replays) and cold (one
 call after writing 200 MB). Configs are named BN<n>_BK<k>_w<warps>_s<split>_st<num_stages>_r<1: sum along K every
 step, 0: once after the loop>; split > 1 adds fp32 atomics into a zeroed buffer and a copy (two more kernels in the

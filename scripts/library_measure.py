@@ -1,4 +1,4 @@
-"""Issue 5's done-criteria from the measure pass: `gemmrl bench --library` rows (the run that counts, separate from
+"""The grid-library bar's done-criteria from the measure pass: `gemmrl bench --library` rows (the run that counts, separate from
 tuning and selection), chunked and resumed over several calls.
 
     python scripts/library_measure.py MEASURE.csv[.gz] ... [--offline OFFLINE.csv[.gz] ...] [--library LIB] [--md OUT.md]

@@ -1,5 +1,5 @@
 """The rows a ``gemmrl lib build --generated-only`` merge takes from a new family's runs, chosen so that no cell the
-library already serves well is handed to a kernel that was never judged against it (session 37's two merges).
+library already serves well is handed to a kernel that was never judged against it (the tiny-family run's two merges).
 
     python scripts/library_merge_rows.py remeasured RE.csv[.gz] ... --out ROWS.csv
     python scripts/library_merge_rows.py screened SEL.csv[.gz] --splice MEASURE.csv[.gz] ... [--supersede LATER ...]
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.results import read_rows  # noqa: E402
 from library_measure import cell, supersede  # noqa: E402
-from library_measure import splice_sources as issue5_sources  # noqa: E402
+from library_measure import splice_sources as measure_splice_sources  # noqa: E402
 
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
 
@@ -87,7 +87,7 @@ def screened(path, speedups: dict[tuple, float], prefix: str, margin: float) -> 
 def splice_sources(md: Path) -> list[str]:
     """The graph/cold measure files of a scripts/library_measure.py splice, in order (first the splice, then the passes
     that supersede it), from its markdown's first line; offline files are left out (no vendor_best rows)."""
-    base, later = issue5_sources(md)
+    base, later = measure_splice_sources(md)
     paths = [str(p) for p in base + later if "offline" not in p.name]
     if not paths:
         raise SystemExit(f"--splice-md {md}: no graph/cold measure file among its sources")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemmrl.problem import grid, read_shapes  # noqa: E402
 from gemmrl.results import ResultsError, read_rows  # noqa: E402
 from gemmrl.summary import usable  # noqa: E402
-from library_measure import BARS, CLASSES, LABEL, geomean, shape_class  # noqa: E402  (issue 5's bars: grid only)
+from library_measure import BARS, CLASSES, LABEL, geomean, shape_class  # noqa: E402  (the grid-library bar's bars: grid only)
 
 GENERATED = ("triton", "cutlass", "cuda", "wgmma", "gemmrl")
 PROTOCOLS = ("graph", "cold")
@@ -34,7 +34,7 @@ def best_ratios(paths: list[str], shapes: set[str], families: tuple[str, ...] = 
                 ) -> tuple[dict[tuple[str, str], float], int]:
     """(protocol, mnk) -> the best speedup over its run's vendor_best (floored at 1) of a candidate whose name starts
     with one of ``families`` (default: every generated kind, gemmrl.mm included), and how many files counted.
-    ``floor=0``: no floor (a family's own best, as issues 3 and 4 count it: there no vendor path stands in)."""
+    ``floor=0``: no floor (a family's own best, as the Triton-family and CUTLASS-family bars count it: there no vendor path stands in)."""
     best: dict[tuple[str, str], float] = {}
     used = 0
     for path in paths:
@@ -83,10 +83,10 @@ def main(argv=None) -> int:
     ap.add_argument("results", nargs="*", help="bench result files (default: benchmarks/results/h100_*.csv*)")
     ap.add_argument("--shapes", help="a shapes file (M_N_K per line) instead of the 1000-shape grid")
     ap.add_argument("--family", nargs="+", choices=GENERATED, default=list(GENERATED),
-                    help="only these candidates (e.g. triton: issue 3 asks for the Triton family alone; gemmrl rows "
+                    help="only these candidates (e.g. triton: the Triton-family bar asks for the Triton family alone; gemmrl rows "
                          "serve any family, so they count only when named)")
     ap.add_argument("--no-floor", action="store_true",
-                    help="a family's own best per cell, below 1 too (issues 3 and 4); default floors at 1 (issue 5: "
+                    help="a family's own best per cell, below 1 too (the Triton-family and CUTLASS-family bars); default floors at 1 (the grid-library bar: "
                          "a library serves a vendor path where nothing generated won)")
     ap.add_argument("--md", help="also write the table here")
     args = ap.parse_args(argv)

@@ -1,7 +1,7 @@
-"""Issue 3 per shape, two re-measured selections side by side: speedup over vendor_best before (x) and after (y),
+"""The Triton-family bar per shape, two re-measured selections side by side: speedup over vendor_best before (x) and after (y),
 one panel per protocol, log axes, the diagonal drawn (above it: the later run is faster against the vendor).
 
-    python scripts/selection_compare_plot.py BEFORE.csv[.gz] AFTER.csv[.gz] --out PLOT.png [--labels "s29,s30"]
+    python scripts/selection_compare_plot.py BEFORE.csv[.gz] AFTER.csv[.gz] --out PLOT.png [--labels "gemv,twopass"]
 
 Only shapes re-measured in both runs are drawn; each run is its own re-measure (`gemmrl bench --triton-from`), so
 ratios are compared, not times. Prints the geomean of both over the shared shapes per protocol."""

@@ -1,4 +1,4 @@
-"""Issue 3's done-criteria from the committed CSVs: the re-measured selection (``gemmrl bench --triton-from``)
+"""The Triton-family bar's done-criteria from the committed CSVs: the re-measured selection (``gemmrl bench --triton-from``)
 against vendor_best per shape class and protocol, the fraction of the floor reached, achieved GB/s on the
 decode shapes, and the cost model's rank correlation on the selection run (``gemmrl select``).
 

@@ -1,6 +1,6 @@
-"""Issue 6's done-criteria table from a `gemmrl bench --library` run: per shape, gemmrl.mm over vendor_best in each
+"""The serving bar's done-criteria table from a `gemmrl bench --library` run: per shape, gemmrl.mm over vendor_best in each
 protocol (first run), what served it, and whether it stays more than 2% slower after the noise rule's 3
-re-measurements; geomeans per protocol and shape class (decode M <= 32 on the issue-3 set, off-grid models).
+re-measurements; geomeans per protocol and shape class (decode M <= 32 on the Triton-family bar set, off-grid models).
 
     python scripts/serving_table.py benchmarks/results/<gemmrl-mm run>.csv [--out table.md]
 """
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
            "(median of 3 interleaved re-measurements).", ""]
     out.append("| class | protocol | shapes | geomean | min | max | below the 2% bar (noise rule) |")
     out.append("|---|---|---:|---:|---:|---:|---:|")
-    classes = {"decode (issue 3's 20)": lambda m: labels.get(m, "").startswith("decode"),
+    classes = {"decode (the Triton-family bar's 20)": lambda m: labels.get(m, "").startswith("decode"),
                "off-grid models (40)": lambda m: not labels.get(m, "").startswith("decode"), "all": lambda m: True}
     for cname, pred in classes.items():
         for p in protos:

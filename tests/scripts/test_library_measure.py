@@ -1,4 +1,4 @@
-"""scripts/library_measure.py: issue 5's figures from the measure pass (`gemmrl bench --library` rows)."""
+"""scripts/library_measure.py: the grid-library bar's figures from the measure pass (`gemmrl bench --library` rows)."""
 
 from __future__ import annotations
 

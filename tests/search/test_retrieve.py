@@ -88,7 +88,7 @@ def test_expand_refuses_a_missing_file_or_an_empty_glob(tmp_path):
 
 
 def test_committed_probe_retrieves_its_decode_winner():
-    """Session 30's decode probe: at 16_4096_4096 in graph a 4-warp small-M tile, split 2, won (8.22 us); it is what
+    """The traffic probe's decode probe: at 16_4096_4096 in graph a 4-warp small-M tile, split 2, won (8.22 us); it is what
     retrieval hands the next screen of that shape, and of 16_4096_4096's neighbours."""
     table = read_winners([PROBE], per_shape=1)
     best = [w for w in table if w.mnk == "16_4096_4096" and w.protocol == "graph"]

@@ -88,7 +88,7 @@ def cmd_show(args) -> int:
 
 def torch_only_shapes(rows) -> list[str]:
     """Shapes whose verified vendor rows are all ``torch`` (a run whose cuBLAS baselines failed, e.g. grid parts 3-5
-    of session 19): a library built from them alone claims speedups over torch, not over vendor_best."""
+    of the first grid tune): a library built from them alone claims speedups over torch, not over vendor_best."""
     seen: dict[str, set] = {}
     for r in rows:
         if r.get("candidate") in BASELINES and usable(r):
