@@ -14,7 +14,7 @@
 #      TRITON_PROTOCOL / TRITON_LAYOUTS: what the selection screens, default graph,cold and tn,nn; TRITON_PDL:
 #      gemmrl select --pdl off|on|both, default off; TRITON_TAG: added to both files' names; TRITON_SELECT_ARGS /
 #      TRITON_REMEASURE_ARGS: extra select / bench arguments, e.g. "--configs @FILE --diverse" / "--timing quick";
-#      the retrieval run's recipe adds "--retrieve benchmarks/results/h100_*triton-select*.csv* --retrieve-per-shape 3":
+#      the retrieval run's recipe adds "--retrieve benchmarks/results/h100/h100_*triton-select*.csv* --retrieve-per-shape 3":
 #      earlier screens' winners on the nearest shapes, from the committed CSVs that travel with the tree)
 #   6. only with SERVE_SHAPES=FILE (the serving bar, serving), the stages named in SERVE_STAGES (default all, in order):
 #      select   gemmrl select on SERVE_SELECT_SHAPES (default SERVE_SHAPES; graph only; TRITON_TOP/TRITON_EXPLORE)
@@ -299,7 +299,7 @@ if [ "${FAMILIES:-0}" = 1 ]; then
   tag=${FAMILIES_TAG:-grid100s1}
   csel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
   crem="$GEMMRL_OUT/${gpu}_${tag}_cutlass-triton-selected-remeasure_graph-cold_${day}.csv"
-  tsel=${FAMILIES_TRITON_SEL:-${triton_sel_out:-benchmarks/results/h100_decode-grid120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}}
+  tsel=${FAMILIES_TRITON_SEL:-${triton_sel_out:-benchmarks/results/h100/h100_decode-grid120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}}
   if [ -n "${CSEL_CSV:-}" ] && [ -f "$CSEL_CSV" ]; then  # a committed selection may be stored gzipped
     if [[ $CSEL_CSV == *.gz ]]; then gunzip -c "$CSEL_CSV" >"$csel"; else cp "$CSEL_CSV" "$csel"; fi
   fi
@@ -596,7 +596,7 @@ fi
 
 if [ "${EFFREM:-0}" = 1 ]; then
   # shellcheck disable=SC2206
-  etest=(${EFFREM_TEST:-benchmarks/results/h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz benchmarks/results/h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz})
+  etest=(${EFFREM_TEST:-benchmarks/results/h100/h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz benchmarks/results/h100/h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz})
   # shellcheck disable=SC2206
   epol=(${EFFREM_POLICIES:-src/gemmrl/policies/h100.json})
   eargs=(--test "${etest[@]}" --judge "${epol[@]}" --budget "${EFFREM_BUDGET:-arms:4,gpu:0.15}")

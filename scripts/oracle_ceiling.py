@@ -6,7 +6,7 @@ far: each cell takes its luckiest run (the winner's curse counts for it), and no
 
     python scripts/oracle_ceiling.py [RESULTS.csv[.gz] ...] [--shapes FILE] [--family triton cutlass ...] [--md OUT.md]
 
-Default: every committed H100 result file (benchmarks/results/h100_*.csv*) over CUDA-L2's 1000-shape grid. A file
+Default: every committed H100 result file (benchmarks/results/h100/h100_*.csv*) over CUDA-L2's 1000-shape grid. A file
 counts only if it has cuBLASLt autotuned rows (every vendor path was timed; selection screens time two), and only its
 first-run rows (no noise-rule rechecks), fp16 with fp32 accumulation, protocols graph and cold.
 """
@@ -80,7 +80,7 @@ def table(best: dict[tuple[str, str], float], shapes: set[str], bars: dict | Non
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", nargs="*", help="bench result files (default: benchmarks/results/h100_*.csv*)")
+    ap.add_argument("results", nargs="*", help="bench result files (default: benchmarks/results/h100/h100_*.csv*)")
     ap.add_argument("--shapes", help="a shapes file (M_N_K per line) instead of the 1000-shape grid")
     ap.add_argument("--family", nargs="+", choices=GENERATED, default=list(GENERATED),
                     help="only these candidates (e.g. triton: the Triton-family bar asks for the Triton family alone; gemmrl rows "
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     ap.add_argument("--md", help="also write the table here")
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parents[1]
-    paths = args.results or sorted(glob.glob(str(root / "benchmarks" / "results" / "h100_*.csv*")))
+    paths = args.results or sorted(glob.glob(str(root / "benchmarks" / "results" / "h100" / "h100_*.csv*")))
     if args.shapes:
         shapes = {f"{p.M}_{p.N}_{p.K}" for p in read_shapes(args.shapes)}
     else:

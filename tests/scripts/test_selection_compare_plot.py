@@ -9,7 +9,7 @@ import pytest
 from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
-R = ROOT / "benchmarks" / "results"
+R = ROOT / "benchmarks" / "results" / "h100"
 GEMV_RUN = R / "h100_small72_tiny12-gemv_triton-selected-remeasure_graph-cold_bc80862926af_2026-11-26.csv.gz"
 TWOPASS_RUN = R / "h100_small72_tiny12-cm30_triton-selected-remeasure_graph-cold_afd0b7355f79_2026-11-26.csv.gz"
 REST = R / "h100_rest48_final_triton-selected-remeasure_graph-cold_2f06d09708b3_2026-11-26.csv.gz"

@@ -108,7 +108,7 @@ def test_gemv_streams_b_in_long_k_steps():
     assert long_k < estimate(served, p, H100, True).seconds
 
 
-# The traffic probe's traffic probe (benchmarks/results/h100_fewtile_probe9_traffic-probe_*): on few-tile long-K shapes the
+# The traffic probe's traffic probe (benchmarks/results/h100/h100_fewtile_probe9_traffic-probe_*): on few-tile long-K shapes the
 # two-pass split-K configs with pointer loads were the fastest measured (256_512_4096 graph 6.80 us against 9.40 for
 # the model's pick, fused with TMA); the model had charged the reduction kernel a whole first-launch cost.
 TWO_PASS = ("splitk(BM=64,BN=64,BK=128,warps=4,stages=4,group_m=8,split=4,reduction={red},tma={tma},"

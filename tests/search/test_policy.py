@@ -24,7 +24,7 @@ from gemmrl.search.replay import Arm, Table, TableExecutor, load_tables
 from gemmrl.search.space import space_size
 from conftest import script_module
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h100"
 SCREENS = [RESULTS / "h100_decode-grid120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz",
            RESULTS / "h100_grid100s1_cutlass-select_graph-cold_2026-11-23.csv.gz"]
 SMALL = partial(candidate_set, top=8, explore=4)
@@ -395,7 +395,7 @@ def test_policy_live_replay_script(tmp_path, tables):
     from gemmrl.search.executor import ModelExecutor
     from gemmrl.search.loop import Tuner, TuneSpec
 
-    sys.path.insert(0, str(RESULTS.parents[1] / "scripts"))
+    sys.path.insert(0, str(RESULTS.parents[2] / "scripts"))
     mod = script_module("policy_live_replay")
     shapes = (GemmProblem(256, 512, 1024), GemmProblem(1024, 256, 64), GemmProblem(64, 4096, 4096))
     store = TrialsStore(tmp_path / "t.sqlite")
@@ -434,7 +434,7 @@ def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
     gives the screen's shares; a missing arm is refused with what to run; --measure says it needs a GPU."""
     assert len(HELD50) == 2
     mod = _efficiency_remeasure()
-    base = ["--test", *map(str, HELD50), "--judge", str(RESULTS.parents[1] / "src/gemmrl/policies/h100.json"),
+    base = ["--test", *map(str, HELD50), "--judge", str(RESULTS.parents[2] / "src/gemmrl/policies/h100.json"),
             "--random-draws", "5"]
     assert mod.main(base + ["--plan"]) == 0
     assert "arms to re-measure" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import pytest
 from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
-R = ROOT / "benchmarks" / "results"
+R = ROOT / "benchmarks" / "results" / "h100"
 HELD50 = [R / "h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz",
           R / "h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz"]
 PROBES = [R / "h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl-off_18ec62482730_2026-11-26.csv.gz",

@@ -2,7 +2,7 @@
 
     gemmrl lib list
     gemmrl lib show 64_4096_64 --dtype bf16
-    gemmrl lib build benchmarks/results/h100_*.csv --out library.json
+    gemmrl lib build benchmarks/results/h100/h100_*.csv --out library.json
     gemmrl warmup --shapes shapes.txt --layouts tn,nn
     gemmrl warmup --model qwen2.5-7b --tokens 1-8192 --layouts tn
 """

@@ -1,6 +1,6 @@
 """`gemmrl report`: tables, plots, markdown and one HTML page from result CSVs (several: compared on shared shapes).
 
-    gemmrl report benchmarks/results/h100_grid1000_*.csv --out benchmarks/report
+    gemmrl report benchmarks/results/h100/h100_grid1000_*.csv --out benchmarks/report
     gemmrl report A.csv --compare A.csv B.csv --readme README.md
 """
 
