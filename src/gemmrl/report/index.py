@@ -7,7 +7,7 @@ GPU and git sha made it, when, what it measures, the command that makes such a f
 
 Everything comes from the files themselves: a results CSV's ``gpu``, ``git_sha``, ``timestamp``, ``mnk`` and
 ``protocol`` columns; otherwise the name (``<gpu>_<what>_<sha>_<date>.<ext>``), a summary's ``Command:`` line, and the
-lines of ``README.md``, ``docs/*.md`` and ``benchmarks/NOTES.md`` that name the file. Logs, libraries and trial stores
+lines of ``README.md`` and ``docs/*.md`` (findings, measurements) that name the file. Logs, libraries and trial stores
 sit in ``logs/``, ``libraries/`` and ``trials/`` beside the measurements and are indexed with their folder.
 """
 
@@ -109,7 +109,7 @@ def _citations(docs: list[Path], root: Path) -> dict[str, list[str]]:
 
 
 def _docs(root: Path) -> list[Path]:
-    docs = [root / "README.md", *sorted((root / "docs").glob("*.md")), root / "benchmarks" / "NOTES.md"]
+    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
     return [d for d in docs if d.is_file()]
 
 

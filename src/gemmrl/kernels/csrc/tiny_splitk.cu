@@ -14,7 +14,7 @@
 // order (deterministic), and writes them. No workspace, no atomics, one launch. S = 1 stores from registers, or
 // (STAGED, instantiations of their own, so the register-store kernels stay as they were) through shared memory in
 // whole 16-byte chunks: the register stores write each 32-byte sector of C in two 16-byte halves (ncu at
-// 2048_2048_64: 2x the sectors at L1, ~3x at L2, NOTES the pace-probe run), nothing on a few tiles and most of the time where
+// 2048_2048_64: 2x the sectors at L1, ~3x at L2, docs/measurements.md, the pace-probe run), nothing on a few tiles and most of the time where
 // C is megabytes.
 // (Since the tiny-family run the partials are pushed: each CTA stores the rows CTA r owns into r's shared memory and r sums
 // its own shared memory; since the tiny K-step run by st.async, completing on r's mbarrier, with no cluster barrier after the
@@ -70,7 +70,7 @@ constexpr int LDS = BK + 8;  // elements per shared row: 144 bytes, so ldmatrix'
 // partial tiles are summed in shared memory after the main loop). The tiny K-step run: ncu had one CTA's warps issue-bound
 // (~4 cycles an instruction, 2 warps on 4 schedulers); KW groups split the ldmatrix/mma chain and the loads over KW
 // times the warps. Measured: 16x32 and 32x32 steps ~4-5% faster with 2 groups, 64x64 7% slower (its step is the SM's
-// shared-memory traffic and HMMA rate, not one warp's chain; NOTES the tiny K-step run).
+// shared-memory traffic and HMMA rate, not one warp's chain; docs/measurements.md, the tiny K-step run).
 template <int T> struct Tile;
 #define GEMMRL_TILE(T_, BM_, BN_, WM_, WN_, KW_)                                              \
   template <> struct Tile<T_> {                                                                \
