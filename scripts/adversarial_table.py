@@ -1,8 +1,8 @@
 """The README's adversarial table, from the CSVs the test run wrote (``GEMMRL_ADVERSARIAL_CSV=FILE pytest
 tests/adversarial/test_adversarial.py``, once on the CPU tier and once on a GPU):
 
-    python scripts/adversarial_table.py "CPU (interpreter)=benchmarks/results/cpu_adversarial_2026-11-23.csv" \
-        "H100=benchmarks/results/h100_adversarial_2026-11-23.csv" --readme README.md
+    python scripts/adversarial_table.py "CPU (interpreter)=benchmarks/results/cpu/cpu_adversarial_2026-11-23.csv" \
+        "H100=benchmarks/results/h100/h100_adversarial_2026-11-23.csv" --readme README.md
 
 Prints the table; with ``--readme`` it replaces what stands between the README's ``<!-- adversarial:start -->`` and
 ``<!-- adversarial:end -->`` markers. Exits 1 if any attack in the files did not get its expected verdict.
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     for spec in args.files:
         label, sep, path = spec.partition("=")
         if not sep:
-            ap.error(f"{spec!r}: write LABEL=CSV, e.g. H100=benchmarks/results/h100_adversarial_<date>.csv")
+            ap.error(f"{spec!r}: write LABEL=CSV, e.g. H100=benchmarks/results/h100/h100_adversarial_<date>.csv")
         files[label] = read_csv(path)
     notes = []
     for label, rows in files.items():

@@ -1,4 +1,4 @@
-"""Issue 9's GPU check: the same tuning chunk through Dask on 1 GPU, then on 2 GPUs of one host.
+"""The distributed bar's GPU check: the same tuning chunk through Dask on 1 GPU, then on 2 GPUs of one host.
 
     python scripts/dask_scaling.py --shapes benchmarks/shapes/held50_grid_seed2.txt --n 24 --out DIR
 

@@ -1,4 +1,4 @@
-"""Host cost of gemmrl's dispatch (issue 6: "host cost added by the lookup once a shape has been seen: < 0.5 us").
+"""Host cost of gemmrl's dispatch (the serving bar: "host cost added by the lookup once a shape has been seen: < 0.5 us").
 
 Per shape and kind of served kernel (a Triton entry, a cuBLASLt entry, no entry = torch.matmul), the median
 per-call host time, batches of N calls issued back to back behind a device sleep that outlasts them (so no call

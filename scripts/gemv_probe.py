@@ -1,9 +1,9 @@
-"""Probe (session 29, before the GEMV joined the family as ``smallm(..., mma=False)``): dot-free GEMV kernels at
+"""Probe (the GEMV run, before the GEMV joined the family as ``smallm(..., mma=False)``): dot-free GEMV kernels at
 M = 1 against torch.matmul, in graph (40 calls back to back in one CUDA graph, median of 15 replays) and cold (one
 call after writing 200 MB). Configs are named BN<n>_BK<k>_w<warps>_s<split>_st<num_stages>_r<1: sum along K every
 step, 0: once after the loop>; split > 1 adds fp32 atomics into a zeroed buffer and a copy (two more kernels in the
 timed call: a probe of the bandwidth, not a candidate). Prints a whitespace table; the H100 run is
-benchmarks/results/h100_gemv-probe_m1_graph-cold_2026-11-26.csv.
+benchmarks/results/h100/h100_gemv-probe_m1_graph-cold_2026-11-26.csv.
 
     python3 scripts/gemv_probe.py          # on the GPU machine, ~60 s
 """

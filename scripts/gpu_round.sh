@@ -5,7 +5,7 @@
 #                                                          (skip: SKIP_SWEEP=1;  limit SWEEP_S)
 #   3. repeatability: 12 grid shapes (--sample 12 --seed 7) measured twice in graph
 #                                                          (skip: SKIP_REPEAT=1; limit REPEAT_S)
-#      Steps 2 and 3 are off by default in a round that asks for any targeted stage below (TRITON_SHAPES, ISSUE4,
+#      Steps 2 and 3 are off by default in a round that asks for any targeted stage below (TRITON_SHAPES, FAMILIES,
 #      TINY, NCU_SPECS, GPU_TESTS, ...; scripts/round_focus.sh): SWEEP=1 / REPEAT=1 ask for them there.
 #   4. the README's first command, verbatim, from a copy of the tree (skip: SKIP_README=1)
 #   5. only with TRITON_SHAPES=FILE: gemmrl select (the cost model's TRITON_TOP configs + TRITON_EXPLORE more per
@@ -14,9 +14,9 @@
 #      TRITON_PROTOCOL / TRITON_LAYOUTS: what the selection screens, default graph,cold and tn,nn; TRITON_PDL:
 #      gemmrl select --pdl off|on|both, default off; TRITON_TAG: added to both files' names; TRITON_SELECT_ARGS /
 #      TRITON_REMEASURE_ARGS: extra select / bench arguments, e.g. "--configs @FILE --diverse" / "--timing quick";
-#      session 31's recipe adds "--retrieve benchmarks/results/h100_*triton-select*.csv* --retrieve-per-shape 3":
+#      the retrieval run's recipe adds "--retrieve benchmarks/results/h100/h100_*triton-select*.csv* --retrieve-per-shape 3":
 #      earlier screens' winners on the nearest shapes, from the committed CSVs that travel with the tree)
-#   6. only with SERVE_SHAPES=FILE (issue 6, serving), the stages named in SERVE_STAGES (default all, in order):
+#   6. only with SERVE_SHAPES=FILE (the serving bar, serving), the stages named in SERVE_STAGES (default all, in order):
 #      select   gemmrl select on SERVE_SELECT_SHAPES (default SERVE_SHAPES; graph only; TRITON_TOP/TRITON_EXPLORE)
 #      build    gemmrl bench --triton-from (the selection + SERVE_SEL_EXTRA CSVs) in graph,offline: the library's
 #               selection run; then gemmrl lib build -> $GEMMRL_OUT/library.json
@@ -25,52 +25,52 @@
 #      hostcost scripts/dispatch_host_cost.py: gemmrl.mm's host time per call through each compiled hot path
 #      example  examples/transformer_block.py at SERVE_TOKENS (default "16 32")
 #      (SERVE_SEL_CSV / SERVE_BUILD_CSV / SERVE_LIB / SERVE_MEASURE_CSV: files of an earlier call to resume from)
-#   7. only with ISSUE4=1 (issue 4, the CUTLASS family), the stages in ISSUE4_STAGES (default all, in order):
+#   7. only with FAMILIES=1 (the CUTLASS-family bar, the CUTLASS family), the stages in FAMILIES_STAGES (default all, in order):
 #      compile    scripts/compile_throughput.py: the family built from scratch with 16 parallel nvcc (configs/min)
-#      select     gemmrl select --family cutlass on ISSUE4_SHAPES (default the 100 grid shapes --sample 100 --seed 1)
-#      remeasure  gemmrl bench --triton-from <issue 3's selection> --cutlass-from <select> in graph,cold: the run
-#                 that counts; then scripts/issue4_table.py (limits ISSUE4_SELECT_S, ISSUE4_REMEASURE_S;
-#                 ISSUE4_SELECT_ARGS / TRITON_SELECT_ARGS: extra gemmrl select arguments, e.g. --timing full;
-#                 the Triton selection re-measured is stage 5's when it ran, else ISSUE4_TRITON_SEL;
-#                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from; ISSUE4_TRITON_SEL and
-#                 ISSUE4_CUTLASS_SEL may name several selection files, space-separated, e.g. committed ones with no
-#                 select stage; ISSUE4_REMEASURE_ARGS: extra bench arguments, e.g. "--timing quick";
-#                 ISSUE4_AHEAD="PASS.csv.gz ...": re-measure only the shapes whose screen best came within
-#                 ISSUE4_AHEAD_MIN (0.98) of vendor_best in those earlier rows (scripts/screen_ahead.py))
+#      select     gemmrl select --family cutlass on FAMILIES_SHAPES (default the 100 grid shapes --sample 100 --seed 1)
+#      remeasure  gemmrl bench --triton-from <the Triton-family bar's selection> --cutlass-from <select> in graph,cold: the run
+#                 that counts; then scripts/family_table.py (limits FAMILIES_SELECT_S, FAMILIES_REMEASURE_S;
+#                 FAMILIES_SELECT_ARGS / TRITON_SELECT_ARGS: extra gemmrl select arguments, e.g. --timing full;
+#                 the Triton selection re-measured is stage 5's when it ran, else FAMILIES_TRITON_SEL;
+#                 CSEL_CSV / CREM_CSV: files of an earlier call to resume from; FAMILIES_TRITON_SEL and
+#                 FAMILIES_CUTLASS_SEL may name several selection files, space-separated, e.g. committed ones with no
+#                 select stage; FAMILIES_REMEASURE_ARGS: extra bench arguments, e.g. "--timing quick";
+#                 FAMILIES_AHEAD="PASS.csv.gz ...": re-measure only the shapes whose screen best came within
+#                 FAMILIES_AHEAD_MIN (0.98) of vendor_best in those earlier rows (scripts/screen_ahead.py))
 #      Carried: .whl/nvidia_cutlass-*.whl (the CUTLASS headers) and .carry/gemmrl_cache (prebuilt CUTLASS objects).
-#   8. only with ISSUE5=1 (issue 5, the tuning loop) on ISSUE5_SHAPES (default benchmarks/shapes/held50_grid_seed2.txt,
-#      50 grid shapes outside the 100 the shipped policy trained on), the stages in ISSUE5_STAGES (default all):
+#   8. only with LOOP=1 (the grid-library bar, the tuning loop) on LOOP_SHAPES (default benchmarks/shapes/held50_grid_seed2.txt,
+#      50 grid shapes outside the 100 the shipped policy trained on), the stages in LOOP_STAGES (default all):
 #      sweep    the exhaustive reference: gemmrl select, Triton (top 16 + explore 8, tn and nn) and CUTLASS (tn)
-#      tune     gemmrl tune --proposer rl (ISSUE5_GROUP x ISSUE5_ROUNDS per shape; trials in $GEMMRL_OUT)
+#      tune     gemmrl tune --proposer rl (LOOP_GROUP x LOOP_ROUNDS per shape; trials in $GEMMRL_OUT)
 #      remeasure gemmrl bench --triton-from/--cutlass-from the tuned rows, every vendor path: the run that counts
 #      (T5SEL_CSV / C5SEL_CSV / T5ROWS_CSV / T5REM_CSV: files of an earlier call to resume from; T5TRIALS: the
 #      trials store a cut-off tune resumes; T5POLICY: the policy to start from; any may be .gz); the store comes
-#      back as trials.sqlite.gz; ISSUE5_TUNE_MIN is each tune's whole wall budget (set-up and precompile inside)
-#      ISSUE5_SHAPES_ARGS replaces --shapes ISSUE5_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks);
-#      ISSUE5_BENCH_ARGS adds to the re-measure's bench, e.g. "--timing quick"; ISSUE5_PARTS="3/5 4/5" tunes those
+#      back as trials.sqlite.gz; LOOP_TUNE_MIN is each tune's whole wall budget (set-up and precompile inside)
+#      LOOP_SHAPES_ARGS replaces --shapes LOOP_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks);
+#      LOOP_BENCH_ARGS adds to the re-measure's bench, e.g. "--timing quick"; LOOP_PARTS="3/5 4/5" tunes those
 #      parts of the grid one after the other (runs grid1000-part3of5 ...; export with scripts/trials_export.py);
-#      ISSUE5_TUNE_ARGS adds to each part's tune, e.g. "--more-below 1.02" with ISSUE5_ROUNDS=3;
-#      the re-measure: ISSUE5_FROM="ROWS.csv.gz ..." (tune rows of several parts) or ISSUE5_LIBRARY=FILE (gemmrl.mm
-#      served from it), ISSUE5_PROTOCOL (default graph,cold), ISSUE5_SHARDS=N|gpus: one bench per GPU on every N-th
+#      LOOP_TUNE_ARGS adds to each part's tune, e.g. "--more-below 1.02" with LOOP_ROUNDS=3;
+#      the re-measure: LOOP_FROM="ROWS.csv.gz ..." (tune rows of several parts) or LOOP_LIBRARY=FILE (gemmrl.mm
+#      served from it), LOOP_PROTOCOL (default graph,cold), LOOP_SHARDS=N|gpus: one bench per GPU on every N-th
 #      shape, each its own CSV (<name>_shardIofN.csv; T5REM_DIR carries earlier shards in to resume: one file per shard named
 #      *_shardIofN[-partial].csv[.gz]; with T5REM_DIR set, one GPU is shard 0 of 1 and resumes the same way)
-#   9. only with ISSUE9=1 (issue 9, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
-#      Dask on 1 GPU then on 2 (ISSUE9_N shapes of ISSUE9_SHAPES; limit ISSUE9_S); outputs in dask.tgz
-#  10. only with ISSUE7=1 (issue 7, the adversarial suite), the stages in ISSUE7_STAGES (default all, in order):
+#   9. only with DASK=1 (the distributed bar, Dask; a machine with 2 GPUs): scripts/dask_scaling.py, one tuning chunk through
+#      Dask on 1 GPU then on 2 (DASK_N shapes of DASK_SHAPES; limit DASK_S); outputs in dask.tgz
+#  10. only with ADVERSARIAL=1 (the adversarial suite, the adversarial suite), the stages in ADVERSARIAL_STAGES (default all, in order):
 #      adversarial  tests/adversarial/test_adversarial.py on the GPU (every planted cheat and fault through the sandbox;
 #                   GEMMRL_ADVERSARIAL_CSV -> <gpu>_adversarial_<date>.csv) and the battery's gpu tests
 #      falserej     scripts/false_rejections.py: every vendor path and our families, 100 seeds on 30 shapes
 #      faults       scripts/fault_survival.py: 200 candidates with 10% planted faults, then kill -9 and resume
-#      (limits ISSUE7_ADV_S, ISSUE7_FR_S, ISSUE7_FAULTS_S; FAULTS_ARGS: extra fault_survival.py arguments)
-#  11. only with HEADROOM=1 (issues 3, 4, 5: how much room the vendor leaves; gemmrl headroom): HEADROOM_SHAPES
-#      (default benchmarks/shapes/issue3_120.txt) in HEADROOM_PROTOCOL (default graph,cold) with HEADROOM_ARGS
+#      (limits ADVERSARIAL_ADV_S, ADVERSARIAL_FR_S, ADVERSARIAL_FAULTS_S; FAULTS_ARGS: extra fault_survival.py arguments)
+#  11. only with HEADROOM=1 (the Triton-family bar, 4, 5: how much room the vendor leaves; gemmrl headroom): HEADROOM_SHAPES
+#      (default benchmarks/shapes/decode-grid120.txt) in HEADROOM_PROTOCOL (default graph,cold) with HEADROOM_ARGS
 #      (default --quick), then with HEADROOM_GRID=1 the 1000 grid shapes in cold with --quick (limits HEADROOM_S,
 #      HEADROOM_GRID_S; HEADROOM_CSV / HEADROOM_GRID_CSV: files of an earlier call to resume from)
 #  12. only with CUDA_SOURCE=FILE.cu: gemmrl bench --cuda-source FILE (ABI gemmrl, layout tn, --declare
 #      CUDA_SOURCE_DECLARE, default K%8) on CUDA_SOURCE_SHAPES in graph,cold, sandboxed (limit CUDA_SOURCE_S;
 #      CUDA_SOURCE_CSV resumes)
 #  13. only with WGMMA=1 (the TMA + wgmma family with cluster/DSMEM and global split-K, kernels/wgmma_gemm.py), the
-#      stages in WGMMA_STAGES (default select,remeasure) on WGMMA_SHAPES (default benchmarks/shapes/issue3_small72.txt):
+#      stages in WGMMA_STAGES (default select,remeasure) on WGMMA_SHAPES (default benchmarks/shapes/small72.txt):
 #      select     gemmrl select --family wgmma in graph,cold
 #      remeasure  gemmrl bench --wgmma-from <select> (+ WGMMA_EXTRA, e.g. --triton-from CSV) in graph,cold: the run
 #                 that counts (limits WGMMA_SELECT_S, WGMMA_REMEASURE_S; WSEL_CSV / WREM_CSV resume); with
@@ -78,13 +78,13 @@
 #  13b. only with TINY=1 (the small-tile mma.sync family with one-launch cluster split-K, kernels/tiny_gemm.py): the
 #      same two stages on TINY_SHAPES (default benchmarks/shapes/tiny_first24.txt), TINY_STAGES, TINY_SELECT_S,
 #      TINY_REMEASURE_S, TINY_WINNERS, TINY_EXTRA (e.g. --library FILE: gemmrl.mm beside it), TSEL_CSV / TREM_CSV
-#  13c. only with MERGE_LIB=FILE (a grid library) and MERGE_SPLICE=FILE (scripts/issue5_measure.py's markdown of its
+#  13c. only with MERGE_LIB=FILE (a grid library) and MERGE_SPLICE=FILE (scripts/library_measure.py's markdown of its
 #      measure passes): the cells of MERGE_SELECT (default this round's tiny selection) whose screen beats the splice
 #      by MERGE_MARGIN (1.04; scripts/library_merge_rows.py screened --splice-md) merged into a copy of the library
 #      (gemmrl lib build --generated-only --no-buckets; <gpu>_grid1000_library_<MERGE_TAG>_<day>.json.gz), then the
 #      changed shapes measured with gemmrl.mm served from it, a separate run from the selection: graph and cold
 #      (--timing quick) and offline against cuBLASLt autotuned (limit MERGE_S a bench)
-#  14. only with EFFREM=1 (issue 5's search efficiency with the noise rule): scripts/efficiency_remeasure.py picks,
+#  14. only with EFFREM=1 (the grid-library bar's search efficiency with the noise rule): scripts/efficiency_remeasure.py picks,
 #      per method (exhaustive sweep, cost model, EFFREM_POLICIES, random), the arm it would serve on each held-out
 #      screen (EFFREM_TEST, default the held50s2 screens) at EFFREM_BUDGET (default arms:4,gpu:0.15), then times every
 #      picked arm again beside the screen's references, EFFREM_REPEATS (3) interleaved rounds, and reports the
@@ -220,7 +220,7 @@ if [ "${SKIP_README:-0}" != 1 ]; then
 fi
 
 if [ -n "${TRITON_SHAPES:-}" ]; then
-  # issue 3's protocol: select one Triton config per shape and protocol by screening the cost model's TRITON_TOP
+  # the Triton-family bar's protocol: select one Triton config per shape and protocol by screening the cost model's TRITON_TOP
   # configs plus TRITON_EXPLORE from a shared random pool (gemmrl select), then re-measure only the selected ones
   # against the vendor paths in a second run (gemmrl bench --triton-from): that second run is what counts.
   # SEL_CSV / REM_CSV: partial files of an earlier call to resume; SKIP_REMEASURE=1 stops after the selection.
@@ -229,7 +229,7 @@ if [ -n "${TRITON_SHAPES:-}" ]; then
   rem="$GEMMRL_OUT/${gpu}_${tag}_triton-selected-remeasure_graph-cold_${GEMMRL_GIT_SHA}_${day}.csv"
   if [ -n "${SEL_CSV:-}" ] && [ -f "$SEL_CSV" ]; then cp "$SEL_CSV" "$sel"; fi
   if [ -n "${REM_CSV:-}" ] && [ -f "$REM_CSV" ]; then cp "$REM_CSV" "$rem"; fi
-  triton_sel_out=$sel  # the ISSUE4 stage re-measures this selection beside its own unless ISSUE4_TRITON_SEL is set
+  triton_sel_out=$sel  # the FAMILIES stage re-measures this selection beside its own unless FAMILIES_TRITON_SEL is set
   if [ "${SKIP_SELECT:-0}" != 1 ]; then
     # shellcheck disable=SC2086
     timeout "${TRITON_SELECT_S:-300}" python3 -m gemmrl.cli select --shapes "$TRITON_SHAPES" --top "${TRITON_TOP:-24}" \
@@ -283,7 +283,7 @@ if [ -n "${SERVE_SHAPES:-}" ]; then
     echo "serve measure (gemmrl.mm): exit $?"
     tail -n 2 "$GEMMRL_OUT/serve_measure.log"
     tables+=("$smeas")
-    python3 scripts/issue6_table.py "$smeas" --out "$GEMMRL_OUT/issue6_table.md" | tail -n 12
+    python3 scripts/serving_table.py "$smeas" --out "$GEMMRL_OUT/serving_table.md" | tail -n 12
   fi
   if [[ $stages == *example* ]]; then
     for m in ${SERVE_TOKENS:-16 32}; do
@@ -293,61 +293,61 @@ if [ -n "${SERVE_SHAPES:-}" ]; then
   fi
 fi
 
-if [ "${ISSUE4:-0}" = 1 ]; then
-  stages=${ISSUE4_STAGES:-compile,select,remeasure}
-  shapes_args=${ISSUE4_SHAPES_ARGS:---grid cuda-l2 --sample 100 --seed 1}
-  tag=${ISSUE4_TAG:-grid100s1}
+if [ "${FAMILIES:-0}" = 1 ]; then
+  stages=${FAMILIES_STAGES:-compile,select,remeasure}
+  shapes_args=${FAMILIES_SHAPES_ARGS:---grid cuda-l2 --sample 100 --seed 1}
+  tag=${FAMILIES_TAG:-grid100s1}
   csel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
   crem="$GEMMRL_OUT/${gpu}_${tag}_cutlass-triton-selected-remeasure_graph-cold_${day}.csv"
-  tsel=${ISSUE4_TRITON_SEL:-${triton_sel_out:-benchmarks/results/h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}}
+  tsel=${FAMILIES_TRITON_SEL:-${triton_sel_out:-benchmarks/results/h100/h100_decode-grid120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz}}
   if [ -n "${CSEL_CSV:-}" ] && [ -f "$CSEL_CSV" ]; then  # a committed selection may be stored gzipped
     if [[ $CSEL_CSV == *.gz ]]; then gunzip -c "$CSEL_CSV" >"$csel"; else cp "$CSEL_CSV" "$csel"; fi
   fi
   if [ -n "${CREM_CSV:-}" ] && [ -f "$CREM_CSV" ]; then cp "$CREM_CSV" "$crem"; fi
   if [[ $stages == *compile* ]]; then
-    timeout "${ISSUE4_COMPILE_S:-240}" python3 scripts/compile_throughput.py --jobs "$(nproc)" --out "$GEMMRL_OUT" \
+    timeout "${FAMILIES_COMPILE_S:-240}" python3 scripts/compile_throughput.py --jobs "$(nproc)" --out "$GEMMRL_OUT" \
       2>"$GEMMRL_OUT/compile_throughput.log" | tail -n 1
   fi
   if [[ $stages == *select* ]]; then
     # shellcheck disable=SC2086
-    timeout "${ISSUE4_SELECT_S:-300}" python3 -m gemmrl.cli select --family cutlass $shapes_args --layouts tn \
-      --protocol graph,cold ${ISSUE4_SELECT_ARGS:-} --no-progress --out "$csel" >"$GEMMRL_OUT/cutlass_select.log" 2>&1
+    timeout "${FAMILIES_SELECT_S:-300}" python3 -m gemmrl.cli select --family cutlass $shapes_args --layouts tn \
+      --protocol graph,cold ${FAMILIES_SELECT_ARGS:-} --no-progress --out "$csel" >"$GEMMRL_OUT/cutlass_select.log" 2>&1
     echo "cutlass selection: exit $? ($(grep -c . "$csel" 2>/dev/null) lines)"
     grep -E "^screen:|Error" "$GEMMRL_OUT/cutlass_select.log" | head -5
   fi
-  if [[ $stages == *remeasure* ]] && [ -n "${ISSUE4_AHEAD:-}" ]; then
-    # only the shapes the screen puts near an earlier pass's vendor_best (session 33: half the re-measure, every win kept)
+  if [[ $stages == *remeasure* ]] && [ -n "${FAMILIES_AHEAD:-}" ]; then
+    # only the shapes the screen puts near an earlier pass's vendor_best (the CUTLASS vendor-cells run: half the re-measure, every win kept)
     # shellcheck disable=SC2086
-    if python3 scripts/screen_ahead.py "$csel" --against $ISSUE4_AHEAD --min "${ISSUE4_AHEAD_MIN:-0.98}" \
+    if python3 scripts/screen_ahead.py "$csel" --against $FAMILIES_AHEAD --min "${FAMILIES_AHEAD_MIN:-0.98}" \
         --out "$GEMMRL_OUT/${tag}_ahead.txt"; then
       shapes_args="--shapes $GEMMRL_OUT/${tag}_ahead.txt"
     else
-      echo "ISSUE4_AHEAD: no shapes file written; the re-measure covers every screened shape"
+      echo "FAMILIES_AHEAD: no shapes file written; the re-measure covers every screened shape"
     fi
   fi
   if [[ $stages == *remeasure* ]]; then
     # shellcheck disable=SC2086
-    csels=${ISSUE4_CUTLASS_SEL:-$csel}
-    timeout "${ISSUE4_REMEASURE_S:-420}" python3 -m gemmrl.cli bench $shapes_args --triton-from $tsel \
-      --cutlass-from $csels --protocol graph,cold ${ISSUE4_REMEASURE_ARGS:-} --no-progress --out "$crem" \
+    csels=${FAMILIES_CUTLASS_SEL:-$csel}
+    timeout "${FAMILIES_REMEASURE_S:-420}" python3 -m gemmrl.cli bench $shapes_args --triton-from $tsel \
+      --cutlass-from $csels --protocol graph,cold ${FAMILIES_REMEASURE_ARGS:-} --no-progress --out "$crem" \
       >"$GEMMRL_OUT/cutlass_remeasure.log" 2>&1
     echo "re-measure (vendor + triton-sel + cutlass-sel): exit $? ($(grep -c . "$crem" 2>/dev/null) lines)"
-    python3 scripts/issue4_table.py "$crem" --triton-select $tsel --cutlass-select $csels \
-      --md "$GEMMRL_OUT/${gpu}_${tag}_issue4-table_${day}.md" | tail -n 14
+    python3 scripts/family_table.py "$crem" --triton-select $tsel --cutlass-select $csels \
+      --md "$GEMMRL_OUT/${gpu}_${tag}_family-table_${day}.md" | tail -n 14
   fi
 fi
 
-if [ "${ISSUE5:-0}" = 1 ]; then
-  stages=${ISSUE5_STAGES:-sweep,tune,remeasure}
-  shapes=${ISSUE5_SHAPES:-benchmarks/shapes/held50_grid_seed2.txt}
-  tag=${ISSUE5_TAG:-held50s2}
+if [ "${LOOP:-0}" = 1 ]; then
+  stages=${LOOP_STAGES:-sweep,tune,remeasure}
+  shapes=${LOOP_SHAPES:-benchmarks/shapes/held50_grid_seed2.txt}
+  tag=${LOOP_TAG:-held50s2}
   t5sel="$GEMMRL_OUT/${gpu}_${tag}_triton-select-top16-explore8-tn-nn_${day}.csv"
   c5sel="$GEMMRL_OUT/${gpu}_${tag}_cutlass-select_graph-cold_${day}.csv"
   t5rows="$GEMMRL_OUT/${gpu}_${tag}_tune-rl-rows_graph-cold_${day}.csv"
   t5sum="$GEMMRL_OUT/${gpu}_${tag}_tune-rl-outcomes_${day}.csv"
-  t5proto=${ISSUE5_PROTOCOL:-graph,cold}  # (the file's name says what it holds: an offline pass is not a graph-cold one)
+  t5proto=${LOOP_PROTOCOL:-graph,cold}  # (the file's name says what it holds: an offline pass is not a graph-cold one)
   t5rem="$GEMMRL_OUT/${gpu}_${tag}_tuned-remeasure_${t5proto//,/-}_${day}.csv"
-  shapes5=${ISSUE5_SHAPES_ARGS:---shapes $shapes}  # e.g. "--grid cuda-l2 --part 1/5" (tag grid1000-part1of5)
+  shapes5=${LOOP_SHAPES_ARGS:---shapes $shapes}  # e.g. "--grid cuda-l2 --part 1/5" (tag grid1000-part1of5)
   t5trials="$GEMMRL_OUT/trials.sqlite"
   t5policy="$GEMMRL_OUT/policy.json"
   # carried in: earlier files of this run (T5TRIALS, the trials store a cut-off tune resumes from; T5POLICY, the
@@ -360,70 +360,70 @@ if [ "${ISSUE5:-0}" = 1 ]; then
   done
   if [[ $stages == *sweep* ]]; then
     # shellcheck disable=SC2086
-    timeout "${ISSUE5_TSEL_S:-300}" python3 -m gemmrl.cli select $shapes5 --top 16 --explore 8 \
-      --layouts tn,nn --protocol graph,cold --no-progress --out "$t5sel" >"$GEMMRL_OUT/issue5_triton_select.log" 2>&1
+    timeout "${LOOP_TSEL_S:-300}" python3 -m gemmrl.cli select $shapes5 --top 16 --explore 8 \
+      --layouts tn,nn --protocol graph,cold --no-progress --out "$t5sel" >"$GEMMRL_OUT/loop_triton_select.log" 2>&1
     echo "sweep triton: exit $? ($(grep -c . "$t5sel" 2>/dev/null) lines)"
     # shellcheck disable=SC2086
-    timeout "${ISSUE5_CSEL_S:-240}" python3 -m gemmrl.cli select --family cutlass $shapes5 --layouts tn \
-      --protocol graph,cold --no-progress --out "$c5sel" >"$GEMMRL_OUT/issue5_cutlass_select.log" 2>&1
+    timeout "${LOOP_CSEL_S:-240}" python3 -m gemmrl.cli select --family cutlass $shapes5 --layouts tn \
+      --protocol graph,cold --no-progress --out "$c5sel" >"$GEMMRL_OUT/loop_cutlass_select.log" 2>&1
     echo "sweep cutlass: exit $? ($(grep -c . "$c5sel" 2>/dev/null) lines)"
   fi
-  if [[ $stages == *tune* ]] && [ -n "${ISSUE5_PARTS:-}" ]; then
-    # several parts of the 1000-shape grid in one call (e.g. ISSUE5_PARTS="1/5 2/5 3/5"), one run each
-    # (grid1000-partKofN), ISSUE5_TUNE_MIN of tuning and ISSUE5_TUNE_S at most per part, one trials store and policy
+  if [[ $stages == *tune* ]] && [ -n "${LOOP_PARTS:-}" ]; then
+    # several parts of the 1000-shape grid in one call (e.g. LOOP_PARTS="1/5 2/5 3/5"), one run each
+    # (grid1000-partKofN), LOOP_TUNE_MIN of tuning and LOOP_TUNE_S at most per part, one trials store and policy
     # carried from part to part; rows and outcomes are exported here afterwards (scripts/trials_export.py)
-    # ISSUE5_TUNE_END_S (seconds after this script started) caps the parts together: each part's wall budget is
-    # the smaller of ISSUE5_TUNE_MIN and what is left before it (a part with under a minute left is not started)
-    for part in $ISSUE5_PARTS; do
+    # LOOP_TUNE_END_S (seconds after this script started) caps the parts together: each part's wall budget is
+    # the smaller of LOOP_TUNE_MIN and what is left before it (a part with under a minute left is not started)
+    for part in $LOOP_PARTS; do
       ptag="grid1000-part${part%/*}of${part#*/}"
-      tmin=${ISSUE5_TUNE_MIN:-4}; tlim=${ISSUE5_TUNE_S:-300}
-      if [ -n "${ISSUE5_TUNE_END_S:-}" ]; then
-        left=$((ISSUE5_TUNE_END_S - SECONDS))
-        if [ "$left" -lt 60 ]; then echo "tune $ptag: not started ($left s left before ISSUE5_TUNE_END_S)"; continue; fi
+      tmin=${LOOP_TUNE_MIN:-4}; tlim=${LOOP_TUNE_S:-300}
+      if [ -n "${LOOP_TUNE_END_S:-}" ]; then
+        left=$((LOOP_TUNE_END_S - SECONDS))
+        if [ "$left" -lt 60 ]; then echo "tune $ptag: not started ($left s left before LOOP_TUNE_END_S)"; continue; fi
         tmin=$(python3 -c "print(round(min($tmin, ($left - 15) / 60), 2))"); [ "$tlim" -gt "$left" ] && tlim=$left
       fi
       # shellcheck disable=SC2086
       timeout "$tlim" python3 -m gemmrl.cli tune --grid cuda-l2 --part "$part" --proposer rl \
-        --group "${ISSUE5_GROUP:-4}" --rounds "${ISSUE5_ROUNDS:-1}" ${ISSUE5_TUNE_ARGS:-} --run "$ptag" --resume --trials "$t5trials" \
-        --policy "$t5policy" --baselines "${ISSUE5_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
-        --budget-wall-minutes "$tmin" --no-progress >"$GEMMRL_OUT/issue5_tune_${ptag}.log" 2>&1
-      echo "tune $ptag: exit $?"; grep -E "^tune: [0-9]+ groups|Error" "$GEMMRL_OUT/issue5_tune_${ptag}.log" | tail -n 2
+        --group "${LOOP_GROUP:-4}" --rounds "${LOOP_ROUNDS:-1}" ${LOOP_TUNE_ARGS:-} --run "$ptag" --resume --trials "$t5trials" \
+        --policy "$t5policy" --baselines "${LOOP_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
+        --budget-wall-minutes "$tmin" --no-progress >"$GEMMRL_OUT/loop_tune_${ptag}.log" 2>&1
+      echo "tune $ptag: exit $?"; grep -E "^tune: [0-9]+ groups|Error" "$GEMMRL_OUT/loop_tune_${ptag}.log" | tail -n 2
     done
   elif [[ $stages == *tune* ]]; then
     # shellcheck disable=SC2086
-    timeout "${ISSUE5_TUNE_S:-300}" python3 -m gemmrl.cli tune $shapes5 --proposer rl \
-      --group "${ISSUE5_GROUP:-4}" --rounds "${ISSUE5_ROUNDS:-1}" --run "$tag" --resume \
+    timeout "${LOOP_TUNE_S:-300}" python3 -m gemmrl.cli tune $shapes5 --proposer rl \
+      --group "${LOOP_GROUP:-4}" --rounds "${LOOP_ROUNDS:-1}" --run "$tag" --resume \
       --trials "$t5trials" --policy "$t5policy" --summary-out "$t5sum" \
-      --rows-out "$t5rows" --baselines "${ISSUE5_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
-      --budget-wall-minutes "${ISSUE5_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/issue5_tune.log" 2>&1
-    echo "tune: exit $?"; grep -E "^tune:|Error" "$GEMMRL_OUT/issue5_tune.log" | tail -n 4
+      --rows-out "$t5rows" --baselines "${LOOP_BASELINES:-cublas_tn,cublas_nn,cublaslt_heuristic_tn,cublaslt_heuristic_nn,torch}" \
+      --budget-wall-minutes "${LOOP_TUNE_MIN:-4}" --no-progress >"$GEMMRL_OUT/loop_tune.log" 2>&1
+    echo "tune: exit $?"; grep -E "^tune:|Error" "$GEMMRL_OUT/loop_tune.log" | tail -n 4
   fi
   if [[ $stages == *tune* ]]; then
     # one file for the trials store (a killed run leaves its last writes in the WAL), and only 8 files come back
     python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
       "$t5trials" && rm -f "$t5trials"-wal "$t5trials"-shm
-    # and gzipped: a file over 16 MiB does not come back (session 19 lost part 3's first tune that way)
+    # and gzipped: a file over 16 MiB does not come back (the first grid tune lost part 3's first tune that way)
     gzip -f "$t5trials" && echo "trials store: $(du -h "$t5trials.gz" | cut -f1) gzipped"
   fi
   if [[ $stages == *remeasure* ]]; then
-    # what is re-measured: the winners of ISSUE5_FROM (tune rows CSVs, .gz ok; default the tune stage's rows), or
-    # with ISSUE5_LIBRARY=FILE `gemmrl` served from that library (then ISSUE5_FROM is not used)
-    from5=${ISSUE5_FROM:-$t5rows}
-    if [ -n "${ISSUE5_LIBRARY:-}" ]; then what5="--library $ISSUE5_LIBRARY"
+    # what is re-measured: the winners of LOOP_FROM (tune rows CSVs, .gz ok; default the tune stage's rows), or
+    # with LOOP_LIBRARY=FILE `gemmrl` served from that library (then LOOP_FROM is not used)
+    from5=${LOOP_FROM:-$t5rows}
+    if [ -n "${LOOP_LIBRARY:-}" ]; then what5="--library $LOOP_LIBRARY"
     else what5="--triton-from $from5 --cutlass-from $from5"; fi
-    nsh=${ISSUE5_SHARDS:-1}
+    nsh=${LOOP_SHARDS:-1}
     [ "$nsh" = gpus ] && nsh=$(nvidia-smi -L | wc -l)
     if [ "$nsh" -le 1 ] && [ -z "${T5REM_DIR:-}" ]; then  # (with T5REM_DIR one GPU is shard 0 of 1, resumable)
       # shellcheck disable=SC2086
-      timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench $shapes5 $what5 \
-        --protocol "${ISSUE5_PROTOCOL:-graph,cold}" ${ISSUE5_BENCH_ARGS:-} --no-progress --out "$t5rem" \
-        >"$GEMMRL_OUT/issue5_remeasure.log" 2>&1
+      timeout "${LOOP_REMEASURE_S:-300}" python3 -m gemmrl.cli bench $shapes5 $what5 \
+        --protocol "${LOOP_PROTOCOL:-graph,cold}" ${LOOP_BENCH_ARGS:-} --no-progress --out "$t5rem" \
+        >"$GEMMRL_OUT/loop_remeasure.log" 2>&1
       echo "re-measure: exit $? ($(grep -c . "$t5rem" 2>/dev/null) lines)"
     else
-      # one bench per GPU (ISSUE5_SHARDS=N or gpus), shard i of the shapes (every N-th, so each is a like mix) on
+      # one bench per GPU (LOOP_SHARDS=N or gpus), shard i of the shapes (every N-th, so each is a like mix) on
       # GPU i (the only one it sees), each to its own CSV (resumed when T5REM_DIR carries the earlier shards in)
       # shellcheck disable=SC2086
-      # (a shard file holds M_N_K only: the dtype and accumulator ISSUE5_SHAPES_ARGS named go to every shard's bench)
+      # (a shard file holds M_N_K only: the dtype and accumulator LOOP_SHAPES_ARGS named go to every shard's bench)
       python3 -c "import sys; from gemmrl.cli.main import build_parser; from gemmrl.cli.common import problems_from
 a = build_parser().parse_args(['bench'] + sys.argv[2:]); ps, _ = problems_from(a); n = int(sys.argv[1])
 for i in range(n):
@@ -443,9 +443,9 @@ print(f'{len(ps)} shapes in {n} shards ({a.dtype}, acc {a.acc})')" "$nsh" $shape
           [ "${#prev[@]}" = 1 ] && echo "shard $i of $nsh resumes $(basename "${prev[0]}") ($(grep -c . "$out") lines)"
         fi
         # shellcheck disable=SC2086
-        CUDA_VISIBLE_DEVICES=$i timeout "${ISSUE5_REMEASURE_S:-300}" python3 -m gemmrl.cli bench \
-          --shapes "$GEMMRL_OUT/shard$i.txt" $shard_args $what5 --protocol "${ISSUE5_PROTOCOL:-graph,cold}" ${ISSUE5_BENCH_ARGS:-} \
-          --no-progress --out "$out" >"$GEMMRL_OUT/issue5_remeasure_shard$i.log" 2>&1 &
+        CUDA_VISIBLE_DEVICES=$i timeout "${LOOP_REMEASURE_S:-300}" python3 -m gemmrl.cli bench \
+          --shapes "$GEMMRL_OUT/shard$i.txt" $shard_args $what5 --protocol "${LOOP_PROTOCOL:-graph,cold}" ${LOOP_BENCH_ARGS:-} \
+          --no-progress --out "$out" >"$GEMMRL_OUT/loop_remeasure_shard$i.log" 2>&1 &
       done
       wait
       rm -f "$GEMMRL_OUT"/shard*.txt "$GEMMRL_OUT"/shard_args.txt
@@ -457,38 +457,38 @@ print(f'{len(ps)} shapes in {n} shards ({a.dtype}, acc {a.acc})')" "$nsh" $shape
   fi
 fi
 
-if [ "${ISSUE9:-0}" = 1 ]; then  # issue 9: one tuning chunk through Dask on 1 GPU, then 2 (needs 2 GPUs)
-  timeout "${ISSUE9_S:-480}" python3 scripts/dask_scaling.py --shapes "${ISSUE9_SHAPES:-benchmarks/shapes/held50_grid_seed2.txt}" \
-    --n "${ISSUE9_N:-32}" --out "$GEMMRL_OUT/dask" >"$GEMMRL_OUT/issue9.log" 2>&1
+if [ "${DASK:-0}" = 1 ]; then  # the distributed bar: one tuning chunk through Dask on 1 GPU, then 2 (needs 2 GPUs)
+  timeout "${DASK_S:-480}" python3 scripts/dask_scaling.py --shapes "${DASK_SHAPES:-benchmarks/shapes/held50_grid_seed2.txt}" \
+    --n "${DASK_N:-32}" --out "$GEMMRL_OUT/dask" >"$GEMMRL_OUT/issue9.log" 2>&1
   echo "dask scaling: exit $?"; grep -vE "^\s*$|distributed\." "$GEMMRL_OUT/issue9.log" | tail -n 9
   ( cd "$GEMMRL_OUT" && rm -rf dask/triton_* && tar czf dask.tgz dask && rm -rf dask )
 fi
 
-if [ "${ISSUE7:-0}" = 1 ]; then
-  stages=${ISSUE7_STAGES:-adversarial,falserej,faults}
+if [ "${ADVERSARIAL:-0}" = 1 ]; then
+  stages=${ADVERSARIAL_STAGES:-adversarial,falserej,faults}
   if [[ $stages == *adversarial* ]]; then
-    GEMMRL_ADVERSARIAL_CSV="$GEMMRL_OUT/${gpu}_adversarial_${day}.csv" timeout "${ISSUE7_ADV_S:-300}" \
-      python3 -m pytest -q -p no:cacheprovider tests/adversarial/test_adversarial.py >"$GEMMRL_OUT/issue7_adversarial.log" 2>&1
-    echo "adversarial suite: exit $? ; $(tail -n 1 "$GEMMRL_OUT/issue7_adversarial.log")"
+    GEMMRL_ADVERSARIAL_CSV="$GEMMRL_OUT/${gpu}_adversarial_${day}.csv" timeout "${ADVERSARIAL_ADV_S:-300}" \
+      python3 -m pytest -q -p no:cacheprovider tests/adversarial/test_adversarial.py >"$GEMMRL_OUT/adversarial_adversarial.log" 2>&1
+    echo "adversarial suite: exit $? ; $(tail -n 1 "$GEMMRL_OUT/adversarial_adversarial.log")"
     # the battery's gpu tier (its interpreter tier cannot run there: numpy 2.5 breaks Triton 3.6's interpreter)
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu ${ISSUE7_GPU_TESTS:-tests/test_verify.py} \
-      >>"$GEMMRL_OUT/issue7_adversarial.log" 2>&1
-    echo "battery gpu tests: exit $? ; $(tail -n 1 "$GEMMRL_OUT/issue7_adversarial.log")"
-    grep -E "^(FAILED|ERROR)" "$GEMMRL_OUT/issue7_adversarial.log" | head -10
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu ${ADVERSARIAL_GPU_TESTS:-tests/test_verify.py} \
+      >>"$GEMMRL_OUT/adversarial_adversarial.log" 2>&1
+    echo "battery gpu tests: exit $? ; $(tail -n 1 "$GEMMRL_OUT/adversarial_adversarial.log")"
+    grep -E "^(FAILED|ERROR)" "$GEMMRL_OUT/adversarial_adversarial.log" | head -10
     [ -f "$GEMMRL_OUT/${gpu}_adversarial_${day}.csv" ] && python3 scripts/adversarial_table.py \
       "${gpu}=$GEMMRL_OUT/${gpu}_adversarial_${day}.csv" | tail -n 3
   fi
   if [[ $stages == *falserej* ]]; then
-    timeout "${ISSUE7_FR_S:-200}" python3 scripts/false_rejections.py --out "$GEMMRL_OUT" --seeds 100 \
-      --shapes "${ISSUE7_FR_SHAPES:-benchmarks/shapes/false_rejection30.txt}" --max-seconds "${ISSUE7_FR_BUDGET:-150}" \
-      >"$GEMMRL_OUT/issue7_false_rejections.log" 2>&1
-    echo "false rejections: exit $?"; tail -n 8 "$GEMMRL_OUT/issue7_false_rejections.log"
+    timeout "${ADVERSARIAL_FR_S:-200}" python3 scripts/false_rejections.py --out "$GEMMRL_OUT" --seeds 100 \
+      --shapes "${ADVERSARIAL_FR_SHAPES:-benchmarks/shapes/false_rejection30.txt}" --max-seconds "${ADVERSARIAL_FR_BUDGET:-150}" \
+      >"$GEMMRL_OUT/adversarial_false_rejections.log" 2>&1
+    echo "false rejections: exit $?"; tail -n 8 "$GEMMRL_OUT/adversarial_false_rejections.log"
   fi
   if [[ $stages == *faults* ]]; then
     # shellcheck disable=SC2086
-    timeout "${ISSUE7_FAULTS_S:-300}" python3 scripts/fault_survival.py --device cuda --out "$GEMMRL_OUT/faults" \
-      ${FAULTS_ARGS:-} >"$GEMMRL_OUT/issue7_fault_survival.log" 2>&1
-    echo "fault survival: exit $?"; grep -v "^\s*$" "$GEMMRL_OUT/issue7_fault_survival.log" | tail -n 16
+    timeout "${ADVERSARIAL_FAULTS_S:-300}" python3 scripts/fault_survival.py --device cuda --out "$GEMMRL_OUT/faults" \
+      ${FAULTS_ARGS:-} >"$GEMMRL_OUT/adversarial_fault_survival.log" 2>&1
+    echo "fault survival: exit $?"; grep -v "^\s*$" "$GEMMRL_OUT/adversarial_fault_survival.log" | tail -n 16
     python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" \
       "$GEMMRL_OUT/faults/trials.sqlite" 2>/dev/null; rm -f "$GEMMRL_OUT"/faults/trials.sqlite-*
     ( cd "$GEMMRL_OUT" && tar czf faults.tgz faults && rm -rf faults )
@@ -496,7 +496,7 @@ if [ "${ISSUE7:-0}" = 1 ]; then
 fi
 
 if [ "${HEADROOM:-0}" = 1 ]; then
-  hshapes=${HEADROOM_SHAPES:-benchmarks/shapes/issue3_120.txt}
+  hshapes=${HEADROOM_SHAPES:-benchmarks/shapes/decode-grid120.txt}
   hcsv="$GEMMRL_OUT/${gpu}_headroom_$(basename "$hshapes" .txt)_${HEADROOM_PROTOCOL:-graph,cold}_${day}.csv"
   hcsv=${hcsv//,/-}
   if [ -n "${HEADROOM_CSV:-}" ] && [ -f "$HEADROOM_CSV" ]; then cp "$HEADROOM_CSV" "$hcsv"; fi
@@ -556,7 +556,7 @@ print(f'screen winners: {len(w)}: {\" \".join(w)}')" "$fsel" "$GEMMRL_OUT/${fam}
 }
 
 if [ "${WGMMA:-0}" = 1 ]; then
-  own_family wgmma "${WGMMA_SHAPES:-benchmarks/shapes/issue3_small72.txt}" "${WGMMA_STAGES:-select,remeasure}" \
+  own_family wgmma "${WGMMA_SHAPES:-benchmarks/shapes/small72.txt}" "${WGMMA_STAGES:-select,remeasure}" \
     "${WGMMA_SELECT_S:-300}" "${WGMMA_REMEASURE_S:-300}" "${WGMMA_WINNERS:-0}" "${WGMMA_EXTRA:-}" "${WSEL_CSV:-}" \
     "${WREM_CSV:-}"
 fi
@@ -596,7 +596,7 @@ fi
 
 if [ "${EFFREM:-0}" = 1 ]; then
   # shellcheck disable=SC2206
-  etest=(${EFFREM_TEST:-benchmarks/results/h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz benchmarks/results/h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz})
+  etest=(${EFFREM_TEST:-benchmarks/results/h100/h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz benchmarks/results/h100/h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz})
   # shellcheck disable=SC2206
   epol=(${EFFREM_POLICIES:-src/gemmrl/policies/h100.json})
   eargs=(--test "${etest[@]}" --judge "${epol[@]}" --budget "${EFFREM_BUDGET:-arms:4,gpu:0.15}")

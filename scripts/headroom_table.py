@@ -1,4 +1,4 @@
-"""Issues 3, 4 and 5's speed bars beside the room the vendor leaves (gemmrl headroom), as markdown.
+"""The Triton-family, CUTLASS-family and grid-library bars' speed bars beside the room the vendor leaves (gemmrl headroom), as markdown.
 
     python scripts/headroom_table.py --headroom H.csv [H2.csv ...] [--ours REMEASURE.csv ...] --out table.md
 
@@ -6,7 +6,7 @@ Per class and protocol: the geomean headroom (the best speedup over the vendor p
 GEMM could reach, headroom.py), the issue's bar, and whether the bar is excluded (geomean headroom < bar). With
 ``--ours`` (re-measure CSVs of gemmrl bench with Triton/CUTLASS candidates): our best candidate per shape against the
 vendor_best of that run, and as a share of the measured speed of light (t_sol / t_ours: 1.0 = at the bound).
-The groups of shapes follow the issues: issue 3's 120 (decode + grid sample), issue 4's 100 grid shapes, the grid.
+The groups of shapes follow the issues: the Triton-family bar's 120 (decode + grid sample), the CUTLASS-family bar's 100 grid shapes, the grid.
 """
 
 from __future__ import annotations
@@ -142,10 +142,10 @@ def main() -> int:
         grid = [b for b in bs if b.M not in DECODE_M]
         n_shapes = len({b.mnk for b in bs})
         if decode and grid:
-            out += section(f"{name}: all {n_shapes} shapes (issue 3's classes and bars)", bs, "3", ours)
-            out += section(f"{name}: the {len({b.mnk for b in grid})} grid shapes (issue 4's bar)", grid, "4", ours)
+            out += section(f"{name}: all {n_shapes} shapes (the Triton-family bar's classes and bars)", bs, "3", ours)
+            out += section(f"{name}: the {len({b.mnk for b in grid})} grid shapes (the CUTLASS-family bar's bar)", grid, "4", ours)
         else:
-            out += section(f"{name}: {n_shapes} shapes (issue 5's bars)", bs, "5", ours)
+            out += section(f"{name}: {n_shapes} shapes (the grid-library bar's bars)", bs, "5", ours)
         out += extremes(bs)
     if args.plot:
         plot(bounds(read_rows([args.headroom[0]])), ours, args.plot)

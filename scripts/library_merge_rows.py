@@ -1,5 +1,5 @@
 """The rows a ``gemmrl lib build --generated-only`` merge takes from a new family's runs, chosen so that no cell the
-library already serves well is handed to a kernel that was never judged against it (session 37's two merges).
+library already serves well is handed to a kernel that was never judged against it (the tiny-family run's two merges).
 
     python scripts/library_merge_rows.py remeasured RE.csv[.gz] ... --out ROWS.csv
     python scripts/library_merge_rows.py screened SEL.csv[.gz] --splice MEASURE.csv[.gz] ... [--supersede LATER ...]
@@ -14,8 +14,8 @@ build judges the new kernel against the incumbent in the same run. Where several
 ``screened``: a ``gemmrl select`` screen (the family's rows beside four cuBLAS paths, no gemmrl.mm column). A cell is
 kept where the screen's best verified kernel over its fastest reference beats the library's measured speedup in
 that cell (gemmrl / vendor_best of the measure pass, the splice ``--splice`` + ``--supersede`` gives, as
-scripts/issue5_measure.py reads it) by ``--margin``. ``--splice-md``: the same splice read from the first line of
-scripts/issue5_measure.py's markdown (``Sources: first, second (supersedes n cells), ...``, file names beside the
+scripts/library_measure.py reads it) by ``--margin``. ``--splice-md``: the same splice read from the first line of
+scripts/library_measure.py's markdown (``Sources: first, second (supersedes n cells), ...``, file names beside the
 markdown): its graph and cold files in order, the first the splice, the rest superseding it. ``--shapes-out``: the
 kept cells' shapes, one M_N_K a line, for the measure pass. The measure pass after the merge is what counts.
 """
@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.results import read_rows  # noqa: E402
-from issue5_measure import cell, supersede  # noqa: E402
-from issue5_measure import splice_sources as issue5_sources  # noqa: E402
+from library_measure import cell, supersede  # noqa: E402
+from library_measure import splice_sources as measure_splice_sources  # noqa: E402
 
 REFERENCES = ("cublas_tn", "cublas_nn", "cublaslt_heuristic_tn", "cublaslt_heuristic_nn")
 
@@ -85,9 +85,9 @@ def screened(path, speedups: dict[tuple, float], prefix: str, margin: float) -> 
 
 
 def splice_sources(md: Path) -> list[str]:
-    """The graph/cold measure files of a scripts/issue5_measure.py splice, in order (first the splice, then the passes
+    """The graph/cold measure files of a scripts/library_measure.py splice, in order (first the splice, then the passes
     that supersede it), from its markdown's first line; offline files are left out (no vendor_best rows)."""
-    base, later = issue5_sources(md)
+    base, later = measure_splice_sources(md)
     paths = [str(p) for p in base + later if "offline" not in p.name]
     if not paths:
         raise SystemExit(f"--splice-md {md}: no graph/cold measure file among its sources")
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     s.add_argument("screen")
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--splice", nargs="+", help="the measure pass's rows (graph, cold)")
-    src.add_argument("--splice-md", help="scripts/issue5_measure.py's markdown of a splice: its sources instead")
+    src.add_argument("--splice-md", help="scripts/library_measure.py's markdown of a splice: its sources instead")
     s.add_argument("--supersede", nargs="*", default=[], help="later passes over some cells, in order")
     s.add_argument("--shapes-out", help="also write the kept cells' shapes here (M_N_K a line)")
     s.add_argument("--prefix", default="tiny:", help="the family's screened candidates")

@@ -1,4 +1,4 @@
-"""Where gemmrl.mm's extra host time in ``offline`` comes from (issue 6: gemmrl measured 10-15 us slower per call
+"""Where gemmrl.mm's extra host time in ``offline`` comes from (the serving bar: gemmrl measured 10-15 us slower per call
 than the same cuBLASLt plan called by the bench on the H100).
 
 Per shape (served from LIBRARY, a library JSON), interleaved in random order, each call bracketed by

@@ -6,7 +6,7 @@ far: each cell takes its luckiest run (the winner's curse counts for it), and no
 
     python scripts/oracle_ceiling.py [RESULTS.csv[.gz] ...] [--shapes FILE] [--family triton cutlass ...] [--md OUT.md]
 
-Default: every committed H100 result file (benchmarks/results/h100_*.csv*) over CUDA-L2's 1000-shape grid. A file
+Default: every committed H100 result file (benchmarks/results/h100/h100_*.csv*) over CUDA-L2's 1000-shape grid. A file
 counts only if it has cuBLASLt autotuned rows (every vendor path was timed; selection screens time two), and only its
 first-run rows (no noise-rule rechecks), fp16 with fp32 accumulation, protocols graph and cold.
 """
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemmrl.problem import grid, read_shapes  # noqa: E402
 from gemmrl.results import ResultsError, read_rows  # noqa: E402
 from gemmrl.summary import usable  # noqa: E402
-from issue5_measure import BARS, CLASSES, LABEL, geomean, shape_class  # noqa: E402  (issue 5's bars: grid only)
+from library_measure import BARS, CLASSES, LABEL, geomean, shape_class  # noqa: E402  (the grid-library bar's bars: grid only)
 
 GENERATED = ("triton", "cutlass", "cuda", "wgmma", "gemmrl")
 PROTOCOLS = ("graph", "cold")
@@ -34,7 +34,7 @@ def best_ratios(paths: list[str], shapes: set[str], families: tuple[str, ...] = 
                 ) -> tuple[dict[tuple[str, str], float], int]:
     """(protocol, mnk) -> the best speedup over its run's vendor_best (floored at 1) of a candidate whose name starts
     with one of ``families`` (default: every generated kind, gemmrl.mm included), and how many files counted.
-    ``floor=0``: no floor (a family's own best, as issues 3 and 4 count it: there no vendor path stands in)."""
+    ``floor=0``: no floor (a family's own best, as the Triton-family and CUTLASS-family bars count it: there no vendor path stands in)."""
     best: dict[tuple[str, str], float] = {}
     used = 0
     for path in paths:
@@ -80,18 +80,18 @@ def table(best: dict[tuple[str, str], float], shapes: set[str], bars: dict | Non
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", nargs="*", help="bench result files (default: benchmarks/results/h100_*.csv*)")
+    ap.add_argument("results", nargs="*", help="bench result files (default: benchmarks/results/h100/h100_*.csv*)")
     ap.add_argument("--shapes", help="a shapes file (M_N_K per line) instead of the 1000-shape grid")
     ap.add_argument("--family", nargs="+", choices=GENERATED, default=list(GENERATED),
-                    help="only these candidates (e.g. triton: issue 3 asks for the Triton family alone; gemmrl rows "
+                    help="only these candidates (e.g. triton: the Triton-family bar asks for the Triton family alone; gemmrl rows "
                          "serve any family, so they count only when named)")
     ap.add_argument("--no-floor", action="store_true",
-                    help="a family's own best per cell, below 1 too (issues 3 and 4); default floors at 1 (issue 5: "
+                    help="a family's own best per cell, below 1 too (the Triton-family and CUTLASS-family bars); default floors at 1 (the grid-library bar: "
                          "a library serves a vendor path where nothing generated won)")
     ap.add_argument("--md", help="also write the table here")
     args = ap.parse_args(argv)
     root = Path(__file__).resolve().parents[1]
-    paths = args.results or sorted(glob.glob(str(root / "benchmarks" / "results" / "h100_*.csv*")))
+    paths = args.results or sorted(glob.glob(str(root / "benchmarks" / "results" / "h100" / "h100_*.csv*")))
     if args.shapes:
         shapes = {f"{p.M}_{p.N}_{p.K}" for p in read_shapes(args.shapes)}
     else:

@@ -1,5 +1,5 @@
 // Kernels for scripts/pace_probe.py: how fast one CTA streams a GEMM's K slices from L2 into a shared-memory ring,
-// by load method (the tiny family's per-step floor, NOTES session 37 section 5: ~8 KB per 0.2 us step, ~35 GB/s a CTA,
+// by load method (the tiny family's per-step floor, NOTES the tiny-family run section 5: ~8 KB per 0.2 us step, ~35 GB/s a CTA,
 // whatever the warp count).
 //
 // Each CTA reads ROWS rows of 128 bytes (64 fp16 = one K step of a BM + BN tile) per step from a row-major
@@ -10,7 +10,7 @@
 //   2  cp.async.bulk.tensor.2d (TMA) boxes of 64 x ROWS/2 (the A box and the B box), issued by one thread, an
 //      mbarrier a stage, 128-byte swizzle
 //   3, 4  cp.async.bulk.tensor.3d boxes of KC = 4 64-deep K chunks of ROWS/2 rows each (the A box and the B box), a
-//      step being KC chunks (session 39: does the per-box cost, not the bytes, set TMA's ~0.15 us a step floor?).
+//      step being KC chunks (the tiny second-split run: does the per-box cost, not the bytes, set TMA's ~0.15 us a step floor?).
 //      Method 3 views the buffer as dims {64, rows, 64 chunks} with strides {row, 128 bytes}, so a box lands as KC
 //      consecutive [ROWS/2][64] swizzled tiles (what a wgmma mainloop needs; the strides are not increasing, which
 //      the driver may refuse: pace_make_map's status says). Method 4 views it as {64, 64 chunks, rows}, strides

@@ -1,5 +1,5 @@
 """How fast one CTA streams a GEMM's K slices from L2 into a shared-memory ring, by load method: the tiny family's
-per-step floor (NOTES session 37 section 5: ~8 KB per 0.2 us step, ~35 GB/s a CTA, whatever the warp count).
+per-step floor (NOTES the tiny-family run section 5: ~8 KB per 0.2 us step, ~35 GB/s a CTA, whatever the warp count).
 
 Probe kernels (``scripts/pace_probe.cu``, built through ``cuda_source.build``, loaded with ctypes): each CTA reads
 ROWS rows of 128 bytes a step (one 64-deep K step of a BM + BN tile) from a warm 16 MiB buffer through a STAGES-deep

@@ -1,9 +1,9 @@
 """Regenerate the README's results section from committed result CSVs (never hand-entered numbers).
 
-    python scripts/readme_results.py benchmarks/results/h100_grid60s0_graph-cold-offline-confirmed-autotune_2026-11-22.csv.gz \
-        --host-cost benchmarks/results/h100_host-cost-nvmath_2026-11-22.csv \
-        --repeat benchmarks/results/h100_grid12s7-graph-repeat2-run5-10ms-replays_2026-11-22.csv \
-        --imports benchmarks/results/h100_cuda-l2-h100-25_graph-cold-offline_2026-11-22.csv
+    python scripts/readme_results.py benchmarks/results/h100/h100_grid60s0_graph-cold-offline-confirmed-autotune_2026-11-22.csv.gz \
+        --host-cost benchmarks/results/h100/h100_host-cost-nvmath_2026-11-22.csv \
+        --repeat benchmarks/results/h100/h100_grid12s7-graph-repeat2-run5-10ms-replays_2026-11-22.csv \
+        --imports benchmarks/results/h100/h100_cuda-l2-h100-25_graph-cold-offline_2026-11-22.csv
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Retrieval as the RL policy's first proposals, judged by replay on held-out screens (session 31).
+"""Retrieval as the RL policy's first proposals, judged by replay on held-out screens (the retrieval run).
 
     python scripts/retrieval_replay.py --test HELD_OUT_SCREEN.csv... --retrieve SCREENS... --policy POLICY.json \
         [--shapes 1,2,3,5] --out RESULT.csv

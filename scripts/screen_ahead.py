@@ -1,7 +1,7 @@
 """Which shapes of a CUTLASS/Triton screen are worth a re-measure: those where the screen's fastest config came
 within ``--min`` of vendor_best as an earlier pass measured it (`gemmrl bench` rows with every vendor path), in any
 protocol. The screen's own references (cuBLAS, cuBLASLt heuristic) miss cuBLASLt autotuned, so a screen's ratio
-over them is optimistic; the earlier pass's vendor_best is the sharper bar (session 33: at 0.98 it kept every cell
+over them is optimistic; the earlier pass's vendor_best is the sharper bar (the CUTLASS vendor-cells run: at 0.98 it kept every cell
 that went on to win in the re-measures of the K 64-128 and K 256-512 screens, and half the cells).
 
     python scripts/screen_ahead.py SCREEN.csv[.gz] --against PASS.csv[.gz] ... [--min 0.98] --out SHAPES.txt

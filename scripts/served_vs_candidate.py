@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemmrl.library import served_desc  # noqa: E402
 from gemmrl.results import read_rows  # noqa: E402
 from gemmrl.summary import usable  # noqa: E402
-from issue5_measure import geomean  # noqa: E402
+from library_measure import geomean  # noqa: E402
 
 
 def _first_runs(paths: list[str]) -> list[dict]:

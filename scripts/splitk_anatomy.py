@@ -6,7 +6,7 @@ per call:
   torch     torch.matmul, the reference every gemmrl figure is against
   fused     the config as the library serves it (its split-K sum loads RED_GROUP partials at a time)
   group1    the same kernel with RED_GROUP = 1: one partial a load, a dependent L2 round trip per partial, as the
-            sum was before session 24's unroll
+            sum was before the measure pass to 934 shapes' unroll
   twopass   the same tile and split with reduction=two_pass (workspace, then a second reduction kernel)
   slice     the same tile as ``tiled(...)`` on (M, N, ceil(K / split) rounded up to BK): one program's share of
             K alone, no partials, no reduction (same BM x BN tiles, split-fold fewer programs)

@@ -1,4 +1,4 @@
-"""Config lists for the session-30 traffic probe: does L2->SM traffic (A re-read once per N tile, B once per M tile)
+"""Config lists for the traffic probe: does L2->SM traffic (A re-read once per N tile, B once per M tile)
 set the pace on decode (M 8-32) and few-tile long-K shapes, so that wide tiles with a deeper split beat the cost
 model's picks?  Writes two `gemmrl select --configs @FILE` lists:
 
@@ -61,7 +61,7 @@ def main() -> None:
                                           (a.fewtile, a.fewtile_shapes, fewtile_configs, "split-K")):
         cfgs = make(read_shapes(shapes_path))
         with open(path, "w") as f:
-            f.write(f"# session 30 traffic probe, {what}: written by scripts/traffic_probe_configs.py for "
+            f.write(f"# the traffic probe, {what}: written by scripts/traffic_probe_configs.py for "
                     f"{shapes_path}\n")
             f.write("\n".join(cfgs) + "\n")
         print(f"{path}: {len(cfgs)} configs")

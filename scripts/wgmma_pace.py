@@ -17,8 +17,8 @@ holds the K steps per CTA and the time per step.
     PYTHONPATH=src python3 scripts/wgmma_pace.py --out pace.csv            # on the GPU machine
     PYTHONPATH=src python3 scripts/wgmma_pace.py --once 64_64_16384:1,64,1,8,1 --calls 3   # one case, eager (for ncu)
 
-Session 13 ran an earlier version (back-to-back events, no variants but the mbarrier wait and L2 promotion):
-benchmarks/results/h100_wgmma-pace-variants_back-to-back-events_5f752d6_2026-11-25.csv."""
+The wgmma-family run ran an earlier version (back-to-back events, no variants but the mbarrier wait and L2 promotion):
+benchmarks/results/h100/h100_wgmma-pace-variants_back-to-back-events_5f752d6_2026-11-25.csv."""
 from __future__ import annotations
 
 import argparse

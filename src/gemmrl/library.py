@@ -513,7 +513,7 @@ def _served_kernel(r: Mapping[str, str]) -> Mapping[str, str] | None:
     row's ``algo`` (``eager=<desc>; graph=<desc>; hot=...``, each desc as dispatch writes it:
     ``<family>:<impl> (<protocol> entry ...)``). None for other rows (those a vendor path or torch.matmul served
     included), and for host-timed rows whose call went through a hot path other than the one built against torch
-    (``hot=torch``): the C and Python hot paths added 1-10 us per call on an H100 (session 4), a cost of that path,
+    (``hot=torch``): the C and Python hot paths added 1-10 us per call on an H100 (the first serving run), a cost of that path,
     not of the kernel."""
     if r.get("candidate") != "gemmrl":
         return None
@@ -663,11 +663,11 @@ def build_entries(rows: Iterable[Mapping[str, str]], buckets: bool = True) -> li
 
 
 # Host cost of the paths an eager call can take, cheapest first: what it pays besides the kernel. Measured on the
-# H100 in CUDA-L2's offline mode (session 25, h100_grid1000-offline_library-cublaslt-autotuned_offline_3cb2dd4_*):
+# H100 in CUDA-L2's offline mode (the completed measure pass, h100_grid1000-offline_library-cublaslt-autotuned_offline_3cb2dd4_*):
 # per call against the cuBLASLt extension (cublaslt_autotuned), gemmrl.mm serving a cuBLASLt path +0.0 us median,
 # cuBLAS (cublasGemmEx) +2.3..2.5 us, torch.matmul +10.1 us, on kernels of about the same device time; a Triton
 # config through the direct launch path -6 us (device time included; its host cost alone 7.3-9.7 us a call against
-# 10.4-13.8 us for the cuBLASLt extension, session 4). CUTLASS entries are not ranked (one offline shape: +14 us).
+# 10.4-13.8 us for the cuBLASLt extension, the first serving run). CUTLASS entries are not ranked (one offline shape: +14 us).
 HOST_ORDER = ("triton", "cublaslt", "cublas", "torch")
 HOST_BAND = 0.02  # device time an eager entry gives up for a cheaper host path: the noise rule's 2%
 

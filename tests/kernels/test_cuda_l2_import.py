@@ -430,7 +430,7 @@ if __name__ == "__main__":
                    "-Bsymbolic giving each module its own copy of c10's inline stream code")
 def test_gpu_naive_kernel_matches_torch(tmp_path):
     """Builds two modules from one source and runs them in a child process: a kernel that faults takes
-    down the child, not the test session (issue 4's sandbox generalises this)."""
+    down the child, not the test session (the CUTLASS-family bar's sandbox generalises this)."""
     import subprocess
     import sys
 

@@ -229,7 +229,7 @@ def test_rendering_flags():
     pp = cs.CutlassConfig(64, 192, 64, 1, 1, "pingpong", epi_n=64)  # 64 rows x 64: two 8 KiB subtiles
     assert pp.epilogue_bytes == 16384 and pp.stages == replace(pp, epi_n=0).stages
     assert replace(nosmem, epi_n=0).epilogue_bytes == 0
-    # a 160-wide tile needs CuTe's extended wgmma shapes, or it runs 64x32 atoms (session 16's ncu)
+    # a 160-wide tile needs CuTe's extended wgmma shapes, or it runs 64x32 atoms (the swapped-CUTLASS run's ncu)
     assert "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED" in replace(cfg, bn=160).flags()
     assert src.layout == "nn" and src.dtype == "bf16" and src.includes == ("cutlass",)
     assert "gemmrl_cutlass_gemm" in src.code and src.shapes.admits(1, 8, 8) and not src.shapes.admits(1, 12, 8)
@@ -367,7 +367,7 @@ GPU_CONFIGS = [cs.CutlassConfig(), cs.CutlassConfig(64, 128, 64, 1, 1, "pingpong
                cs.CutlassConfig(64, 16, 64, 2, 4, "pingpong", epilogue="nosmem"),
                cs.CutlassConfig(64, 32, 64, 1, 2, "pingpong", swap=True, epilogue="nosmem"),
                cs.CutlassConfig(64, 192, 64, 1, 1, "pingpong", epi_n=64), cs.CutlassConfig(128, 128, 64, 1, 2, epi_n=128),
-               # the widest ping-pong tile with 2-CTA multicast (session 36): B's 256 rows split over 2 CTAs, and swapped
+               # the widest ping-pong tile with 2-CTA multicast (the 168-wide-tile run): B's 256 rows split over 2 CTAs, and swapped
                cs.CutlassConfig(64, 256, 64, 2, 1, "pingpong"), cs.CutlassConfig(64, 256, 64, 1, 2, "pingpong", swap=True)]
 
 

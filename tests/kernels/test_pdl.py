@@ -223,7 +223,7 @@ def test_pdl_probe_takes_the_configs_a_remeasure_served():
 
     root = Path(__file__).resolve().parents[2]
     probe = script_module("pdl_probe")
-    rem = root / "benchmarks" / "results" / "h100_issue3_120_triton-selected-remeasure_graph-cold_2026-11-22.csv.gz"
+    rem = root / "benchmarks" / "results" / "h100" / "h100_decode-grid120_triton-selected-remeasure_graph-cold_2026-11-22.csv.gz"
     shapes = {"512_256_2048", "256_512_4096", "1_4096_4096"}
     cases = probe.cases_from_remeasure(str(rem), "graph", shapes)
     assert {m for m, _, _ in cases} == shapes

@@ -26,7 +26,7 @@ def test_name_round_trip(cfg):
     assert tg.TinyConfig.parse(str(cfg)) == cfg
 
 
-def test_names_of_one_k_group_are_the_session_37_names():
+def test_names_of_one_k_group_are_the_first_tiny_names():
     """Library entries and selections written before the sliced-K tiles keep their meaning."""
     assert str(tg.TinyConfig(32, 32, 16, 8)) == "32x32_s16_st8_fp16"
     assert tg.TinyConfig.parse("32x32_s16_st8_fp16").kw == 1

@@ -645,7 +645,7 @@ def test_costmodel_charges_masked_k_loads(shape, warm):
 @pytest.mark.parametrize("warm", [False, True])
 def test_costmodel_ring_deeper_than_k_holds_no_more_loads(shape, warm):
     # a program with k_steps K steps has at most k_steps loads in flight however deep its ring: measured at 512_256_128
-    # graph, 16x32 BK 64 at stages 2 / 3 / 5 ran 2.29 / 2.18 / 2.20 us (the model of session 26 said 7.3 / 6.1 / 5.5)
+    # graph, 16x32 BK 64 at stages 2 / 3 / 5 ran 2.29 / 2.18 / 2.20 us (the model of the host-order library run said 7.3 / 6.1 / 5.5)
     p = P(shape)
     k_steps = -(-p.K // 64)
     est = {s: CM.estimate(TiledConfig(BM=16, BN=32, BK=64, warps=2, stages=s, group_m=1), p, warm_l2=warm)

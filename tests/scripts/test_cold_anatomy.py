@@ -9,7 +9,7 @@ from gemmrl.kernels.triton_gemm.configs import parse_config
 from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARY = ROOT / "benchmarks" / "results" / ("h100_grid1000_library_selection-every-vendor-host-order-tiny278-cutlass-"
+LIBRARY = ROOT / "benchmarks" / "results" / "h100" / "libraries" / ("h100_grid1000_library_selection-every-vendor-host-order-tiny278-cutlass-"
                                              "k64-128-k256-512-smalllongk-fewtile-tri-mid-unscreened-generated-only_"
                                              "2026-11-27.json.gz")
 

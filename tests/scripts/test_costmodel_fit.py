@@ -9,7 +9,7 @@ import pytest
 from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREEN = ROOT / "benchmarks" / "results" / "h100_probe38_triton-select-top24-explore24_2026-11-22.csv.gz"
+SCREEN = ROOT / "benchmarks" / "results" / "h100" / "h100_probe38_triton-select-top24-explore24_2026-11-22.csv.gz"
 
 
 @pytest.fixture(scope="module")

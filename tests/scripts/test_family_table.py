@@ -1,4 +1,4 @@
-"""scripts/issue4_table.py: the families against vendor_best from a re-measure, the family picked per shape from the
+"""scripts/family_table.py: the families against vendor_best from a re-measure, the family picked per shape from the
 selection runs alone (never from the numbers it is judged on), the markdown and the plot."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ SHAPES = ("64_64_64", "4096_4096_4096")
 
 
 def _load():
-    return script_module("issue4_table")
+    return script_module("family_table")
 
 
 def _row(mnk, cand, proto, ms, **kw):

@@ -1,4 +1,4 @@
-"""scripts/issue5_measure.py: issue 5's figures from the measure pass (`gemmrl bench --library` rows)."""
+"""scripts/library_measure.py: the grid-library bar's figures from the measure pass (`gemmrl bench --library` rows)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ GPU = "NVIDIA H100 80GB HBM3"
 
 @pytest.fixture(scope="module")
 def mod():
-    return script_module("issue5_measure")
+    return script_module("library_measure")
 
 
 def _row(mnk, cand, time_ms, protocol="graph", algo="", dtype="fp16", **kw):

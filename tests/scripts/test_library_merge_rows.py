@@ -16,7 +16,7 @@ SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 @pytest.fixture(scope="module")
 def mod():
-    sys.path.insert(0, str(SCRIPTS))  # it imports issue5_measure's splice
+    sys.path.insert(0, str(SCRIPTS))  # it imports library_measure's splice
     return script_module("library_merge_rows")
 
 
@@ -90,7 +90,7 @@ def test_splice_md_reads_the_measure_files_in_order_and_writes_the_shapes(mod, t
 
 @pytest.mark.parametrize("text,why", [("| no sources |\n", "no 'Sources: ...' first line"),
                                       ("", "no 'Sources: ...' first line"), (None, "no such file"),
-                                      ("Sources: gone_graph-cold.csv.gz\n", "not beside it: ")])  # issue5_measure's
+                                      ("Sources: gone_graph-cold.csv.gz\n", "not beside it: ")])  # library_measure's
 def test_splice_md_says_what_is_wrong(mod, tmp_path, text, why):
     md = tmp_path / "splice.md"
     if text is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "round_focus.sh"
-STAGE_VARS = ("PDL_PROBE", "COLD_ANATOMY", "PACE_PROBE", "ISSUE4", "ISSUE5", "ISSUE7", "ISSUE9", "HEADROOM", "WGMMA",
+STAGE_VARS = ("PDL_PROBE", "COLD_ANATOMY", "PACE_PROBE", "FAMILIES", "LOOP", "ADVERSARIAL", "DASK", "HEADROOM", "WGMMA",
               "TINY", "EFFREM", "NCU_SPECS", "PROBE_SPECS", "TRITON_SHAPES", "SERVE_SHAPES", "CUDA_SOURCE",
               "MERGE_LIB", "GPU_TESTS", "PYTEST_K", "SWEEP", "REPEAT", "SKIP_SWEEP", "SKIP_REPEAT")
 
@@ -29,7 +29,7 @@ def test_plain_round_runs_sweep_and_repeat():
     assert focus() == ("", "unset", "unset")
 
 
-@pytest.mark.parametrize("env", [{"ISSUE4": "1"}, {"TRITON_SHAPES": "benchmarks/shapes/models114_m16.txt"},
+@pytest.mark.parametrize("env", [{"FAMILIES": "1"}, {"TRITON_SHAPES": "benchmarks/shapes/models114_m16.txt"},
                                  {"TINY": "1", "MERGE_LIB": "lib.json.gz"}, {"NCU_SPECS": "64_64_64:vendor:x"},
                                  {"GPU_TESTS": "tests/kernels/test_tiny_gemm.py"}], ids=lambda e: "+".join(e))
 def test_targeted_round_skips_sweep_and_repeat(env):
@@ -39,7 +39,7 @@ def test_targeted_round_skips_sweep_and_repeat(env):
 
 
 def test_flag_set_to_zero_is_not_a_target():
-    assert focus(ISSUE4="0", WGMMA="0", TRITON_SHAPES="") == ("", "unset", "unset")
+    assert focus(FAMILIES="0", WGMMA="0", TRITON_SHAPES="") == ("", "unset", "unset")
 
 
 @pytest.mark.parametrize("env,want", [({"SWEEP": "1"}, ("unset", "1")), ({"REPEAT": "1"}, ("1", "unset")),

@@ -1,5 +1,5 @@
-"""scripts/issue3_compare_plot.py: two issue-3 re-measures side by side, per shape and protocol, on the committed
-runs of sessions 29 and 30 (their geomeans are the notes' figures) and refusing runs with no shape in common."""
+"""scripts/selection_compare_plot.py: two the Triton-family bar re-measures side by side, per shape and protocol, on the committed
+runs of the GEMV run and the traffic probe (their geomeans are the notes' figures) and refusing runs with no shape in common."""
 
 from __future__ import annotations
 
@@ -9,27 +9,27 @@ import pytest
 from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
-R = ROOT / "benchmarks" / "results"
-S29 = R / "h100_issue3_small72_tiny12-gemv_triton-selected-remeasure_graph-cold_bc80862926af_2026-11-26.csv.gz"
-S30 = R / "h100_issue3_small72_tiny12-cm30_triton-selected-remeasure_graph-cold_afd0b7355f79_2026-11-26.csv.gz"
-REST = R / "h100_issue3_rest48_final_triton-selected-remeasure_graph-cold_2f06d09708b3_2026-11-26.csv.gz"
+R = ROOT / "benchmarks" / "results" / "h100"
+GEMV_RUN = R / "h100_small72_tiny12-gemv_triton-selected-remeasure_graph-cold_bc80862926af_2026-11-26.csv.gz"
+TWOPASS_RUN = R / "h100_small72_tiny12-cm30_triton-selected-remeasure_graph-cold_afd0b7355f79_2026-11-26.csv.gz"
+REST = R / "h100_rest48_final_triton-selected-remeasure_graph-cold_2f06d09708b3_2026-11-26.csv.gz"
 
 
 def _load():
-    return script_module("issue3_compare_plot")
+    return script_module("selection_compare_plot")
 
 
 def test_the_small_class_before_and_after_the_refit(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "cmp.png"
-    assert _load().main([str(S29), str(S30), "--out", str(out), "--labels", "s29,s30"]) == 0
+    assert _load().main([str(GEMV_RUN), str(TWOPASS_RUN), "--out", str(out), "--labels", "gemv,twopass"]) == 0
     text = capsys.readouterr().out
-    assert "graph: 72 shapes, geomean s29 0.980, s30 0.999" in text
-    assert "cold: 72 shapes, geomean s29 0.980, s30 0.986" in text
+    assert "graph: 72 shapes, geomean gemv 0.980, twopass 0.999" in text
+    assert "cold: 72 shapes, geomean gemv 0.980, twopass 0.986" in text
     assert out.stat().st_size > 10_000
 
 
 def test_runs_without_a_shape_in_common_are_refused(tmp_path):
     pytest.importorskip("matplotlib")
     with pytest.raises(SystemExit):
-        _load().main([str(S29), str(REST), "--out", str(tmp_path / "x.png")])
+        _load().main([str(GEMV_RUN), str(REST), "--out", str(tmp_path / "x.png")])

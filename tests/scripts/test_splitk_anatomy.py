@@ -12,7 +12,7 @@ from gemmrl.problem import parse_mnk
 from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARY = ROOT / "benchmarks" / "results" / "h100_grid1000_library_selection-every-vendor_2026-11-26.json.gz"
+LIBRARY = ROOT / "benchmarks" / "results" / "h100" / "libraries" / "h100_grid1000_library_selection-every-vendor_2026-11-26.json.gz"
 
 
 def _probe():

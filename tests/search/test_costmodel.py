@@ -1,7 +1,7 @@
-"""search/costmodel.py: the ring depth and the load-dependent latency (session 28's change).
+"""search/costmodel.py: the ring depth and the load-dependent latency (the ring-depth fix's change).
 
 The screens showed a Triton ring of 2 stages 1.3-1.8x slower than 3-5 stages once a program runs more than a few
-K steps (tiled and split-K alike), while the model of session 27 tied them at bandwidth-bound shapes and then
+K steps (tiled and split-K alike), while the model of the small-tile re-screen tied them at bandwidth-bound shapes and then
 preferred the shallow ring (smaller shared memory, more programs resident); `gemmrl select --diverse` then screened
 only 2-stage configs at long K (2048_128_8192: 23.3 us picked against 14.5 us for the 5-stage twin)."""
 
@@ -86,8 +86,8 @@ def test_a_grouped_tile_order_wins_at_many_waves_and_ties_within_one(variant):
 
 @pytest.mark.parametrize("mnk", ["1_4096_4096", "1_14336_4096"])
 def test_the_gemv_leads_at_m_1_in_graph(mnk):
-    """At M = 1 the swap-AB MMA kernel pads 15 of 16 rows; measured on an H100 in the graph protocol (session 29's
-    issue 3 re-measure): the GEMV (smallm, mma=False) ran 1_4096_4096 in 7.0 us against 8.7 for vendor_best and 15.2
+    """At M = 1 the swap-AB MMA kernel pads 15 of 16 rows; measured on an H100 in the graph protocol (the GEMV run's
+    the Triton-family bar re-measure): the GEMV (smallm, mma=False) ran 1_4096_4096 in 7.0 us against 8.7 for vendor_best and 15.2
     for the swap-AB pick before it. The model ranks a GEMV first there, and its diverse top 12 holds several."""
     p = parse_mnk(mnk, layout="tn")
     picks = prune_diverse(p, 12, warm_l2=True)
@@ -97,7 +97,7 @@ def test_the_gemv_leads_at_m_1_in_graph(mnk):
 
 def test_gemv_streams_b_in_long_k_steps():
     """Loads straight into registers: the in-flight bytes are one step's tile per program, so at 1_4096_4096 a block
-    K of 512 beats 128 (session 29's probe, h100_gemv-probe_m1_graph-cold_2026-11-26.csv: 6.6 us at BN 16 x BK 512
+    K of 512 beats 128 (the GEMV run's probe, h100_gemv-probe_m1_graph-cold_2026-11-26.csv: 6.6 us at BN 16 x BK 512
     against 10.6 at BN 32 x BK 128) and the GEMV beats the swap-AB pick before it (smallm BM=16, BN=32, BK=128,
     warps=1, split=3: 15.2 us)."""
     p = parse_mnk("1_4096_4096", layout="tn")
@@ -108,7 +108,7 @@ def test_gemv_streams_b_in_long_k_steps():
     assert long_k < estimate(served, p, H100, True).seconds
 
 
-# Session 30's traffic probe (benchmarks/results/h100_fewtile_probe9_traffic-probe_*): on few-tile long-K shapes the
+# The traffic probe's traffic probe (benchmarks/results/h100/h100_fewtile_probe9_traffic-probe_*): on few-tile long-K shapes the
 # two-pass split-K configs with pointer loads were the fastest measured (256_512_4096 graph 6.80 us against 9.40 for
 # the model's pick, fused with TMA); the model had charged the reduction kernel a whole first-launch cost.
 TWO_PASS = ("splitk(BM=64,BN=64,BK=128,warps=4,stages=4,group_m=8,split=4,reduction={red},tma={tma},"
@@ -146,7 +146,7 @@ def test_pingpong_hides_its_epilogue_under_the_other_warpgroups_main_loop(mnk):
     """CUTLASS ping-pong stores one consumer's C tile while the other's main loop runs: where the C write dominates
     (K = 64-512 with large M x N) it is priced below the cooperative schedule of the same tile (measured on the
     H100: 8192_12288_64 cold, ping-pong 74-75 us, cooperative and Triton ws ~80); the cooperative price does not
-    depend on the constant, and session 28's constants (what saved policies were trained on) price it as before."""
+    depend on the constant, and the ring-depth fix's constants (what saved policies were trained on) price it as before."""
     from dataclasses import replace
 
     from gemmrl.kernels import cutlass_sm90 as cs
@@ -166,8 +166,8 @@ def test_pingpong_hides_its_epilogue_under_the_other_warpgroups_main_loop(mnk):
         assert e_off.seconds == pytest.approx(e_coop.seconds)  # overlap 0: the two schedules priced alike
         # never under the longest of the main loop, the HBM traffic and the launch
         assert e_pp.seconds >= max(e_pp.mainloop, e_pp.hbm) + e_pp.launch
-        assert cm.estimate_cutlass(pp, knobs, p, warm_l2=warm, params=cm.S28).seconds == cm.estimate_cutlass(
-            pp, knobs, p, warm_l2=warm, params=replace(cm.S28, pingpong_overlap=0.0)).seconds
+        assert cm.estimate_cutlass(pp, knobs, p, warm_l2=warm, params=cm.LEGACY_PARAMS).seconds == cm.estimate_cutlass(
+            pp, knobs, p, warm_l2=warm, params=replace(cm.LEGACY_PARAMS, pingpong_overlap=0.0)).seconds
     if p.K <= 512 and p.M * p.N >= 2 ** 23:  # C-write-bound: the overlap is worth several percent
         assert cm.estimate_cutlass(pp, knobs, p).seconds < 0.95 * cm.estimate_cutlass(coop, knobs, p).seconds
 
@@ -208,7 +208,7 @@ def test_streamk_pays_its_workspace_and_each_split(mnk):
     """A CUTLASS stream-K call zeroes its workspace barriers and initializes on every call, and each split of a tile
     goes through the workspace: measured over the committed screens ~1 us more than the persistent config of the same
     tile, and ~4.5 / 9 / 11.5 us more at 2 / 4 / 8 splits on shapes under 30 us. So more splits cost more fixed time,
-    and session 28's constants (saved policies) price stream-K as before."""
+    and the ring-depth fix's constants (saved policies) price stream-K as before."""
     from gemmrl.kernels import cutlass_sm90 as cs
     from gemmrl.search import costmodel as cm
 
@@ -225,6 +225,6 @@ def test_streamk_pays_its_workspace_and_each_split(mnk):
             if prev is not None:
                 assert t - t0 > prev
             prev = t - t0
-            s28 = cm.estimate_cutlass(cfg, knobs, p, warm_l2=warm, params=cm.S28).seconds
-            assert s28 == cm.estimate_cutlass(cfg, knobs, p, warm_l2=warm,
-                                              params=replace(cm.S28, streamk_us=0.0, streamk_split_us=0.0)).seconds
+            legacy = cm.estimate_cutlass(cfg, knobs, p, warm_l2=warm, params=cm.LEGACY_PARAMS).seconds
+            assert legacy == cm.estimate_cutlass(cfg, knobs, p, warm_l2=warm,
+                                              params=replace(cm.LEGACY_PARAMS, streamk_us=0.0, streamk_split_us=0.0)).seconds

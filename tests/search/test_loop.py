@@ -405,7 +405,7 @@ class _NoCublas(ModelExecutor):
 
 
 def test_a_baseline_failing_for_the_machine_stops_the_tune_with_nothing_stored(tmp_path):
-    """Session 19: the cuBLAS baselines could not be built inside the sandbox, the rewards silently became speedups
+    """The first grid tune: the cuBLAS baselines could not be built inside the sandbox, the rewards silently became speedups
     over torch alone for 1700 candidates. Now the loop stops at the first such group, stores nothing of it and says
     what to do; once the cause is gone the run resumes."""
     store = TrialsStore(tmp_path / "t.sqlite")

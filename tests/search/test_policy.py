@@ -24,8 +24,8 @@ from gemmrl.search.replay import Arm, Table, TableExecutor, load_tables
 from gemmrl.search.space import space_size
 from conftest import script_module
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-SCREENS = [RESULTS / "h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz",
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h100"
+SCREENS = [RESULTS / "h100_decode-grid120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz",
            RESULTS / "h100_grid100s1_cutlass-select_graph-cold_2026-11-23.csv.gz"]
 SMALL = partial(candidate_set, top=8, explore=4)
 SHAPES = [(1, 7, 13), (33, 65, 129), (3, 4096, 40), (130, 200, 72), (4096, 4096, 4096), (16384, 16384, 64)]
@@ -37,7 +37,7 @@ def tables():
 
 
 def test_the_space_is_large_enough():
-    """Issue 5: >= 10^4 configs. The Triton space at one shape and the CUTLASS space of (config, knobs)."""
+    """The grid-library bar: >= 10^4 configs. The Triton space at one shape and the CUTLASS space of (config, knobs)."""
     n = space_size(GemmProblem(4096, 4096, 4096))["total"] + cs.space_size()["points"]
     assert n >= 10_000, n
 
@@ -149,27 +149,27 @@ def test_save_load_roundtrip_and_refusals(tmp_path):
 
 def test_the_prior_uses_the_constants_the_policy_was_trained_with(tmp_path):
     """A refitted cost model must not move a trained policy's inputs: the policy keeps (and saves) its own constants;
-    a file from before they were saved was trained on session 28's model (costmodel.S28)."""
-    from gemmrl.search.costmodel import DEFAULT, S28
+    a file from before they were saved was trained on the ring-depth fix's model (costmodel.LEGACY_PARAMS)."""
+    from gemmrl.search.costmodel import DEFAULT, LEGACY_PARAMS
 
     p = GemmProblem(256, 1024, 12288)
     two = ("splitk(BM=64,BN=128,BK=128,warps=4,stages=4,group_m=8,split=4,reduction=two_pass,tma=False,"
            "nondeterministic=False)")
     fused = two.replace("two_pass", "fused")
     specs = [CandidateSpec("triton", c, name=c, layout="tn") for c in (two, fused)]
-    new, old = RLPolicy(), RLPolicy(prior_params=S28)
+    new, old = RLPolicy(), RLPolicy(prior_params=LEGACY_PARAMS)
     new.set_actions(p, specs)
     old.set_actions(p, specs)
     x_new, x_old = new.actions(p)[1], old.actions(p)[1]
     assert np.allclose(x_new[:, 2:], x_old[:, 2:])                 # only the prior columns differ
-    # session 28's model charged the second kernel a whole launch: two-pass behind fused; the refit puts it ahead
+    # the ring-depth fix's model charged the second kernel a whole launch: two-pass behind fused; the refit puts it ahead
     assert x_old[0, 1] < x_old[1, 1] and x_new[0, 1] > x_new[1, 1]
     back = RLPolicy.load(old.save(tmp_path / "old.json"))
-    assert back.prior_params == S28 and RLPolicy.load(new.save(tmp_path / "new.json")).prior_params == DEFAULT
+    assert back.prior_params == LEGACY_PARAMS and RLPolicy.load(new.save(tmp_path / "new.json")).prior_params == DEFAULT
     d = json.loads((tmp_path / "new.json").read_text())
     del d["prior_params"]                                           # a file saved before the field existed
     (tmp_path / "legacy.json").write_text(json.dumps(d))
-    assert RLPolicy.load(tmp_path / "legacy.json").prior_params == S28
+    assert RLPolicy.load(tmp_path / "legacy.json").prior_params == LEGACY_PARAMS
     d["prior_params"] = {"launch_us": 3.7, "warp_drive_us": 1.0}   # from a newer gemmrl
     (tmp_path / "newer.json").write_text(json.dumps(d))
     with pytest.raises(ValueError, match="warp_drive_us"):
@@ -199,7 +199,7 @@ def test_tables_hold_both_families(tables):
     fams = {a.spec.family for a in t.arms}
     assert fams == {"triton", "cutlass"}
     assert all(math.isfinite(a.reward) and a.cost_s > 0 for a in t.arms)
-    assert t.best > 0  # CUTLASS won there (issue 4's selection)
+    assert t.best > 0  # CUTLASS won there (the CUTLASS-family bar's selection)
 
 
 def test_table_executor_answers_from_the_table(tables):
@@ -293,8 +293,8 @@ def test_trained_policy_beats_the_cost_model_on_unseen_shapes(tables):
     rows = {(r.method, r.budget): r for r in evaluate_methods(
         [tables[k] for k in test], {"rl": keyed_orders(pol), "costmodel": keyed_orders(RLPolicy())},
         budgets=("arms:4",), random_draws=20)}
-    # the margin over its own prior: 0.27 with the cost model of session 30, 0.085 once the model hid a ping-pong
-    # tile's epilogue under the other warpgroup's main loop (session 33: the prior alone rose from 0.54 to 0.79 here)
+    # the margin over its own prior: 0.27 with the two-pass cost model, 0.085 once the model hid a ping-pong
+    # tile's epilogue under the other warpgroup's main loop (the CUTLASS vendor-cells run: the prior alone rose from 0.54 to 0.79 here)
     assert rows[("rl", "arms:4")].share > rows[("costmodel", "arms:4")].share + 0.05
     assert rows[("rl", "arms:4")].share > rows[("random", "arms:4")].share + 0.1
 
@@ -395,7 +395,7 @@ def test_policy_live_replay_script(tmp_path, tables):
     from gemmrl.search.executor import ModelExecutor
     from gemmrl.search.loop import Tuner, TuneSpec
 
-    sys.path.insert(0, str(RESULTS.parents[1] / "scripts"))
+    sys.path.insert(0, str(RESULTS.parents[2] / "scripts"))
     mod = script_module("policy_live_replay")
     shapes = (GemmProblem(256, 512, 1024), GemmProblem(1024, 256, 64), GemmProblem(64, 4096, 4096))
     store = TrialsStore(tmp_path / "t.sqlite")
@@ -434,7 +434,7 @@ def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
     gives the screen's shares; a missing arm is refused with what to run; --measure says it needs a GPU."""
     assert len(HELD50) == 2
     mod = _efficiency_remeasure()
-    base = ["--test", *map(str, HELD50), "--judge", str(RESULTS.parents[1] / "src/gemmrl/policies/h100.json"),
+    base = ["--test", *map(str, HELD50), "--judge", str(RESULTS.parents[2] / "src/gemmrl/policies/h100.json"),
             "--random-draws", "5"]
     assert mod.main(base + ["--plan"]) == 0
     assert "arms to re-measure" in capsys.readouterr().out
@@ -458,7 +458,7 @@ def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
         assert float(r["share_remeasured"]) == pytest.approx(float(r["share_screen"]), abs=1e-4)
     assert float(got[("gpu:0.15", "exhaustive")]["share_remeasured"]) == 1.0
     # the shipped policy on these screens (scripts/policy_efficiency.py --judge: first 4 0.780, at 15% 0.959; 0.780 /
-    # 0.990 with session 28's first cost model (667d8e3), 0.780 / 0.959 with session 27's, 0.464 / 0.790 with session
+    # 0.990 with the ring-depth fix's first cost model (667d8e3), 0.780 / 0.959 with the small-tile re-screen's, 0.464 / 0.790 with session
     # 26's: the model's log-times are among the policy's features)
     assert float(got[("arms:4", "h100")]["share_screen"]) == pytest.approx(0.780, abs=0.002)
     assert float(got[("gpu:0.15", "h100")]["share_screen"]) == pytest.approx(0.959, abs=0.002)

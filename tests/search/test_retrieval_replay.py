@@ -7,7 +7,7 @@ import pytest
 from conftest import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
-R = ROOT / "benchmarks" / "results"
+R = ROOT / "benchmarks" / "results" / "h100"
 HELD50 = [R / "h100_held50s2_triton-select-top16-explore8-tn-nn_2026-11-23.csv.gz",
           R / "h100_held50s2_cutlass-select_graph-cold_2026-11-23.csv.gz"]
 PROBES = [R / "h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl-off_18ec62482730_2026-11-26.csv.gz",
@@ -41,7 +41,7 @@ def test_retrieved_first_orders_the_neighbours_winner_first():
 
     mod = _mod()
     tables = load_tables(map(str, HELD50))
-    table_w = read_winners([str(R / "h100_issue3_120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz")], 2)
+    table_w = read_winners([str(R / "h100_decode-grid120_triton-select-top16-explore8-tn-nn_2026-11-22.csv.gz")], 2)
     base = keyed_orders(RLPolicy.load(ROOT / "src" / "gemmrl" / "policies" / "h100.json"))
     table_w = tuple(w for w in table_w if w.mnk not in tables)
     order = mod.retrieved_first(base, table_w, 1)

@@ -12,7 +12,7 @@ from gemmrl.search.screen import ScreenSpec, configs_for, exploration_pool
 A = "tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=1)"
 B = "splitk(BM=64,BN=64,BK=128,warps=4,stages=4,group_m=8,split=4,reduction=two_pass,tma=False,nondeterministic=False)"
 C = "smallm(BM=16,BN=64,BK=128,warps=4,stages=4,split=2,reduction=fused,tma=False)"
-PROBE = "benchmarks/results/h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl-off_18ec62482730_2026-11-26.csv.gz"
+PROBE = "benchmarks/results/h100/h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl-off_18ec62482730_2026-11-26.csv.gz"
 
 
 def row(mnk, cand, t, protocol="graph", verified="true", dtype="fp16", gpu="NVIDIA H100 80GB HBM3"):
@@ -88,7 +88,7 @@ def test_expand_refuses_a_missing_file_or_an_empty_glob(tmp_path):
 
 
 def test_committed_probe_retrieves_its_decode_winner():
-    """Session 30's decode probe: at 16_4096_4096 in graph a 4-warp small-M tile, split 2, won (8.22 us); it is what
+    """The traffic probe's decode probe: at 16_4096_4096 in graph a 4-warp small-M tile, split 2, won (8.22 us); it is what
     retrieval hands the next screen of that shape, and of 16_4096_4096's neighbours."""
     table = read_winners([PROBE], per_shape=1)
     best = [w for w in table if w.mnk == "16_4096_4096" and w.protocol == "graph"]
@@ -98,7 +98,7 @@ def test_committed_probe_retrieves_its_decode_winner():
 
 
 def test_committed_screens_all_parse_and_every_winner_is_valid_at_its_shape():
-    files = glob.glob("benchmarks/results/h100_*triton-select*.csv*")
+    files = glob.glob("benchmarks/results/h100/h100_*triton-select*.csv*")
     assert len(files) >= 40
     table = read_winners(files, per_shape=2)
     shapes = {w.mnk for w in table}

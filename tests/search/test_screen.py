@@ -236,7 +236,7 @@ def test_select_retrieves_earlier_winners_on_gpu(tmp_path, capsys):
     model's top 1; a screen file of another GPU is refused unless --retrieve-any-gpu."""
     import torch
 
-    probe = ("benchmarks/results/h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl-off_"
+    probe = ("benchmarks/results/h100/h100_decode_probe12_traffic-probe_triton-select-top4-explore0-pdl-off_"
              "18ec62482730_2026-11-26.csv.gz")
     win = "smallm(BM=16,BN=64,BK=128,warps=4,stages=4,split=2,reduction=fused,tma=False)"
     here = torch.cuda.get_device_name(0)

@@ -752,7 +752,7 @@ def test_lookup_host_cost_gpu(lib, hot_path, record_property):
     record_property("lookup_us", med["through"] - med["direct"])
     if hot_path != "python":  # (the Python hot path does about what the full path does: it is the no-compiler fallback)
         assert med["hot"] < med["full"], (dispatch.hot_path(), med)
-    # issue 6's target (< 0.5 us added by the lookup) holds for the torch-built path, the one served wherever it
+    # the serving bar's target (< 0.5 us added by the lookup) holds for the torch-built path, the one served wherever it
     # builds; the CPython-only and Python fallbacks cost more (H100: about +1 us and +6 us)
     bound = {"torch": 0.5, "c": 2.5, "python": 8.0}[hot_path]
     assert med["through"] - med["direct"] < bound, (dispatch.hot_path(), med)

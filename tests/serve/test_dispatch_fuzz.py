@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of gemmrl.mm on the interpreter tier (issue 7: "fuzz gemmrl.mm shapes").
+"""Hypothesis fuzzing of gemmrl.mm on the interpreter tier (the adversarial suite: "fuzz gemmrl.mm shapes").
 
 Random shapes (M, N, K from 1 up, odd ones included), leading batch dims, both layouts, fp16 and bf16, a
 preallocated ``out`` or none, served by a library entry (a Triton kernel under the interpreter, exact or an M

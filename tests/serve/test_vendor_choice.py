@@ -111,7 +111,7 @@ def test_screening_keeps_a_plan_by_its_faster_sample_and_the_clocks_settle_first
     times = {f"cublaslt#{i} algo={i}": 0.012 + 0.0001 * i for i in range(1, 12)}
     times.update({"torch": 0.0101, "cublas": 0.0105, "cublaslt#0 algo=0": 0.010})
     calls, first = {}, {}
-    idle = {"left": 3}  # the first three timed samples (round 0's first plans) read 3x slow
+    idle = {"left": 3}  # the first three timed samples (the first round's first plans) read 3x slow
 
     def timer(fn):
         slow = 3.0 if idle["left"] > 0 else 1.0
@@ -427,10 +427,10 @@ def test_an_entry_measured_here_is_served_without_a_race_and_a_relabelled_one_ra
     build, raced, made, times, launched, _ = fake_gen
     dispatch.use_library(Library([_entry(16, CFG_A), _entry(32, CFG_B, relabelled=True)]))
     times.update({f"gen#triton:{CFG_A}": 0.02, f"gen#triton:{CFG_B}": 0.005})
-    s16 = build(16)
-    assert s16.graph_desc.startswith(f"triton:{CFG_A} (graph entry 16_40_24") and raced == []
-    s32 = build(32)
-    assert raced == [32] and s32.graph_desc.startswith(f"triton:{CFG_B} [raced at M=32 against the vendor plans; "
+    at16 = build(16)
+    assert at16.graph_desc.startswith(f"triton:{CFG_A} (graph entry 16_40_24") and raced == []
+    at32 = build(32)
+    assert raced == [32] and at32.graph_desc.startswith(f"triton:{CFG_B} [raced at M=32 against the vendor plans; "
                                                        "graph entry 32_40_24, relabelled]")
 
 

@@ -1,8 +1,8 @@
 """`gemmrl headroom`: how much room the vendor leaves, per shape and protocol (headroom.py says what is measured).
 
-    gemmrl headroom --shapes benchmarks/shapes/issue3_120.txt --protocol graph,cold
+    gemmrl headroom --shapes benchmarks/shapes/decode-grid120.txt --protocol graph,cold
     gemmrl headroom --grid cuda-l2 --protocol cold --vendor torch,cublaslt_heuristic_tn --quick
-    gemmrl headroom --table benchmarks/results/h100_headroom_*.csv*     # the class table of finished runs, no GPU
+    gemmrl headroom --table benchmarks/results/h100/h100_headroom_*.csv*     # the class table of finished runs, no GPU
 
 Rows go to ``--out`` as each (shape, protocol) finishes (a killed run resumes where it stopped).
 """

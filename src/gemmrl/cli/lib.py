@@ -2,7 +2,7 @@
 
     gemmrl lib list
     gemmrl lib show 64_4096_64 --dtype bf16
-    gemmrl lib build benchmarks/results/h100_*.csv --out library.json
+    gemmrl lib build benchmarks/results/h100/h100_*.csv --out library.json
     gemmrl warmup --shapes shapes.txt --layouts tn,nn
     gemmrl warmup --model qwen2.5-7b --tokens 1-8192 --layouts tn
 """
@@ -88,7 +88,7 @@ def cmd_show(args) -> int:
 
 def torch_only_shapes(rows) -> list[str]:
     """Shapes whose verified vendor rows are all ``torch`` (a run whose cuBLAS baselines failed, e.g. grid parts 3-5
-    of session 19): a library built from them alone claims speedups over torch, not over vendor_best."""
+    of the first grid tune): a library built from them alone claims speedups over torch, not over vendor_best."""
     seen: dict[str, set] = {}
     for r in rows:
         if r.get("candidate") in BASELINES and usable(r):

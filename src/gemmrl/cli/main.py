@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .. import __version__
 from ..library import LibraryError
 from ..problem import ProblemError
 from ..results import ResultsError
@@ -14,6 +15,7 @@ from .common import EXIT_USAGE, CliError
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gemmrl", description=__doc__)
+    ap.add_argument("--version", action="version", version=f"gemmrl {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     # in the order `gemmrl --help` lists them (lib adds `lib` and `warmup`)
     for module in (bench, select, verify, report, lib, tune, headroom, worker, serve_reward):

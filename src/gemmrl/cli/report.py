@@ -1,32 +1,56 @@
 """`gemmrl report`: tables, plots, markdown and one HTML page from result CSVs (several: compared on shared shapes).
 
-    gemmrl report benchmarks/results/h100_grid1000_*.csv --out benchmarks/report
+    gemmrl report benchmarks/results/h100/h100_grid1000_*.csv --out /tmp/grid-report
     gemmrl report A.csv --compare A.csv B.csv --readme README.md
+    gemmrl report --index [--check]      # benchmarks/results/<gpu>/INDEX.csv from the files and the docs citing them
+
+Without --out the report goes to ./gemmrl-report (never into a committed folder of this repository: inside a checkout
+of gemmrl it goes to the user cache instead, $GEMMRL_CACHE_DIR/report).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .. import paths
+from ..report import index
 from ..results import ResultsError
 from .common import CliError
+
+
+def default_out(cwd: Path | None = None) -> Path:
+    """./gemmrl-report, unless the current directory is inside a gemmrl checkout (a folder with
+    benchmarks/results above it): then the user cache, so a report never lands among committed files."""
+    cwd = (cwd or Path.cwd()).resolve()
+    if any((d / "benchmarks" / "results").is_dir() and (d / "src" / "gemmrl").is_dir() for d in (cwd, *cwd.parents)):
+        return paths.cache_dir("report")
+    return cwd / "gemmrl-report"
 
 
 def add_parser(sub) -> None:
     r = sub.add_parser("report", help="tables, plots, markdown and one HTML page from result CSVs")
     r.add_argument("results", nargs="*", metavar="RESULTS.csv", help="result files (several: compared on shared shapes)")
-    r.add_argument("--out", default="benchmarks/report", help="directory for report.md, report.html and PNGs")
+    r.add_argument("--out", help="directory for report.md, report.html and PNGs (default: ./gemmrl-report; inside a "
+                                 "gemmrl checkout the user cache, never the repository)")
     r.add_argument("--candidate", help="the candidate reported as ours (default: every non-baseline one present)")
     r.add_argument("--claims", help="CUDA-L2's published per-shape ratios, shown beside ours as claims")
     r.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"), help="speed in B / speed in A on shared rows")
     r.add_argument("--readme", help="write the headline tables and two plots into this markdown file, between "
                                     "'<!-- report:begin -->' and '<!-- report:end -->'")
+    r.add_argument("--index", action="store_true", help="rewrite benchmarks/results/<gpu>/INDEX.csv (run it in the "
+                                                        "repository root after adding result files)")
+    r.add_argument("--check", action="store_true", help="with --index: write nothing, exit 1 where an index is stale")
     r.set_defaults(func=cmd_report)
 
 
 def cmd_report(args) -> int:
     from ..report.make import make_report, write_readme_block  # start-up cost: the report writer, not needed by --help
 
+    if args.index:
+        return index.run(Path.cwd(), check=args.check)
+    if args.check:
+        raise CliError("--check goes with --index")
+    out = Path(args.out) if args.out else default_out()
     if not args.results and not args.compare:
         raise CliError("give RESULTS.csv files (and/or --compare A.csv B.csv)")
     missing = [str(p) for p in [*(args.results or []), *(args.compare or [])] if not Path(p).is_file()]
@@ -34,7 +58,7 @@ def cmd_report(args) -> int:
         raise CliError(f"no such file(s): {', '.join(missing)} (give result CSVs of gemmrl bench, select or "
                        "tune --rows-out)")
     try:
-        rep = make_report(args.results or [], Path(args.out), candidate=args.candidate, claims=args.claims,
+        rep = make_report(args.results or [], out, candidate=args.candidate, claims=args.claims,
                           compare_files=args.compare)
     except (ResultsError, OSError) as e:
         raise CliError(str(e)) from None
@@ -44,7 +68,7 @@ def cmd_report(args) -> int:
     if args.readme:
         cmd = " ".join(["gemmrl report", *map(str, args.results or []), *(["--candidate", args.candidate]
                                                                           if args.candidate else []),
-                        "--out", str(args.out), "--readme", str(args.readme)])
+                        "--out", str(out), "--readme", str(args.readme)])
         try:
             write_readme_block(rep, args.readme, cmd)
         except (ResultsError, OSError) as e:

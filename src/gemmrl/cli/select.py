@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
                         "the cost model, instead of the model's K best (which crowd into twins of one kernel)")
     s.add_argument("--retrieve", nargs="+", metavar="CSV",
                    help="triton: earlier screens (gemmrl select CSVs or glob patterns, e.g. "
-                        "'benchmarks/results/h100_*triton-select*.csv.gz'); their fastest configs on the shapes nearest "
+                        "'benchmarks/results/h100/h100_*triton-select*.csv.gz'); their fastest configs on the shapes nearest "
                         "each one screened are timed beside the others, each in the layout it won in")
     s.add_argument("--retrieve-shapes", type=int, default=2,
                    help="--retrieve: the nearest screened shapes (log-distance in M, N, K) drawn from, the shape itself "

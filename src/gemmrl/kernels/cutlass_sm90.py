@@ -56,7 +56,7 @@ MAX_ACC_REGS = 128           # fp32 accumulators per consumer thread that leave 
 # Tile widths of the space (wgmma takes N % 8 up to 256; the predicate 8 and N % 16). CuTe picks the
 # MMA atom by the largest N that divides the tile, but N other than 64/128/192/256 (and 8..56) only with
 # CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED: without it a 160-wide tile ran five 64x32x16 wgmma per k-step (ncu, session
-# 16: 2.4x the issued instructions, L1 at 97%) at 0.61-0.71x of the family's best (session 15); ``flags`` sets it.
+# 16: 2.4x the issued instructions, L1 at 97%) at 0.61-0.71x of the family's best (the PDL run); ``flags`` sets it.
 # cuBLASLt's "128x160" and "176x128" are in its column-major view (m = our N): with swap=True the kernel computes
 # C^T = B^T A^T, so its BM (the MMA's 64-row dimension) runs along our N and its BN along our M.
 BNS = (8, 16, 32, 48, 64, 96, 128, 160, 176, 192, 256)
@@ -204,7 +204,7 @@ def valid_config(cfg: CutlassConfig, cc: int = 90) -> tuple[bool, str]:
     if cfg.bk not in (32, 64, 128):
         return False, f"BK={cfg.bk}: use 64 (or 128 for small tiles; 32 for the largest)"
     # BN: wgmma takes any multiple of 8, but CuTe's shared-memory partition of an odd multiple of 8 above 8 (24, 40)
-    # fails its stride divisibility (compile evidence, session 17): 8, or a multiple of 16 up to 256
+    # fails its stride divisibility (compile evidence, the small-tile CUTLASS run): 8, or a multiple of 16 up to 256
     if not (cfg.bn == 8 or (cfg.bn % 16 == 0 and 16 <= cfg.bn <= 256)) or cfg.bm not in (64, 128, 256):
         return False, f"tile {cfg.bm}x{cfg.bn}: BM in 64/128/256, BN 8 or a multiple of 16 in 16..256"
     wgs = 2 if cfg.schedule == "coop" else 1
@@ -310,17 +310,17 @@ _FAMILY_SPECS = (
     ("coop", 128, 128, 64, 1, 1, "streamk"), ("coop", 128, 256, 64, 1, 1, "streamk"),
     ("coop", 128, 64, 64, 1, 1, "streamk"),
 )
-# Swapped twins (C^T = B^T A^T; session 16's probe, h100_swap-probe7_*: pingpong 128x128 swapped was the fastest
+# Swapped twins (C^T = B^T A^T; the swapped-CUTLASS run's probe, h100_swap-probe7_*: pingpong 128x128 swapped was the fastest
 # config on 11 of 14 shape x protocol cells of large-M*N shapes, 3-9% ahead of its unswapped twin), 128x64
 # swapped for few rows and many columns (BM=128 along N, 64 along M), and cuBLASLt's own large tiles read in our
 # view: its "128x160 c2x1" is 128x160 c2x1 swapped, its "176x128 c1x2" is 128x176 c2x1 unswapped (above); 128x176
-# c1x2 swapped was the best config on 2 of the large7 cells (session 16, run 3).
+# c1x2 swapped was the best config on 2 of the large7 cells (the swapped-CUTLASS run, run 3).
 _SWAP_SPECS = (
     ("pingpong", 128, 128, 64, 1, 1, "persistent"), ("pingpong", 64, 256, 64, 1, 1, "persistent"),
     ("coop", 128, 192, 64, 2, 1, "persistent"), ("coop", 256, 128, 64, 1, 2, "persistent"),
     ("coop", 128, 256, 64, 1, 1, "streamk"), ("coop", 128, 64, 64, 1, 1, "persistent"),
     ("coop", 128, 160, 64, 2, 1, "persistent"), ("coop", 128, 176, 64, 1, 2, "persistent"),
-    # decode and few-row shapes: 16 or 32 rows of C per tile, the MMA's 64 rows along N (session 16, decode20: every
+    # decode and few-row shapes: 16 or 32 rows of C per tile, the MMA's 64 rows along N (the swapped-CUTLASS run, decode20: every
     # config the selection kept was one of these; unswapped, a 64-row tile wastes 48-63 of its rows there)
     ("pingpong", 64, 16, 128, 1, 1, "persistent"), ("pingpong", 64, 32, 128, 1, 1, "persistent"),
     ("coop", 128, 16, 128, 1, 1, "streamk"), ("coop", 128, 32, 128, 1, 1, "streamk"),
@@ -332,7 +332,7 @@ _SWAP_SPECS = (
 # 1x2, a grid of 16-64 CTAs that share their operands by TMA multicast, where our family ran one 64x64 tile per SM.
 # (swap, tile, cluster): cuBLASLt's "64x8 c2x4" is pingpong 64x8 c2x4 swapped (BM=64 along N, BN=8 along M, CM=2
 # along N); its "32x64 c4x2" is 64x32 c2x4 unswapped (BM=64 along M, CN=4 along N). Its 24-wide tiles run 16 wide
-# here (BN=24 does not compile, see ``valid_config``). Screened on 52 small grid shapes (session 17): fastest config on
+# here (BN=24 does not compile, see ``valid_config``). Screened on 52 small grid shapes (the small-tile CUTLASS run): fastest config on
 # a third of them, +1% in geomean over the family without them.
 _SMALL_SPECS = (
     (True, 64, 8, 2, 4), (True, 64, 8, 1, 4), (True, 64, 16, 1, 4), (True, 64, 32, 1, 2), (True, 64, 48, 1, 4),
@@ -342,7 +342,7 @@ _SMALL_SPECS = (
 
 
 # Register-epilogue twins (``_nosmem``): the swapped narrow tiles whose twin was the fastest config on some cell of
-# session 18's small52 screen (h100_grid100s1-small52-epilogue_*: nosmem twins fastest on 55 of 104 cells, +1.4% graph
+# the register-epilogue run's small52 screen (h100_grid100s1-small52-epilogue_*: nosmem twins fastest on 55 of 104 cells, +1.4% graph
 # / +1.1% cold over the family; on tiles of 8-32 columns the twin ran 0-2% faster, on 64-256-column tiles 11-28%
 # slower, so only narrow ones). (schedule, BM, BN, BK, CM, CN), swapped, persistent.
 _NOSMEM_SWAP_SPECS = (

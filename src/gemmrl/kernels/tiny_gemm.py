@@ -6,7 +6,7 @@ bytes a clock, so the tile that walks all of K alone sets the time, and every re
 costs a launch (Triton's two-pass split), a global workspace fix-up (CUTLASS stream-K) or a TMA/mbarrier set-up of
 ~0.6 us (the wgmma family). Here the S CTAs that split one tile's K form a thread-block cluster, issue all their
 cp.async loads up front, and reduce through distributed shared memory in rank order (deterministic), in the same
-launch. The price is mma.sync (about a quarter of wgmma's rate, session 12), so the family keeps to tiles of at most
+launch. The price is mma.sync (about a quarter of wgmma's rate, the headroom run), so the family keeps to tiles of at most
 128x128 and to the shapes with few of them.
 
 A config (:class:`TinyConfig`) is (BM x BN tile, cluster split S, ring depth, KW warp groups that split each K step)
@@ -38,7 +38,7 @@ from .vendor import raw_stream_getter
 
 SOURCE = Path(__file__).with_name("csrc") / "tiny_splitk.cu"
 # the .cu's instantiated tiles (BM, BN, KW K groups) and their warp grids: keep in step with its GEMMRL_TILE lines.
-# KW > 1 (session 38): KW warp groups split each 64-deep K step and sum their partial tiles in shared memory after the
+# KW > 1 (the tiny K-step run): KW warp groups split each 64-deep K step and sum their partial tiles in shared memory after the
 # main loop (one CTA's warps were issue-bound, so a step's time was its instruction chain)
 TILES = {(16, 32, 1): (1, 2), (16, 64, 1): (1, 4), (32, 32, 1): (2, 2), (32, 64, 1): (2, 2), (64, 32, 1): (4, 1),
          (64, 64, 1): (2, 2), (64, 128, 1): (2, 4), (128, 64, 1): (4, 2), (128, 128, 1): (2, 4),
@@ -174,7 +174,7 @@ def screen_configs(problem: GemmProblem, sms: int = 132) -> list[TinyConfig]:
     wave (tiles x split <= SMs); the ring as deep as a CTA's K steps use (2, 4 past two steps, 8 from eight steps
     where it fits). Where an unsplit config has at least half a wave of tiles, also its staged twin (``_es``: C
     through shared memory in 16-byte chunks; where C is megabytes the register stores' half sectors cost most of the
-    time, session 40)."""
+    time, the pace-probe run)."""
     out = []
     for bm, bn, kw in TILES:
         if bm > max(16, _pow2_at_least(problem.M)) or bn > max(32, _pow2_at_least(problem.N)):

@@ -1,6 +1,6 @@
 """How much faster than the vendor a GEMM kernel could possibly be, per shape and protocol, measured.
 
-A speed bar over vendor_best (issue 3's 1.10x in ``cold``, issue 5's over the grid) is reachable only where the
+A speed bar over vendor_best (the Triton-family bar's 1.10x in ``cold``, the grid-library bar's over the grid) is reachable only where the
 vendor leaves that much room. The room is bounded by two things no GEMM kernel escapes:
 
 - memory and launch: a GEMM reads every byte of A and B and writes every byte of C, in at least one launch.

@@ -27,7 +27,7 @@ For a config on a GPU (``Arch``: 132 SMs, 989 TFLOP/s, 3.35 TB/s on an H100) the
 * masked K: a pointer-load kernel whose K is not a multiple of BK masks every K step's loads (``EVEN_K`` false;
   TMA descriptors zero-fill out of bounds for free). Measured on H100 screens of K = 64 shapes, BK = 128 against
   BK = 64 with every other field the same: +0.29-0.37 us a call in graph, +0.19-0.38 us in cold (one-step loops;
-  session 26, benchmarks/NOTES.md), counted once per wave (per tile in turn for a persistent kernel).
+  the host-order library run, docs/measurements.md), counted once per wave (per tile in turn for a persistent kernel).
 * pdl (programmatic dependent launch): with ``warm_l2`` (calls back to back in a graph) part of each launch's
   latency overlaps the previous call; a single call after a flush (cold) gains nothing.
 
@@ -60,7 +60,7 @@ class CostParams:
     best / best measured) 1.099 / 1.100; fitted on half the shapes and scored on the other half, regret
     1.01-1.03 cold and 1.07-1.09 graph. The fitted values are rankers, not physics: mma.sync far below wgmma,
     warp specialization strongly preferred where the MMA dominates (as the H100 showed at 4096-wide shapes).
-    Sessions 27-28 (``benchmarks/NOTES.md`` has the measurements): a ring deeper than a program's K steps holds no
+    The runs from the small-tile re-screen to the ring-depth fix (``docs/measurements.md`` has the measurements): a ring deeper than a program's K steps holds no
     more loads, and the slot the consumer holds is out of flight once the ring cycles (``ring_slack``); the fill
     latency (a program's first load) is apart from the steady state's, which blends HBM and L2 by the share of loads
     that miss in L2 (cold) and rises with the programs' demand against that level's peak; programs resident together
@@ -69,12 +69,12 @@ class CostParams:
     latencies and ``kmask_us`` were refitted (``costmodel_fit.py --fit 120 --all --fixed <the rest>
     --exclude-shapes benchmarks/shapes/held50_grid_seed2.txt``) on five screens without the held-out 50 shapes:
     top-4 regret 1.021 cold / 1.041 graph there, 1.028 / 1.029 on held50s2.
-    Session 30: ``launch2_us`` (the second kernel of a two-pass call had cost a whole ``launch_us``), ``tma_setup_us``
+    The traffic probe: ``launch2_us`` (the second kernel of a two-pass call had cost a whole ``launch_us``), ``tma_setup_us``
     and ``atomic_us`` refitted (``--fit 60 --all``, the rest fixed) on those screens plus the traffic probe's (wide
     split-K tiles and decode tiles the model had ranked low: two-pass and pointer loads measured fastest): top-4
     regret 1.018 cold / 1.032 graph (was 1.022 / 1.043), the probe's 1.023 / 1.040 (1.031 / 1.106), held50s2 1.030 /
-    1.022 (1.028 / 1.029). ``S28`` below holds session 28's constants (what the shipped policy was trained on).
-    Session 33: ``pingpong_overlap`` (CUTLASS ping-pong, 0 before): on 426 (shape, protocol) cells of six committed
+    1.022 (1.028 / 1.029). ``LEGACY_PARAMS`` below holds the ring-depth fix's constants (what the shipped policy was trained on).
+    The CUTLASS vendor-cells run: ``pingpong_overlap`` (CUTLASS ping-pong, 0 before): on 426 (shape, protocol) cells of six committed
     CUTLASS screens (``scripts/costmodel_cutlass_check.py``) the best measured config among the model's top 4 moved
     from 1.142 to 1.078 of the best measured (geomean regret), median Spearman 0.674 -> 0.703; any value 0.25-1
     scores within 0.002 of that, and 1 (the whole epilogue hidden) is what the schedule is built to do. Then
@@ -98,7 +98,7 @@ class CostParams:
     ws_bonus: float = 3.09          # warp specialization: producer and consumers overlap
     atomic_us: float = 2.25         # one counter atomic and its fence
     pdl_us: float = 0.9             # launch latency PDL hides behind the previous kernel, per launch, in a graph
-                                    # (first guess: the H100's empty kernel node, 0.95 us, session 14's pace probe)
+                                    # (first guess: the H100's empty kernel node, 0.95 us, the wgmma global-split run's pace probe)
     scalar_load_eff: float = 0.30   # share of load bandwidth left with 2-byte scalar loads (unaligned rows)
     kmask_us: float = 0.27          # K % BK != 0 with pointer loads: masked loads in every K step, per wave
     step_us: float = 0.03           # one K step's fixed cost in a program: barrier, waits, address updates
@@ -118,10 +118,10 @@ class CostParams:
 DEFAULT = CostParams()
 # the constants only CUTLASS configs read (estimate_cutlass): a fit on Triton screens cannot see them
 CUTLASS_ONLY = frozenset({"pingpong_overlap", "streamk_us", "streamk_split_us"})
-# The constants of git 667d8e3 (session 28): the RL policies saved before a policy recorded its prior's constants
+# The constants of git 667d8e3 (the ring-depth fix): the RL policies saved before a policy recorded its prior's constants
 # were trained on features computed with these (search/policy.py reads such a file with them).
-S28 = replace(DEFAULT, launch2_us=DEFAULT.launch_us, tma_setup_us=0.0, atomic_us=1.5, pingpong_overlap=0.0,
-              streamk_us=0.0, streamk_split_us=0.0)
+LEGACY_PARAMS = replace(DEFAULT, launch2_us=DEFAULT.launch_us, tma_setup_us=0.0, atomic_us=1.5, pingpong_overlap=0.0,
+                        streamk_us=0.0, streamk_split_us=0.0)
 
 
 @dataclass(frozen=True)

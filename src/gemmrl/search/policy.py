@@ -22,7 +22,7 @@ pi(a_i | s) (= A_i (phi_i - E_pi[phi])), Adam step. Greedy proposals take the po
 a slot for every family (``with_family_floor``). Live tuning (``LIVE_LR``, ``LIVE_ADV_EPS``) learns more slowly
 than replay training on screens: single live groups of four near-equal configs are mostly noise (median
 within-group reward spread 2-4%), and at the replay's lr 0.05 their updates undid what the screens taught.
-Replaying the 1000-shape grid's 950 live groups outside the held-out 50 on the shipped policy (session 20), the
+Replaying the 1000-shape grid's 950 live groups outside the held-out 50 on the shipped policy (the vendor-selection run), the
 held-out share of the sweep's log-gain in the first 4 proposals / with 15% of its GPU time went from 0.464 / 0.790
 to 0.082 / 0.165 at lr 0.05, 0.280 / 0.689 at lr 0.01, 0.413 / 0.894 at 0.005 and 0.464 / 0.905 at 0.002 (eps 0.02):
 Adam's steps are ~lr whatever the gradient's size, so over a thousand groups of mostly-noise the walk is lr-sized.
@@ -50,7 +50,7 @@ from ..kernels.cutlass_sm90 import parse_name
 from ..kernels.triton_gemm.configs import H100, parse_config
 from ..measure.evaluate import CandidateSpec
 from ..problem import GemmProblem
-from .costmodel import DEFAULT, S28, CostParams, estimate_spec
+from .costmodel import DEFAULT, LEGACY_PARAMS, CostParams, estimate_spec
 from .proposer import Context, Outcome, Proposal, spec_key
 from .screen import configs_for, exploration_pool
 
@@ -179,7 +179,7 @@ def _pool(seed: int):
 def with_family_floor(ranked: Sequence[int], family_of, k: int) -> list[int]:
     """``ranked`` reordered so its first ``k`` hold every family that has a candidate in it: a missing family's
     best-ranked candidate takes the place of the last of the top ``k`` whose family has another there (k >= 2).
-    A greedy linear policy otherwise stops proposing a family for good (session 19: CUTLASS went from 26% of part
+    A greedy linear policy otherwise stops proposing a family for good (the first grid tune: CUTLASS went from 26% of part
     2's proposals to 5 of 2108 in parts 3-5), and GRPO never compares the families again."""
     order = list(ranked)
     if k < 2:
@@ -333,7 +333,7 @@ class RLPolicy:
     def anchor_here(self, l2: float) -> None:
         """From now on l2 (strength ``l2``) pulls the weights toward their present values instead of toward zero:
         GRPO's KL penalty to a reference policy. Tried for live tuning in replay (scripts/policy_live_replay.py,
-        session 20): it did no better than the smaller ``LIVE_LR``, so ``gemmrl tune`` does not anchor."""
+        the vendor-selection run): it did no better than the smaller ``LIVE_LR``, so ``gemmrl tune`` does not anchor."""
         self.anchor, self.l2 = self.state.theta.copy(), float(l2)
 
     # persistence
@@ -384,19 +384,19 @@ class RLPolicy:
 
 
 def _prior_params(saved: dict | None):
-    """The cost-model constants a saved policy's prior features used: its ``prior_params`` over session 28's
-    constants (``costmodel.S28``, what every policy saved before the field existed was trained with). A constant added
-    to the model after a file was saved takes its S28 value: whoever adds one gives it, in S28, the value that
+    """The cost-model constants a saved policy's prior features used: its ``prior_params`` over the ring-depth fix's
+    constants (``costmodel.LEGACY_PARAMS``, what every policy saved before the field existed was trained with). A constant added
+    to the model after a file was saved takes its LEGACY_PARAMS value: whoever adds one gives it, in LEGACY_PARAMS, the value that
     reproduces the model without it."""
 
     if saved is None:
-        return S28
+        return LEGACY_PARAMS
     known = {f.name for f in fields(CostParams)}
     unknown = set(saved) - known
     if unknown:
         raise ValueError(f"the policy's prior_params name constants this gemmrl's cost model lacks: {sorted(unknown)};"
                          " it was saved by a newer gemmrl: upgrade, or retrain the policy")
-    return replace(S28, **{k: float(v) for k, v in saved.items()})
+    return replace(LEGACY_PARAMS, **{k: float(v) for k, v in saved.items()})
 
 
 def _actions_of(candidates, problem: GemmProblem, params=None) -> tuple[list[CandidateSpec], np.ndarray]:

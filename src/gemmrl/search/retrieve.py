@@ -1,7 +1,7 @@
 """Retrieval: the Triton configs that won earlier screens on the shapes nearest a new one, screened beside the cost
 model's picks.
 
-The cost model ranks from first principles and misses kernels its terms do not see (session 30's probe: two-pass
+The cost model ranks from first principles and misses kernels its terms do not see (the traffic probe's probe: two-pass
 split-K and a 4-warp small-M tile won where the model's diverse top 12 held neither). Every screen a session commits
 already measured what won on its shapes; ``gemmrl select --retrieve FILES`` reads those rows and adds, per shape,
 the ``per_shape`` fastest distinct configs of each protocol on its ``shapes`` nearest screened shapes (the shape itself
@@ -13,7 +13,7 @@ Distance: Euclidean in (log2 M, log2 N, log2 K). Rows count only where verified,
 screened on (``--retrieve-any-gpu`` lifts that), of the problem's dtype where any are. PDL configs are skipped
 (the library serves none) and so are names this gemmrl cannot parse (an older field set).
 
-Measured (H100, session 31, benchmarks/NOTES.md): issue 3's 120 shapes re-selected with retrieval picked a retrieved
+Measured (H100, the retrieval run, docs/measurements.md): the Triton-family bar's 120 shapes re-selected with retrieval picked a retrieved
 config in 116 of 240 (shape, protocol) cells, 104 of them the shape's own earlier winner; small class 0.999 -> 1.016
 graph, 0.989 -> 1.007 cold against vendor_best. Neighbours' winners alone transfer worse than the trained RL policy
 ranks (replay on 50 held-out shapes, scripts/retrieval_replay.py: first-4 share 0.780 -> 0.747 when put first),

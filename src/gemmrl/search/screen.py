@@ -6,7 +6,7 @@ with the scheduler knobs ``knobs_for`` picks at the shape, built beforehand by `
 ``wgmma_gemm.screen_configs`` picks at the shape, layout tn, one build per dtype; candidates ``wgmma:<config>``,
 re-measured with ``gemmrl bench --wgmma-from``). For Triton:
 
-Issue 3's protocol selects each shape's config by timing the pruned space in one run and re-measures the
+The Triton-family bar's protocol selects each shape's config by timing the pruned space in one run and re-measures the
 selection against the vendor paths in a separate run (``gemmrl bench --triton-from``), which is the number
 reported. This module is the first run. Per shape it times:
 

@@ -14,7 +14,7 @@
 // returns cudaErrorInvalidValue otherwise. The split S is chosen per shape: the largest of 1, 2, 4, 8, 16 with
 // tiles * S <= 128 CTAs and at least 2 BK steps per CTA (16 only for at most 7 tiles).
 //
-// Measured (H100, benchmarks/NOTES.md session 12): correct on every shape tried, but 0.36x of vendor_best in graph
+// Measured (H100, docs/measurements.md the headroom run): correct on every shape tried, but 0.36x of vendor_best in graph
 // on 16 few-tile long-K shapes. The cluster reduction scales (512_256_2048: 38.7 us at S=1, 9.0 us at S=8), the
 // mma.sync main loop does not keep up: ~1000 flop/clk/SM with no split, a quarter of what wgmma reaches. The
 // reduction is the part worth keeping; the main loop should be TMA + wgmma (the CUTLASS family's).

@@ -244,7 +244,7 @@ LastCall g_last;
 
 #if !GEMMRL_STREAMK
 // CUTLASS's persistent scheduler caps its swizzle at 8 (get_log_swizzle_size returns at most 3), yet at
-// 16384_16384_4096 ping-pong 64x256 still gained 18% from swizzle 4 to 8 (NOTES session 36): a wave of 132 tiles
+// 16384_16384_4096 ping-pong 64x256 still gained 18% from swizzle 4 to 8 (docs/measurements.md, the 168-wide-tile run): a wave of 132 tiles
 // then spans 8 M-tiles x 16.5 N-tiles, ~39 MB of operands. Wider swizzles are set here, after initialize, by
 // recomputing the fields the swizzle enters (PersistentTileSchedulerSm90Params::initialize, with the device side's
 // get_work_idx_m_and_n unchanged: it takes any log size). The swizzled (minor) dimension is padded to a multiple

@@ -2,7 +2,7 @@
 // with -DGEMMRL_BF16=1) in and out, fp32 accumulation.
 //
 // Why: where M x N is small (min(M,N) <= 256, a few dozen 64x64 tiles or fewer) and K is 256..16384, a GEMM is a
-// latency problem. One CTA streams its K slice from L2 at ~32 bytes/clock (session 13's pace probe), so a tile that
+// latency problem. One CTA streams its K slice from L2 at ~32 bytes/clock (the wgmma-family run's pace probe), so a tile that
 // walks all of K alone takes K/64 x ~0.15-0.3 us; the vendor runs 64_64_1024 at 3.4 us in the graph protocol against
 // 0.96 us for an empty kernel. Splitting K fixes the pace, and the reductions the other families have cost a second
 // launch (Triton's two-pass split), a global workspace fix-up (CUTLASS stream-K) or a TMA/mbarrier set-up that is
@@ -14,17 +14,17 @@
 // order (deterministic), and writes them. No workspace, no atomics, one launch. S = 1 stores from registers, or
 // (STAGED, instantiations of their own, so the register-store kernels stay as they were) through shared memory in
 // whole 16-byte chunks: the register stores write each 32-byte sector of C in two 16-byte halves (ncu at
-// 2048_2048_64: 2x the sectors at L1, ~3x at L2, NOTES session 40), nothing on a few tiles and most of the time where
+// 2048_2048_64: 2x the sectors at L1, ~3x at L2, docs/measurements.md, the pace-probe run), nothing on a few tiles and most of the time where
 // C is megabytes.
-// (Since session 37 the partials are pushed: each CTA stores the rows CTA r owns into r's shared memory and r sums
-// its own shared memory; since session 38 by st.async, completing on r's mbarrier, with no cluster barrier after the
+// (Since the tiny-family run the partials are pushed: each CTA stores the rows CTA r owns into r's shared memory and r sums
+// its own shared memory; since the tiny K-step run by st.async, completing on r's mbarrier, with no cluster barrier after the
 // start; see the S > 1 epilogue.)
-// cluster_splitk.cu (session 12) is the same reduction on one 128x128 tile; its lesson was that mma.sync cannot keep
+// cluster_splitk.cu (the headroom run) is the same reduction on one 128x128 tile; its lesson was that mma.sync cannot keep
 // up on big tiles, so this family only has tiles up to 128x128 and is meant for the few-tile shapes.
 //
 // Config (compile-time instantiations, chosen per call): tile t (BM x BN, its warp grid and its KW K groups, TILES
 // below), split S in {1, 2, 4, 8, 16} (16 is a non-portable cluster size), STAGES in {2, 4, 8} (8 where it fits the
-// opt-in shared memory: more bytes in flight for a CTA's long K slice, session 37).
+// opt-in shared memory: more bytes in flight for a CTA's long K slice, the tiny-family run).
 //
 // ABI gemmrl (kernels/cuda_source.py), layout tn: A row-major [M,K] (lda), B as B^T row-major [N,K] (ldb), C
 // row-major [M,N] (ldc). cp.async needs 16-byte aligned A and B and K, lda, ldb multiples of 8; M and N are free
@@ -67,10 +67,10 @@ constexpr int LDS = BK + 8;  // elements per shared row: 144 bytes, so ldmatrix'
 
 // tile t: BM x BN over a WARPS_M x WARPS_N grid of warps (each warp BM/WARPS_M x BN/WARPS_N, multiples of 16), times
 // KW warp groups that split each 64-deep K step between them (sliced K: group g takes 16-deep slices g*4/KW ..; their
-// partial tiles are summed in shared memory after the main loop). Session 38: ncu had one CTA's warps issue-bound
+// partial tiles are summed in shared memory after the main loop). The tiny K-step run: ncu had one CTA's warps issue-bound
 // (~4 cycles an instruction, 2 warps on 4 schedulers); KW groups split the ldmatrix/mma chain and the loads over KW
 // times the warps. Measured: 16x32 and 32x32 steps ~4-5% faster with 2 groups, 64x64 7% slower (its step is the SM's
-// shared-memory traffic and HMMA rate, not one warp's chain; NOTES session 38).
+// shared-memory traffic and HMMA rate, not one warp's chain; docs/measurements.md, the tiny K-step run).
 template <int T> struct Tile;
 #define GEMMRL_TILE(T_, BM_, BN_, WM_, WN_, KW_)                                              \
   template <> struct Tile<T_> {                                                                \
@@ -128,8 +128,8 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 // (BM + BN) rows of 8 16-byte chunks; per chunk a global pointer that walks the CTA's K slice (a row past M or N reads
 // row 0 instead: valid memory, and only output rows and columns that are never stored see it) and its shared-memory
 // offset. A whole step is then one add for the slot, a 64-bit pointer bump and one cp.async a chunk, no predicate;
-// only a last step shorter than BK (K % 64 != 0) takes the predicated path. (Session 37: the loop that recomputed rows
-// and 64-bit offsets every step ran ~0.12 us per chunk per thread; session 38: ncu had the warps issue-bound, ~8
+// only a last step shorter than BK (K % 64 != 0) takes the predicated path. (The tiny-family run: the loop that recomputed rows
+// and 64-bit offsets every step ran ~0.12 us per chunk per thread; the tiny K-step run: ncu had the warps issue-bound, ~8
 // instructions a chunk for the K predicate and the offset arithmetic, so those went too.)
 template <int T>
 struct Loader {
@@ -181,7 +181,7 @@ struct Loader {
 
 // STAGED (split 1 only): C through shared memory in 16-byte chunks. Its instantiations ask ptxas for one CTA a SM
 // (minBlocks 1): without it ptxas gave 64x64_st4 72 registers and spilled; the others keep minBlocks unset (0), and
-// their PTX is the session-39 kernels' own (checked: identical bodies, the same registers)
+// their PTX is the tiny second-split run kernels' own (checked: identical bodies, the same registers)
 template <int T, int S, int STAGES, bool STAGED = false>
 __global__ void __launch_bounds__(Tile<T>::THREADS, STAGED ? 1 : 0)
     tiny_splitk_kernel(const elem_t* __restrict__ A, const elem_t* __restrict__ Bt, elem_t* __restrict__ C, int M,
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(Tile<T>::THREADS, STAGED ? 1 : 0)
     const elem_t* sa = a_frag + (kt % STAGES) * STAGE + kw * SLICES * 16;
     const elem_t* sb = b_frag + (kt % STAGES) * STAGE + kw * SLICES * 16;
     // fragments double-buffered over the 16-deep slices: slice kk + 1's ldmatrix is written before slice kk's MMAs
-    // (ptxas may still schedule each ldmatrix next to its HMMA; it did for 16x32 in session 38)
+    // (ptxas may still schedule each ldmatrix next to its HMMA; it did for 16x32 in the tiny K-step run)
     uint32_t af[2][MI][4], bf[2][NJ / 2][4];
     auto fetch = [&](int buf, int kk) {
 #pragma unroll
@@ -348,9 +348,9 @@ __global__ void __launch_bounds__(Tile<T>::THREADS, STAGED ? 1 : 0)
     // push, no barrier: CTA q owns rows [q*ROWS, (q+1)*ROWS) of the tile; every CTA st.async-es its fp32 partial of
     // those rows into q's receive region (slot = the sender's rank), each store completing bytes on q's mbarrier, so
     // q waits for exactly its own rows' bytes and sums its slots in rank order (deterministic) from its own shared
-    // memory. No remote load, and no cluster barrier after the start (session 37: the pull version, loads from every
+    // memory. No remote load, and no cluster barrier after the start (the tiny-family run: the pull version, loads from every
     // peer between two full barriers, cost ~1.3 us over an unsplit call at 64_64_256; its push with plain stores and a
-    // release/acquire cluster barrier ~0.5 us; session 38: st.async + the receiver's mbarrier).
+    // release/acquire cluster barrier ~0.5 us; the tiny K-step run: st.async + the receiver's mbarrier).
     constexpr int LDP = BN + 4, ROWS = BM / S;  // floats per partial row; rows each CTA owns
     static_assert(BM % S == 0, "every CTA owns whole rows");
     cg::cluster_group cluster = cg::this_cluster();

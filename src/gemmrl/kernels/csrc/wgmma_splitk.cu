@@ -3,7 +3,7 @@
 //
 // Why: on shapes with few output tiles (min(M,N) <= 256, long K) a GEMM must split K to use the SMs, and the usual
 // reductions cost what the split saves (a second kernel, or partials through a global workspace fixed up tile by tile:
-// CUTLASS's stream-K split-K got slower past 4 splits, session 12). cluster_splitk.cu showed that a reduction through
+// CUTLASS's stream-K split-K got slower past 4 splits, the headroom run). cluster_splitk.cu showed that a reduction through
 // distributed shared memory scales (38.7 -> 9.0 us from S = 1 to 8 at 512_256_2048) but its mma.sync main loop ran at
 // a quarter of wgmma's rate. This kernel keeps that reduction and takes the main loop of a Hopper GEMM:
 //   - one producer warp issues TMA loads (128-byte swizzle, out-of-bounds zero-filled: M, N and K tails are free)
@@ -14,7 +14,7 @@
 //     in rank order (deterministic) and writes them. S = 1 stages the tile in shared memory for 16-byte stores.
 //     No workspace, no atomics.
 //   - G > 1 (S = 1): a global split. The G CTAs that split one tile's K sit anywhere on the device (a cluster lives on
-//     one GPC: 16-CTA clusters ran each K step 2x slower than one CTA, session 13); each writes its fp32 partial to
+//     one GPC: 16-CTA clusters ran each K step 2x slower than one CTA, the wgmma-family run); each writes its fp32 partial to
 //     a workspace, the G meet at a per-tile barrier in the workspace (a count and a generation word, self-resetting;
 //     the validity predicate keeps the whole grid resident at once, so the wait cannot deadlock, and a wait past
 //     GEMMRL_SPIN_NS traps rather than hangs), and CTA g sums slice g of the tile over all G partials in a fixed

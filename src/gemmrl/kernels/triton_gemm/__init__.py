@@ -1,4 +1,4 @@
-"""The Triton HGEMM family (issue 3): C[M,N] = A[M,K] @ B in fp16/bf16, acc fp32 or (fp16 data) fp16.
+"""The Triton HGEMM family (the Triton-family bar): C[M,N] = A[M,K] @ B in fp16/bf16, acc fp32 or (fp16 data) fp16.
 
 Variants, each a frozen config type with one validity predicate (``configs.valid``):
   tiled        classic tiled kernel: BM, BN, BK, warps, stages, GROUP_M swizzle; masked tails, any shape.
