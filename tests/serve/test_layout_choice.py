@@ -99,6 +99,31 @@ def test_library_decides_with_fewer_than_two_entries(lib, entries, want):
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("entries,times,want", [((), {"nn": 1.0, "tn": 2.0}, "nn"), ((), {"nn": 1.0, "tn": 1.0}, "tn"),
+                                                (("tn",), {"nn": 0.9, "tn": 1.0}, "nn"),
+                                                (("nn",), {"nn": 1.0, "tn": 1.0 + TIE / 2}, "nn")])
+def test_where_the_fallback_race_serves_both_layouts_are_timed(lib, monkeypatch, entries, times, want):
+    """On a CUDA device with the fallback racing, a layout without an entry is served by the vendor plan raced best
+    for it, not torch.matmul: both are timed (tn first where neither has an entry; a tie keeps the first)."""
+    monkeypatch.setattr("gemmrl.serve.layout_choice.races", lambda device: True)
+    lib(*(entry(lay, 0.01) for lay in entries))
+    calls = []
+    got = choose(P, "graph", make_buffers(P, "cpu", seed=3), scripted(times, calls))
+    assert (got.layout, got.by) == (want, "measured") and calls and calls[0][0] == ["nn", "tn"]
+
+
+def test_the_fallback_races_only_on_cuda_in_race_mode(monkeypatch):
+    from gemmrl.serve.layout_choice import races
+
+    monkeypatch.delenv("GEMMRL_VENDOR_FALLBACK", raising=False)
+    assert races(torch.device("cpu")) is False
+    cuda = type("D", (), {"type": "cuda"})()
+    assert races(cuda) is True
+    monkeypatch.setenv("GEMMRL_VENDOR_FALLBACK", "heuristic")
+    assert races(cuda) is False
+
+
+@pytest.mark.interpreter
 def test_library_order_reads_the_protocol_asked(lib):
     lib(entry("tn", 0.03, protocol="graph"), entry("nn", 0.01, protocol="graph"), entry("tn", 0.01),
         entry("nn", 0.05))
