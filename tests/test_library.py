@@ -1,5 +1,6 @@
 """CPU tier for the library of winners: entries, the JSON file, lookup, building from rows, trials, `gemmrl lib`."""
 
+import gzip
 import json
 import math
 from pathlib import Path
@@ -8,7 +9,8 @@ import pytest
 
 from gemmrl import library as L
 from gemmrl.cli.main import main
-from gemmrl.library import PROTOCOL_ORDER, Entry, Library, LibraryError, TrialsStore, build_entries
+from gemmrl.library import (PROTOCOL_ORDER, Entry, Library, LibraryError, TrialsStore, add_to_user_library,
+                            build_entries, load_default, packaged, user_library_path)
 from gemmrl.results import COLUMNS, ResultsWriter
 from gemmrl.summary import BASELINES
 from conftest import script_module
@@ -843,3 +845,36 @@ def test_cli_export_as_an_unknown_gpu_warns_that_import_will_refuse_it(env, caps
     assert "'NVIDIA Z9000' is no GPU model gemmrl knows" in capsys.readouterr().err
     assert main(["lib", "export", str(tmp / "y.json"), "--library", lib_p, "--as-gpu", GPU2]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+# -- the user library a tuning run writes, and the package's compressed libraries ----------------------------------
+def _ue(gpu, M, t=0.01):
+    return Entry(gpu=gpu, cc="9.0", dtype="fp16", acc="fp32", layout="tn", protocol="graph", M=M, N=64, K=64,
+                 family="triton", impl="tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)",
+                 algo="tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)", time_ms=t, vendor_best_ms=0.012,
+                 vendor_best="cublas_tn", m_lo=M, m_hi=M, members=(f"{M}_64_64",), verified=True)
+
+
+def test_a_tuned_gpus_entries_replace_its_old_ones_in_the_user_library_and_are_served_by_default():
+    add_to_user_library([_ue("NVIDIA H100 80GB HBM3", 1), _ue("NVIDIA H200", 2)], "NVIDIA H200")
+    path, mine = add_to_user_library([_ue("NVIDIA H200", 16), _ue("NVIDIA H200", 64)], "NVIDIA H200")
+    assert path == user_library_path() and len(mine.entries) == 2
+    lib = load_default()
+    got = {(e.gpu, e.M) for e in lib.entries if e.N == 64 and e.K == 64}
+    assert got == {("NVIDIA H100 80GB HBM3", 1), ("NVIDIA H200", 16), ("NVIDIA H200", 64)}
+    assert lib.lookup("NVIDIA H200", "fp16", "fp32", "tn", "graph", 16, 64, 64) is not None
+
+
+def test_an_unreadable_user_library_is_set_aside_not_lost():
+    p = user_library_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("{not json")
+    add_to_user_library([_ue("NVIDIA H200", 16)], "NVIDIA H200")
+    assert p.with_name(p.name + ".unreadable").read_text() == "{not json"
+    assert len(Library.load(p).entries) == 1
+
+
+def test_the_package_reads_gzipped_libraries_beside_plain_ones(tmp_path):
+    Library([_ue("NVIDIA H200", 16)]).save(tmp_path / "a.json")
+    (tmp_path / "h200.json.gz").write_bytes(gzip.compress(Library([_ue("NVIDIA H200", 64)]).to_json().encode()))
+    assert sorted(e.M for e in packaged(tmp_path).entries) == [16, 64]

@@ -358,9 +358,28 @@ def user_library_path() -> Path:
     return cache_dir() / "library.json"
 
 
-def packaged() -> Library:
+def add_to_user_library(entries: Iterable[Entry], gpu: str) -> tuple[Path, Library]:
+    """Replace the user library's entries of ``gpu`` with ``entries`` (other GPUs' entries stay); what
+    ``gemmrl.mm`` serves from the next process on (``load_default``). An unreadable user library is set aside
+    (renamed ``.unreadable``), not lost. Returns (path, the entries of ``gpu`` now in it)."""
+    path = user_library_path()
+    old = Library()
+    if path.is_file():
+        try:
+            old = Library.load(path)
+        except LibraryError:
+            path.replace(path.with_name(path.name + ".unreadable"))
+    mine = Library(entries)
+    Library([e for e in old.entries if e.gpu != gpu] + mine.entries, old.sources).save(path)
+    return path, mine
+
+
+def packaged(where: Path | None = None) -> Library:
+    """The libraries shipped in the package, one per tuned GPU: ``*.json`` or gzipped ``*.json.gz`` (a per-GPU
+    library with the grid and model shapes stays under 1 MB compressed)."""
     lib = Library()
-    for p in sorted(PACKAGED_DIR.glob("*.json")):
+    d = where or PACKAGED_DIR
+    for p in sorted([*d.glob("*.json"), *d.glob("*.json.gz")]):
         lib = lib.merge(Library.load(p))
     return lib
 

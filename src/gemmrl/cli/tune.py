@@ -5,8 +5,9 @@
 
 Outcomes go to the trials store (``--trials``, default the user cache's trials.sqlite) as they arrive; ``--resume``
 continues a run (same ``--run``) where it stopped. The policy (``--policy``; default the shipped H100 policy, saved to
-the user cache after every group) and, with ``--library-out``, the library built from every stored row of this GPU
-are written at the end. ``--executor model`` runs the whole loop against the analytic cost model (no GPU: a dry run,
+the user cache after every group) and the library built from every stored row of this GPU are written at the end:
+into the user library (``gemmrl.mm`` serves it from the next process on; ``--no-user-library`` leaves it alone) and,
+with ``--library-out``, to that file. ``--executor model`` runs the whole loop against the analytic cost model (no GPU: a dry run,
 what CI does); ``inline`` evaluates in this process (trusted candidates only).
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from ..kernels import cutlass_sm90 as cs
 from ..kernels.toolchain import arch_for
 from ..kernels.triton_gemm.configs import H100, parse_config
-from ..library import Library, TrialsStore
+from ..library import Library, TrialsStore, add_to_user_library
 from ..paths import cache_dir
 from ..problem import GemmProblem
 from ..results import ResultsWriter
@@ -76,6 +77,9 @@ def add_parser(sub) -> None:
     t.add_argument("--policy", help="policy file to start from and save to (default: the user cache's); a file "
                                     "that does not exist yet starts from the shipped H100 policy")
     t.add_argument("--library-out", help="write the library built from this GPU's stored rows here (JSON)")
+    t.add_argument("--no-user-library", action="store_true",
+                   help="do not put the built library into the user cache (by default gemmrl.mm serves it from the "
+                        "next process on)")
     t.add_argument("--summary-out", help="write one CSV row per outcome of this run here")
     t.add_argument("--executor", default="sandbox", choices=EXECUTORS)
     t.add_argument("--protocol", default="graph,cold", help="protocols timed (the reward averages their log speedups)")
@@ -361,6 +365,10 @@ def cmd_tune(args) -> int:
         lib = Library(winners(store, gpu))
         lib.save(args.library_out)
         print(f"tune: library of {len(lib.entries)} entries -> {args.library_out}; {library_figure(lib)}")
+    if not dry and not args.no_user_library:
+        path, mine = add_to_user_library(winners(store, gpu), gpu)
+        print(f"tune: the user library {path} holds {len(mine.entries)} entries for {gpu}, served by gemmrl.mm from "
+              f"the next process on (every other shape by the fallback race); {library_figure(mine)}")
     geo = math.exp(sum(math.log(max(1.0, v)) for v in report.best.values()) / max(1, len(problems)))
     if dry:
         print(f"tune (dry run: the cost model's guesses, nothing built or measured): {report.groups} groups, "
