@@ -21,7 +21,9 @@ from typing import Mapping, Sequence
 
 from ..results import ResultsError, open_text, read_rows
 from ..summary import AGGREGATES, BASELINES, REFERENCE_COLUMNS, Stats, speed
+from . import heatmap as hm
 from . import plots as rp
+from . import verdict as vd
 from .data import PROTO_ORDER, protocols, ratios, shape_table
 from .plots import md_to_html
 
@@ -46,6 +48,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     headline: list[str] = field(default_factory=list)          # per group: its title and headline tables (md)
     headline_images: list[tuple[Path, str]] = field(default_factory=list)  # per group: distribution, vs FLOPs
+    verdict: list[str] = field(default_factory=list)           # per group and protocol: ours / vendor_best
 
 
 # ----------------------------------------------------------------------------------------- input
@@ -239,7 +242,9 @@ def make_report(results: Sequence[str | Path], out: str | Path, candidate: str |
         md.append(f"![{caption}]({path.name})\n")
         parts.append(("img", f"{path}\t{caption}"))
 
-    emit("# gemmrl report\n\nMade by `gemmrl report` from result rows only (verified, first-run rows; see "
+    emit("# gemmrl report\n")
+    verdict_at = len(parts)  # the verdict lines go here, once every group has given its own
+    emit("Made by `gemmrl report` from result rows only (verified, first-run rows; see "
          "summary.usable). Speedup = speed(ours) / speed(baseline); offline/server: ratio of mean per-call TFLOPS.\n")
     emit("## Inputs\n\n" + "\n".join(f"- {_label(p, files[p])}: {len(files[p])} rows" for p in files) + "\n")
     for gi, (ident, paths) in enumerate(groups.items()):
@@ -276,6 +281,14 @@ def make_report(results: Sequence[str | Path], out: str | Path, candidate: str |
                 emit(text)
                 rep.headline.append(text)
             emit("**All statistics**\n\n" + md_table(*stats_table(stats_records(tab, prs))))
+            vnum = "torch" if fallback else num
+            where = "" if len(groups) == 1 else f"{', '.join(p.name for p in paths)}, "
+            rep.verdict += [where + v.line() + ("; vendor-only rows, no candidate of ours" if fallback else "")
+                            for v in vd.verdicts(rows, tab, vnum)]
+            vhdr, vbody = vd.shape_rows(tab, vnum)
+            if vbody:
+                emit(f"**Per shape: {vd.shown(vnum)} against vendor_best** (worst ratio first in each protocol; "
+                     "ratio = speed of the first over the second, > 1: faster)\n\n" + md_table(vhdr, vbody))
             if plots:
                 tag = prefix + ("vendor" if fallback else rp.slug(num))
                 dist = rp.distribution(tab, prs, protos, out / f"{tag}_distribution.png", label)
@@ -284,7 +297,7 @@ def make_report(results: Sequence[str | Path], out: str | Path, candidate: str |
                     rep.headline_images.append((dist, f"speedup distribution per baseline ({label})"))
                 hnum, hden = ("torch", "vendor_best") if fallback else (num, "vendor_best")
                 for p in protos:
-                    image(rp.heatmaps(ratios(tab, p, hnum, hden), out / f"{tag}_heatmap_{p}.png",
+                    image(hm.heatmaps(ratios(tab, p, hnum, hden), out / f"{tag}_heatmap_{p}.png",
                                       f"{p}: {hnum} / {hden}"), f"{p}: speedup of {hnum} over {hden} over (M, N), per K")
                 vf = rp.vs_flops(tab, prs, protos, out / f"{tag}_vs_flops.png", label)
                 image(vf, f"speedup against FLOPs ({label})")
@@ -353,6 +366,11 @@ def make_report(results: Sequence[str | Path], out: str | Path, candidate: str |
                                                          f"{r['share_below']:.2f}"] for r in recs])
                                          if recs else "_No (shape, protocol, candidate) in both._\n"))
 
+    vtext = ("**Verdict** (per protocol: speed of ours over vendor_best per shape, geometric mean over shapes)\n\n"
+             + ("\n".join(f"- {v}" for v in rep.verdict) if rep.verdict
+                else "_No shape with both a candidate and vendor_best measured._") + "\n")
+    md.insert(verdict_at, vtext)
+    parts.insert(verdict_at, ("md", vtext))
     rep.markdown.write_text("\n".join(md))
     rep.html.write_text(_html(parts))
     return rep

@@ -69,52 +69,6 @@ def distribution(tab, prs, protos, path: Path, label: str) -> Path | None:
     return _save(fig, path)
 
 
-def heatmaps(vals: dict[str, float], path: Path, title: str) -> Path | None:
-    """One panel per K: speedup over (M, N), log colour scale centred on 1."""
-    if not vals:
-        return None
-    from matplotlib.colors import LogNorm  # optional dependency: only the plots need it
-
-    plt = _plt()
-    pts = {_mnk(k): v for k, v in vals.items()}
-    Ms, Ns, Ks = (sorted({t[i] for t in pts}) for i in range(3))
-    r = max(max(abs(math.log(v)) for v in pts.values()), 0.05)
-    norm = LogNorm(vmin=math.exp(-r), vmax=math.exp(r))
-    cols = min(5, len(Ks))
-    rows = math.ceil(len(Ks) / cols)
-    fig, axs = plt.subplots(rows, cols, figsize=(2.6 * cols + 1, 2.4 * rows + 0.6), squeeze=False)
-    im = None
-    for i, ax in enumerate(axs.flat):
-        if i >= len(Ks):
-            ax.axis("off")
-            continue
-        k = Ks[i]
-        grid = [[pts.get((m, n, k), math.nan) for n in Ns] for m in Ms]
-        im = ax.imshow(grid, norm=norm, cmap="RdBu", origin="lower", aspect="auto")
-        ax.set_xticks(range(len(Ns)), [str(n) for n in Ns], rotation=90, fontsize=6)
-        ax.set_yticks(range(len(Ms)), [str(m) for m in Ms], fontsize=6)
-        ax.set_title(f"K={k}", fontsize=9)
-        if len(Ms) * len(Ns) <= 100:
-            for a, m in enumerate(Ms):
-                for b, n in enumerate(Ns):
-                    v = pts.get((m, n, k))
-                    if v is not None:
-                        ax.text(b, a, f"{v:.2f}", ha="center", va="center", fontsize=6)
-    fig.supxlabel("N", fontsize=9)
-    fig.supylabel("M", fontsize=9)
-    fig.suptitle(title + " (blue > 1 faster, red < 1)", fontsize=10)
-    fig.tight_layout()
-    from matplotlib.ticker import FuncFormatter, LogLocator  # optional dependency: only the plots need it
-
-    cb = fig.colorbar(im, ax=axs.ravel().tolist(), shrink=0.8)
-    cb.ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    cb.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
-    cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
-
-
 def vs_flops(tab, prs, protos, path: Path, label: str) -> Path | None:
     """Per-shape speedup against FLOPs (2MNK, log x), one panel per protocol, one series per pair."""
     data = []
