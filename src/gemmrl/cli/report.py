@@ -64,6 +64,8 @@ def cmd_report(args) -> int:
         raise CliError(str(e)) from None
     for note in rep.notes:
         print(f"note: {note}")
+    for line in rep.verdict:
+        print(f"verdict: {line}")
     print(f"markdown: {rep.markdown}\nhtml: {rep.html}\nplots: {len(rep.images)} PNG in {rep.out}")
     if args.readme:
         cmd = " ".join(["gemmrl report", *map(str, args.results or []), *(["--candidate", args.candidate]
