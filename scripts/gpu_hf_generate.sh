@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Hugging Face transformers generation on the GPU in front of you: examples/hf_generate.py on Llama-3-8B's config
+# (random weights, built on the GPU in bf16), stock and gemmrl.patch, eager and torch.compile(mode="reduce-overhead"),
+# generate with a static cache at batch 1, 8 and 32 and prompts of 512 and 2048 tokens: prefill and decode tokens/s,
+# peak memory, tokens equal, and what serves each GEMM (gemmrl.served_by), as CSVs under $GEMMRL_OUT.
+#   GEMMRL_GIT_SHA=$(git rev-parse HEAD) bash scripts/gpu_hf_generate.sh                 (carry .whl/hf)
+# The GPU machine reaches no registry: transformers (the pin, 5.24.0) installs from wheels carried in .whl/hf, made
+# here with: pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+#   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl/hf
+#   transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 regex==2026.11.19
+# (the image's huggingface_hub, typer, pyyaml, tqdm, packaging and numpy meet 5.24.0's needs).
+# Knobs: MODEL (llama-3-8b), DTYPE (bf16), BATCHES (1,8,32), PROMPTS (512,2048), NEW_TOKENS (32), WARMUP (2),
+# REPEATS (3), MODES (all four: stock-eager,patched-eager,stock-compiled,patched-compiled), LAYERS (the preset's),
+# LIBRARY (as-gpu: the package's H100 library relabelled for this GPU, as scripts/gpu_anyshape.sh serves; default:
+# the package's + the user's; empty: vendor paths only), RUN_S (the example's time limit, 540), EXTRA (more arguments).
+# One call has 10 minutes; compiling the 8B model per shape takes minutes, so split the grid over calls, e.g.
+#   MODES=stock-eager,patched-eager;  MODES=stock-compiled,patched-compiled PROMPTS=512;  ... PROMPTS=2048
+# each call's files are named by its modes, batches, prompts, sha and day.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck shell=bash disable=SC1091
+source scripts/gpu_env.sh
+SHA=${GEMMRL_GIT_SHA}
+DAY=$(date -u +%F)
+status=0
+if ls .whl/hf/transformers-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --find-links .whl/hf "transformers==${TRANSFORMERS_VERSION:-5.24.0}" 2>&1 \
+    | tail -3 || {
+    echo "(pip install into the image failed: the carried wheels go to /tmp/site_hf, ahead on PYTHONPATH)"
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site_hf .whl/hf/*.whl \
+      && export PYTHONPATH=/tmp/site_hf:$PYTHONPATH || status=1
+  }
+else
+  echo "(no .whl/hf/transformers-*.whl carried: the image's transformers serves)"
+fi
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
+  || exit 1
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+GPUTAG=$(echo "$GPU" | grep -oiE 'h100|h200|h20|b200|a100|l40s' | head -1 | tr '[:upper:]' '[:lower:]')
+LIBARG=()
+case ${LIBRARY:-as-gpu} in
+  as-gpu)
+    gemmrl lib export --library src/gemmrl/libraries/h100.json --gpu 'NVIDIA H100 80GB HBM3' --as-gpu "$GPU" \
+      /tmp/served_library.json && LIBARG=(--library /tmp/served_library.json) || status=1
+    LIBTAG=h100-models-library-as-${GPUTAG:-gpu};;
+  empty)
+    python3 -c "from gemmrl.library import Library; Library().save('/tmp/served_library.json')" \
+      && LIBARG=(--library /tmp/served_library.json) || status=1
+    LIBTAG=empty-library;;
+  default) LIBTAG=default-library;;
+  *) echo "LIBRARY=${LIBRARY}: use as-gpu, default or empty"; exit 2;;
+esac
+MODES=${MODES:-stock-eager,patched-eager,stock-compiled,patched-compiled}
+BATCHES=${BATCHES:-1,8,32}
+PROMPTS=${PROMPTS:-512,2048}
+KINDS=$(tr ',' '\n' <<<"$MODES" | sed 's/.*-//' | sort -u | paste -sd- -)
+TAG=${GPUTAG:-gpu}_${LIBTAG}_${KINDS}_b${BATCHES//,/-}_p${PROMPTS//,/-}_${SHA:0:12}_${DAY}
+extra=()
+[ -n "${LAYERS:-}" ] && extra+=(--layers "$LAYERS")
+# shellcheck disable=SC2206
+[ -n "${EXTRA:-}" ] && extra+=(${EXTRA})
+timeout "${RUN_S:-540}" python3 examples/hf_generate.py --model "${MODEL:-llama-3-8b}" --dtype "${DTYPE:-bf16}" \
+  --batches "$BATCHES" --prompt-lens "$PROMPTS" --new-tokens "${NEW_TOKENS:-32}" --modes "$MODES" \
+  --warmup "${WARMUP:-2}" --repeats "${REPEATS:-3}" --device cuda "${LIBARG[@]}" "${extra[@]}" \
+  --out "$GEMMRL_OUT" --tag "$TAG" 2>&1 | tee "$GEMMRL_OUT/hf_generate_${MODEL:-llama-3-8b}_${DTYPE:-bf16}_${TAG}_log.txt" \
+  || status=1
+echo "sha=$SHA status=$status"

@@ -1,0 +1,136 @@
+"""examples/hf_generate.py on the CPU (the tier that needs no GPU): the tiny Llama preset in bf16 (the dtype the
+transformers patch tier uses on CPU too), served from an empty library (torch.matmul serves every CPU call).
+
+One run of all four modes on one (batch, prompt) cell: the CSV has a row per mode with the run's provenance, patched
+greedy tokens equal stock's (eager and compiled; compiled on CPU is torch.compile with the aot_eager backend, which
+the CSV and the printout state), the served-by breakdown names every distinct nn.Linear shape at the decode and the
+prefill M. An eager-only run covers a batch x prompt grid; bad arguments get one-line errors.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from gemmrl.library import Library
+from gemmrl.serve import dispatch
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ["stock-eager", "patched-eager", "stock-compiled", "patched-compiled"]
+
+
+@pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("hf_generate", ROOT / "examples" / "hf_generate.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def empty_library(tmp_path):
+    path = tmp_path / "empty_library.json"
+    Library().save(path)
+    yield str(path)
+    dispatch.use_library(None)
+
+
+def rows_of(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def tiny(lib: str, out: Path, *extra: str) -> list[str]:
+    return ["--model", "tiny", "--dtype", "bf16", "--device", "cpu", "--new-tokens", "4", "--warmup", "1",
+            "--repeats", "1", "--library", lib, "--out", str(out), *extra]
+
+
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a .functools.lru_cache:UserWarning")
+def test_four_modes_tokens_equal_and_every_linear_shape_served(example, empty_library, tmp_path, capsys):
+    torch._dynamo.reset()
+    try:
+        assert example.main(tiny(empty_library, tmp_path, "--batches", "2", "--prompt-lens", "5")) == 0
+    finally:
+        torch._dynamo.reset()
+    printed = capsys.readouterr().out
+    rows = rows_of(tmp_path / "hf_generate_tiny_bf16.csv")
+    assert [r["mode"] for r in rows] == MODES
+    for r in rows:
+        assert (r["batch"], r["prompt_len"], r["new_tokens"], r["dtype"]) == ("2", "5", "4", "bf16")
+        assert float(r["prefill_tokens_per_s"]) > 0 and float(r["decode_tokens_per_s"]) > 0
+        assert r["git_sha"] and r["gpu"] == "cpu" and r["torch"] == torch.__version__
+        assert r["transformers"] == __import__("transformers").__version__
+        assert r["peak_mem_gib"] == ""  # CUDA only
+    by = {r["mode"]: r for r in rows}
+    for mode in ("patched-eager", "patched-compiled"):
+        assert by[mode]["tokens_equal_stock"] == "True", by[mode]
+        assert by[mode]["tokens_vs"] == mode.replace("patched", "stock")
+        assert by[mode]["patched_layers"] == "15"  # 7 per layer x 2 layers + lm_head
+    for mode in ("stock-compiled", "patched-compiled"):
+        assert "backend='aot_eager'" in by[mode]["compile"] and "on CPU" in by[mode]["compile"]
+        assert int(by[mode]["compiled_graphs"]) >= 1 and by[mode]["graph_breaks"] == "0"
+    assert by["stock-eager"]["compile"] == "eager"
+    assert "note: compiled modes are torch.compile(model.forward, backend='aot_eager') on CPU" in printed
+
+    served = rows_of(tmp_path / "hf_generate_tiny_bf16_served.csv")
+    # hidden 64, 4 heads of 16, 2 KV heads, MLP 128, vocab 256: (N, K) of q/o, k/v, gate/up, down, lm_head
+    shapes = {"64_64", "32_64", "128_64", "64_128", "256_64"}
+    assert {r["shape_nk"] for r in served} == shapes
+    assert {(r["shape_nk"], r["phase"], r["M"]) for r in served} == \
+        {(s, ph, m) for s in shapes for ph, m in (("decode", "2"), ("prefill", "10"))}
+    assert all(r["eager"] == "torch.matmul" and r["graph"] for r in served)
+    assert {r["layers"] for r in served} == {"q_proj, o_proj (4 layers)", "k_proj, v_proj (4 layers)",
+                                             "gate_proj, up_proj (4 layers)", "down_proj (2 layers)",
+                                             "lm_head (1 layer)"}
+    for s in shapes:
+        assert f"2_{s}" in printed and f"10_{s}" in printed
+    table = printed.rstrip().splitlines()
+    assert table[-1].endswith("hf_generate_tiny_bf16.csv")
+    assert table[-4].startswith("kind") and table[-3].startswith("eager") and table[-2].startswith("compiled")
+    assert table[-3].endswith("| yes") and table[-2].endswith("| yes")
+
+
+def test_eager_grid_one_row_per_mode_batch_and_prompt(example, empty_library, tmp_path):
+    args = tiny(empty_library, tmp_path, "--batches", "1,3", "--prompt-lens", "4,7", "--modes",
+                "patched-eager,stock-eager")
+    assert example.main(args) == 0
+    rows = rows_of(tmp_path / "hf_generate_tiny_bf16.csv")
+    cells = [(b, p) for b in ("1", "3") for p in ("4", "7")]
+    assert [(r["mode"], r["batch"], r["prompt_len"]) for r in rows] == \
+        [(m, b, p) for m in ("stock-eager", "patched-eager") for b, p in cells]  # stock first, whatever the order
+    assert all(r["tokens_equal_stock"] == "True" for r in rows if r["mode"] == "patched-eager")
+    served = rows_of(tmp_path / "hf_generate_tiny_bf16_served.csv")
+    assert {r["M"] for r in served if r["phase"] == "decode"} == {"1", "3"}
+    assert {r["M"] for r in served if r["phase"] == "prefill"} == {"4", "7", "12", "21"}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--model", "llama-2"], "--model 'llama-2': use one of llama-3-8b, qwen2.5-7b, tiny"),
+    (["--dtype", "fp32"], "--dtype 'fp32': use fp16 or bf16"),
+    (["--batches", "1,x"], "--batches takes comma-separated positive integers, got '1,x'"),
+    (["--prompt-lens", "0"], "--prompt-lens takes comma-separated positive integers"),
+    (["--new-tokens", "1"], "--new-tokens 1: give at least 2"),
+    (["--modes", "eager"], "--modes eager: use some of stock-eager"),
+    (["--device", "tpu"], "--device 'tpu': use cuda, cpu or auto"),
+    (["--model", "llama-3-8b", "--prompt-lens", "8190"], "is past llama-3-8b's 8192 positions"),
+    (["--library", "/nonexistent.json"], "--library '/nonexistent.json': no such file"),
+    (["--warmup", "0"], "give at least 1 of each"),
+    (["--new-tokens", "many"], "argument --new-tokens: invalid int value: 'many'"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_arguments_get_one_line_errors(example, capsys, args, says):
+    assert example.main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("hf_generate.py: error: ") and says in err, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_asked_for_without_a_gpu_is_a_one_line_error(example, capsys):
+    assert example.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err == "hf_generate.py: error: --device cuda: torch sees no CUDA GPU here\n"
