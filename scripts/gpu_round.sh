@@ -459,8 +459,8 @@ fi
 
 if [ "${DASK:-0}" = 1 ]; then  # the distributed bar: one tuning chunk through Dask on 1 GPU, then 2 (needs 2 GPUs)
   timeout "${DASK_S:-480}" python3 scripts/dask_scaling.py --shapes "${DASK_SHAPES:-benchmarks/shapes/held50_grid_seed2.txt}" \
-    --n "${DASK_N:-32}" --out "$GEMMRL_OUT/dask" >"$GEMMRL_OUT/issue9.log" 2>&1
-  echo "dask scaling: exit $?"; grep -vE "^\s*$|distributed\." "$GEMMRL_OUT/issue9.log" | tail -n 9
+    --n "${DASK_N:-32}" --out "$GEMMRL_OUT/dask" >"$GEMMRL_OUT/dask_scaling.log" 2>&1
+  echo "dask scaling: exit $?"; grep -vE "^\s*$|distributed\." "$GEMMRL_OUT/dask_scaling.log" | tail -n 9
   ( cd "$GEMMRL_OUT" && rm -rf dask/triton_* && tar czf dask.tgz dask && rm -rf dask )
 fi
 

@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # a work-item word followed by its number: "session 12", "sessions 1-34", "issue-3", "issue3_", "ISSUE5", "round 2"
-_NUMBERED = r"(?<![a-z])(?:sessions?|issues?|rounds?)[ _-]?\#?\d+(?![.\d])"
+_NUMBERED = r"(?<![a-z])(?:sessions?|issues?|rounds?)[ _-]?\#?\d+(?!\d|\.\d)"
 # a two-digit s-tag standing alone in a name or in prose: "_s39_", "-s28-", "(s33)"; not inside a word or a number
 _S_TAG = r"(?<![A-Za-z0-9.])[sS][1-9]\d(?![0-9A-Za-z])"
 PATTERN = re.compile(f"(?i:{_NUMBERED})|{_S_TAG}")

@@ -391,7 +391,7 @@ def test_environment_failures_are_the_machines_not_the_shapes(row, flagged):
 
 
 class _NoCublas(ModelExecutor):
-    """The model executor, but every group's cuBLAS baseline failed as on a fresh GPU machine in session 19."""
+    """The model executor, but every group's cuBLAS baseline failed as on a fresh GPU machine whose vendor library was not built yet."""
 
     def submit(self, problem, specs):
         from concurrent.futures import Future
