@@ -361,12 +361,13 @@ def cmd_tune(args) -> int:
         ResultsWriter(Path(args.rows_out)).write_batch(rows)
         print(f"tune: {len(rows)} result rows -> {args.rows_out} (re-measure the winners with gemmrl bench "
               f"--triton-from/--cutlass-from {args.rows_out})")
+    built = winners(store, gpu) if args.library_out or not (dry or args.no_user_library) else []
     if args.library_out:
-        lib = Library(winners(store, gpu))
+        lib = Library(built)
         lib.save(args.library_out)
         print(f"tune: library of {len(lib.entries)} entries -> {args.library_out}; {library_figure(lib)}")
     if not dry and not args.no_user_library:
-        path, mine = add_to_user_library(winners(store, gpu), gpu)
+        path, mine = add_to_user_library(built, gpu)
         print(f"tune: the user library {path} holds {len(mine.entries)} entries for {gpu}, served by gemmrl.mm from "
               f"the next process on (every other shape by the fallback race); {library_figure(mine)}")
     geo = math.exp(sum(math.log(max(1.0, v)) for v in report.best.values()) / max(1, len(problems)))

@@ -403,7 +403,7 @@ def _cached_in_capture(M: int, N: int, K: int, layout: str, a, b, out_shape) -> 
             choice = vendor_choice.Choice("cublaslt", how="heuristic")
         else:
             cache = _choice_cache(device, gpu)
-            got = cache.get(problem, tuple(sorted(f"{x.family}:{x.impl}" for x in _contenders(lib, gpu, problem))))
+            got = cache.get(problem, tuple(sorted(_by_name(_contenders(lib, gpu, problem)))))
             if got is None:
                 return None
             choice = got.vendor()
@@ -462,16 +462,17 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
     made: dict[tuple, tuple[Callable, str, tuple]] = {}
 
-    def fallback(contenders: tuple[Entry, ...] = ()) -> tuple[Callable, str, tuple]:
-        key = ("vendor", bool(contenders))
+    def fallback(race: bool = False) -> tuple[Callable, str, tuple]:
+        """The vendor fallback; with ``race`` against the generated kernels measured at or near M (found once)."""
+        key = ("vendor", race)
         if key not in made:
-            made[key] = _vendor_fallback(problem, device, gpu, contenders)
+            made[key] = _vendor_fallback(problem, device, gpu, _contenders(lib, gpu, problem) if race else ())
         return made[key]
 
     def serve(order) -> tuple[Callable, str, tuple]:
         e = lib.lookup_any(gpu, dt, "fp32", layout, order, M, N, K)
         if racing and (e is None or not _measured_here(e, problem)):  # race what was measured at or near M
-            return fallback(_contenders(lib, gpu, problem))
+            return fallback(race=True)
         if e is None:
             return fallback()
         ek = (e.family, e.impl, e.algo)
@@ -496,6 +497,11 @@ def _measured_here(e: Entry, problem: GemmProblem) -> bool:
     """``e`` was measured at this very shape on this GPU model (not relabelled from another, not a bucket's
     unmeasured M): served as it is, no race."""
     return problem.mnk in e.members and not e.relabelled
+
+
+def _by_name(contenders: Iterable[Entry]) -> dict[str, Entry]:
+    """Contenders by their race name ('<family>:<impl>', what the choice cache's key and a generated choice hold)."""
+    return {f"{e.family}:{e.impl}": e for e in contenders}
 
 
 def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ...]:
@@ -558,7 +564,7 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, contenders: tuple[E
     extension cannot be loaded (one warning says why)."""
     if device.type != "cuda" or vendor_choice.mode() == "off":
         return launchers.torch_mm, "torch.matmul", ()
-    gen = {f"{e.family}:{e.impl}": e for e in contenders}
+    gen = _by_name(contenders)
     names = tuple(sorted(gen))
     try:
         bufs = make_buffers(problem, device, seed=1234)

@@ -276,7 +276,7 @@ def settle(fn: Callable[[], None], ms: tuple[float, float] = SETTLE_MS) -> None:
             return
 
 
-_GRAPHS: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary()  # plan -> (graph, calls) or None
+_GRAPHS: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary()  # plan -> (graph or None, calls)
 
 
 def event_timer(fn: Callable[[], None]) -> float:
@@ -284,26 +284,25 @@ def event_timer(fn: Callable[[], None]) -> float:
     MAX_BATCH calls; captured on first use and kept while ``fn`` lives) replayed between CUDA events on the current
     stream. A plan that cannot be captured is timed as a batch of eager calls (its launch latency amortised, its
     host cost not hidden where a call is shorter than its launch)."""
+    g, n = _graph_of(fn)
+    return _elapsed_ms(g.replay if g is not None else lambda: [fn() for _ in range(n)]) / n
+
+
+def _elapsed_ms(work: Callable[[], Any]) -> float:
+    """Device time of ``work`` between two CUDA events on the current stream (ms)."""
     import torch  # start-up cost: torch loads on first use, not on import
 
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    g, n = _graph_of(fn)
     s.record()
-    if g is None:
-        for _ in range(n):
-            fn()
-    else:
-        g.replay()
+    work()
     e.record()
     e.synchronize()
-    return s.elapsed_time(e) / n
+    return s.elapsed_time(e)
 
 
 def _graph_of(fn: Callable[[], None]) -> tuple[Any, int]:
     """``fn``'s timing graph and its number of calls: MIN_BATCH calls first, recaptured with enough calls for
     BATCH_US of work; (None, n) where ``fn`` cannot be captured (timed as n eager calls)."""
-    import torch  # start-up cost: torch loads on first use, not on import
-
     if fn in _GRAPHS:
         return _GRAPHS[fn]
     got = _capture(fn, MIN_BATCH)
@@ -311,12 +310,7 @@ def _graph_of(fn: Callable[[], None]) -> tuple[Any, int]:
         _GRAPHS[fn] = (None, MIN_BATCH)
         return _GRAPHS[fn]
     g, n = got
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    g.replay()
-    e.record()
-    e.synchronize()
-    per_call_us = max(s.elapsed_time(e) * 1e3 / n, 1e-3)
+    per_call_us = max(_elapsed_ms(g.replay) * 1e3 / n, 1e-3)
     want = max(MIN_BATCH, min(MAX_BATCH, math.ceil(BATCH_US / per_call_us)))
     if want > n:
         got = _capture(fn, want) or got
