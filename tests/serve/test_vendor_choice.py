@@ -224,6 +224,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(dispatch, "_choice_cache", lambda device, gpu: VC.ChoiceCache(IDENT))
     monkeypatch.setattr(VC, "plans_for", plans_for)
     monkeypatch.setattr(VC, "event_timer", _timer(times))
+    monkeypatch.setattr(VC, "cold_timer", _timer(times))
     monkeypatch.setenv(VC.RACE_MS_ENV, "0.001")  # the minimum rounds only
     monkeypatch.setattr(launchers, "vendor_plan", vendor_plan)
     dev = types.SimpleNamespace(type="cuda", index=0)
@@ -240,10 +241,37 @@ def test_a_shape_with_no_entry_is_served_by_the_raced_vendor_plan(fake_gpu):
     build, raced, made = fake_gpu
     s = build(37)
     assert s.eager_desc == s.graph_desc == "vendor: cuBLASLt algo=9 [raced at M=37] [cublaslt stand-in]"
-    assert raced == [37] and made == [("cublaslt", "algo=9", 37)]  # one plan for the eager and the graph lookup
-    assert build(50).eager_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=37]") and raced == [37]
+    assert raced == [37, 37] and made == [("cublaslt", "algo=9", 37)] * 2  # the eager and the graph race
+    assert build(50).eager_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=37]") and raced == [37, 37]
     build(64)
-    assert raced == [37, 64]
+    assert raced == [37, 37, 64, 64]
+
+
+def test_eager_calls_are_served_by_the_cold_race_and_graphs_by_the_warm_one(fake_gpu, monkeypatch):
+    build, raced, made = fake_gpu
+    cold = {"torch": 0.03, "cublas": 0.009, "cublaslt#0 algo=1": 0.015, "cublaslt#1 algo=9": 0.0095}
+    monkeypatch.setattr(VC, "cold_timer", _timer(cold))
+    s = build(37)
+    assert s.graph_desc == "vendor: cuBLASLt algo=9 [raced at M=37] [cublaslt stand-in]"
+    assert s.eager_desc == "vendor: cublasGemmEx [raced at M=37] [cublas stand-in]"
+    keys = set(VC.ChoiceCache(IDENT).choices)  # both recorded, under keys of their own
+    assert keys == {VC.choice_key(GemmProblem(37, N, K, "fp16", "fp32", "tn"), protocol=p) for p in VC.PROTOCOLS}
+    raced.clear()
+    dispatch.reset()
+    dispatch.use_library(Library())
+    again = build(40)  # another process: both read back, no race
+    assert raced == [] and (again.eager_desc, again.graph_desc) == (s.eager_desc, s.graph_desc)
+
+
+def test_the_protocol_is_part_of_the_key_and_graphs_keep_their_old_keys():
+    assert VC.choice_key(P(5), protocol="cold") == VC.choice_key(P(5)) + "|cold"
+    assert VC.choice_key(P(5), ("triton:x",), "cold").endswith("|cold") and "|gen=" in VC.choice_key(P(5), ("x",))
+    assert VC.choice_key(P(5), protocol="graph") == "fp16|tn|N=4096|K=4096|M=4-7"  # as caches written before hold
+    cache = VC.ChoiceCache(IDENT)
+    cache.put(P(5), VC.Choice("cublas", how="raced", measured_m=5), protocol="cold")
+    assert cache.get(P(6)) is None and VC.ChoiceCache(IDENT).get(P(6), protocol="cold").kind == "cublas"
+    with pytest.raises(VC.VendorChoiceError, match="graph or cold"):
+        VC.choice_key(P(5), protocol="offline")
 
 
 def test_off_serves_torch_matmul_and_heuristic_the_first_plan(fake_gpu, monkeypatch):
@@ -280,13 +308,13 @@ def test_a_shape_first_seen_inside_capture_takes_its_buckets_cached_choice(fake_
     build, raced, made = fake_gpu
     dev = types.SimpleNamespace(type="cuda", index=0)
     dispatch._build(37, N, K, torch.float16, layout, dev)  # raced eagerly: the bucket 32..63 is cached
-    assert raced == [37]
+    assert raced == [37, 37]  # in graph and in cold
     monkeypatch.setattr(dispatch, "_capturing", lambda: True)
     s = _capture_call(50, layout)
     assert s.graph_desc == ("vendor: cuBLASLt algo=9 [raced at M=37] [cublaslt stand-in] (cached choice, first seen "
                             "inside capture)")
-    assert raced == [37] and made[-1] == ("cublaslt", "algo=9", 50)
-    assert _capture_call(9, layout).graph_desc == "torch.matmul" and raced == [37]  # bucket 8..15: nothing cached
+    assert raced == [37, 37] and made[-1] == ("cublaslt", "algo=9", 50)
+    assert _capture_call(9, layout).graph_desc == "torch.matmul" and raced == [37, 37]  # 8..15: nothing cached
     n = len(made)
     _capture_call(50, layout)
     assert len(made) == n  # one plan per shape for the whole capture
@@ -379,6 +407,7 @@ def fake_gen(fake_gpu, monkeypatch):
 
     monkeypatch.setattr(VC, "plans_for", plans_for)
     monkeypatch.setattr(VC, "event_timer", timer)
+    monkeypatch.setattr(VC, "cold_timer", timer)
     monkeypatch.setattr(launchers, "launch", launch)
     monkeypatch.setattr(dispatch, "verify", fake_verify)
     monkeypatch.setattr(dispatch, "_reference_check", lambda fn, bufs, problem: None)  # stand-ins compute nothing
@@ -391,11 +420,11 @@ def test_an_m_between_tuned_shapes_races_the_neighbours_and_serves_the_faster_ge
     times.update({f"gen#triton:{CFG_A}": 0.012, f"gen#triton:{CFG_B}": 0.008})
     s = build(37)
     assert s.graph_desc.startswith(f"triton:{CFG_B} [raced at M=37 against the vendor plans; graph entry 64_40_24")
-    assert s.eager_desc == s.graph_desc and raced == [37]
-    assert sorted(i for i, _ in launched) == sorted([CFG_A, CFG_B])  # the neighbours at M=16 and M=64, not M=256
+    assert s.eager_desc == s.graph_desc and raced == [37, 37]  # raced in graph and in cold
+    assert sorted(i for i, _ in launched) == sorted([CFG_A, CFG_B] * 2)  # the neighbours at M=16 and 64, not 256
     assert made == []  # no vendor plan was made: the generated kernel serves
     build(40)  # the bucket's choice: no second race
-    assert raced == [37]
+    assert raced == [37, 37]
 
 
 def test_a_vendor_plan_faster_than_every_neighbour_serves(fake_gen):
@@ -430,7 +459,7 @@ def test_an_entry_measured_here_is_served_without_a_race_and_a_relabelled_one_ra
     at16 = build(16)
     assert at16.graph_desc.startswith(f"triton:{CFG_A} (graph entry 16_40_24") and raced == []
     at32 = build(32)
-    assert raced == [32] and at32.graph_desc.startswith(f"triton:{CFG_B} [raced at M=32 against the vendor plans; "
+    assert raced == [32, 32] and at32.graph_desc.startswith(f"triton:{CFG_B} [raced at M=32 against the vendor plans; "
                                                        "graph entry 32_40_24, relabelled]")
 
 
@@ -438,7 +467,7 @@ def test_a_relabelled_vendor_entry_is_not_a_contender_the_race_times_the_vendor_
     build, raced, made, times, launched, _ = fake_gen
     dispatch.use_library(Library([_entry(48, "cublaslt_autotuned_tn", fam="vendor", relabelled=True)]))
     s = build(48)
-    assert raced == [48] and launched == [] and s.graph_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=48]")
+    assert raced == [48, 48] and launched == [] and s.graph_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=48]")
 
 
 def test_neighbours_are_the_nearest_tuned_m_below_and_above():
@@ -452,3 +481,13 @@ def test_neighbours_are_the_nearest_tuned_m_below_and_above():
     assert {i for _, i in nb(2000)} == {CFG_C}  # the bucket counts at 1024 and at 4096
     assert {i for _, i in nb(9000)} == {CFG_C}
     assert lib.neighbours("NVIDIA H200", "fp16", "fp32", "tn", 37, N, K + 1) == []
+
+
+SMALLM = "smallm(BM=1,BN=16,BK=16,warps=1,stages=1,split=1,reduction=none,tma=False,mma=False)"
+
+
+@pytest.mark.parametrize("M, expect", [(1, {SMALLM}), (2, {CFG_C}), (63, {CFG_C}), (3531, {CFG_C})])
+def test_a_neighbour_its_family_refuses_at_this_m_is_no_contender(M, expect):
+    lib = Library([_entry(1, SMALLM), _entry(256, CFG_C)])  # this smallm config (one row per tile) serves M = 1 only
+    got = dispatch._contenders(lib, "NVIDIA H200", GemmProblem(M, N, K, "fp16", "fp32", "tn"))
+    assert {e.impl for e in got} == expect

@@ -461,18 +461,22 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     lib = library()
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
     made: dict[tuple, tuple[Callable, str, tuple]] = {}
+    found: list[tuple[Entry, ...]] = []  # the generated contenders, found on the first race
 
-    def fallback(race: bool = False) -> tuple[Callable, str, tuple]:
-        """The vendor fallback; with ``race`` against the generated kernels measured at or near M (found once)."""
-        key = ("vendor", race)
+    def fallback(race: bool = False, protocol: str = "graph") -> tuple[Callable, str, tuple]:
+        """The vendor fallback; with ``race`` raced in ``protocol`` against the generated kernels measured at or
+        near M."""
+        key = ("vendor", race, protocol if race else "")
         if key not in made:
-            made[key] = _vendor_fallback(problem, device, gpu, _contenders(lib, gpu, problem) if race else ())
+            if race and not found:
+                found.append(_contenders(lib, gpu, problem))
+            made[key] = _vendor_fallback(problem, device, gpu, found[0] if race else (), protocol)
         return made[key]
 
-    def serve(order) -> tuple[Callable, str, tuple]:
+    def serve(order, raced_in: str) -> tuple[Callable, str, tuple]:
         e = lib.lookup_any(gpu, dt, "fp32", layout, order, M, N, K)
         if racing and (e is None or not _measured_here(e, problem)):  # race what was measured at or near M
-            return fallback(race=True)
+            return fallback(race=True, protocol=raced_in)
         if e is None:
             return fallback()
         ek = (e.family, e.impl, e.algo)
@@ -484,8 +488,8 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
             made[ek] = got
         return made[ek]
 
-    eager, ed, es = serve(PROTOCOL_ORDER["eager"])
-    graph, gd, gs = serve(PROTOCOL_ORDER["graph"]) if device.type == "cuda" else (eager, ed, es)
+    eager, ed, es = serve(PROTOCOL_ORDER["eager"], "cold")  # an eager call reads its weight from HBM
+    graph, gd, gs = serve(PROTOCOL_ORDER["graph"], "graph") if device.type == "cuda" else (eager, ed, es)
     dev = device.index if device.type == "cuda" else -1
     return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd, es, gs)
 
@@ -515,9 +519,20 @@ def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ..
     near = [e for e in lib.neighbours(gpu, p.dtype, p.acc, p.layout, p.M, p.N, p.K) if family(e.family).buckets]
     out: list[Entry] = []
     for e in own + near:
-        if e is not None and e.family != "vendor" and all((e.family, e.impl) != (x.family, x.impl) for x in out):
+        if e is not None and e.family != "vendor" and all((e.family, e.impl) != (x.family, x.impl) for x in out) \
+                and _valid_at(e, p):
             out.append(e)
     return tuple(out[:MAX_CONTENDERS])
+
+
+def _valid_at(e: Entry, problem: GemmProblem) -> bool:
+    """Whether ``e``'s config passes its family's validity predicate at ``problem`` (a decode-only config measured
+    at M = 1 is no contender at M = 3531)."""
+    fam = family(e.family)
+    try:
+        return bool(fam.valid(fam.parse(e.impl), problem)[0])
+    except (ValueError, KeyError):
+        return False
 
 
 def _fallback_settings() -> str:
@@ -555,10 +570,11 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
         return type(ex).__name__
 
 
-def _vendor_fallback(problem: GemmProblem, device, gpu: str, contenders: tuple[Entry, ...] = ()
-                     ) -> tuple[Callable, str, tuple]:
-    """What serves a problem not measured here: the plan raced best on this GPU for its bucket of M among the vendor
-    plans and the generated ``contenders`` (serve/vendor_choice.py). A generated winner serves once it passes the
+def _vendor_fallback(problem: GemmProblem, device, gpu: str, contenders: tuple[Entry, ...] = (),
+                     protocol: str = "graph") -> tuple[Callable, str, tuple]:
+    """What serves a problem not measured here: the plan raced best in ``protocol`` (graph for graph replays, cold
+    for eager calls) on this GPU for its bucket of M among the vendor plans and the generated ``contenders``
+    (serve/vendor_choice.py). A generated winner serves once it passes the
     correctness battery at this shape (else the race's fastest vendor plan, recorded for the bucket); a vendor plan
     once it matches an fp32 product. torch.matmul off CUDA, with GEMMRL_VENDOR_FALLBACK=off, or where the vendor
     extension cannot be loaded (one warning says why)."""
@@ -584,14 +600,14 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, contenders: tuple[E
             return out
 
         cache = _choice_cache(device, gpu)
-        choice = vendor_choice.choose(problem, cache, plans, generated=names)
+        choice = vendor_choice.choose(problem, cache, plans, generated=names, protocol=protocol)
         if choice.kind == "gen":
             won = _generated_winner(choice, gen, launched, problem, bufs)
             if won is not None:
                 return won
             choice = choice.vendor()
             if cache is not None:  # the battery said no here: the bucket's vendor plan from now on
-                cache.put(problem, choice, names)
+                cache.put(problem, choice, names, protocol)
         got = launchers.vendor_plan(choice.kind, choice.algo, problem, bufs)
         _reference_check(got.call, bufs, problem)
         return got.call, f"vendor: {choice.describe()}{got.note}", got.spec

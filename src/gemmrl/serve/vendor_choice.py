@@ -6,15 +6,19 @@ Not ``torch.matmul``, which is not the best vendor path (on an H200 it paid ~2x 
 best on this GPU, or a generated kernel the library measured at a neighbouring M of the same (N, K) where it is
 faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4-7, ...).
 
-- **Raced once per bucket**, on first sight of a shape in it outside CUDA-graph capture (or at ``warmup``): torch.matmul,
-  cublasGemmEx, the first ``RACE_ALGOS`` of cuBLASLt's heuristic list and the generated contenders (``gen#<family>:
-  <impl>``), at the M first seen. Each sample is a CUDA graph of back-to-back calls (about BATCH_US of work) replayed
+- **Raced once per bucket and protocol**, on first sight of a shape in it outside CUDA-graph capture (or at
+  ``warmup``): torch.matmul, cublasGemmEx, the first ``RACE_ALGOS`` of cuBLASLt's heuristic list and the generated
+  contenders (``gen#<family>:<impl>``), at the M first seen. Each sample is a CUDA graph of back-to-back calls (about BATCH_US of work) replayed
   between CUDA events, so neither a call's launch latency nor its host cost decides (timed one call at a time, a 7 us
   algorithm read slower than a 9 us one on an H200); a plan that cannot be captured is timed as a batch of eager
   calls. A first round screens every plan, the KEEP fastest go on in interleaved rounds, the fastest median wins.
   The race stops when ``GEMMRL_VENDOR_RACE_MS`` (default 200 ms of wall time) is spent, after at least
   ``MIN_ROUNDS`` samples: the cap on what a first call costs. A generated winner is run through the correctness
   battery before it serves (dispatch.py); the fastest vendor plan is kept beside it (``Choice.fallback``).
+- **Two races, one per way of calling**: what serves inside a CUDA graph is raced as above (``graph``: operands warm in
+  L2, as graph replays of one GEMM leave them); what serves an eager call is raced ``cold``, each call of a sample
+  after 2x L2 written (the bench's cold protocol; a model's eager call reads weights no earlier call left in L2),
+  the flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold.
 - **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version: another
   driver or cuBLAS version races again; another set of generated contenders (a library tuned since) is another key.
   A file that cannot be read is set aside with one warning (nothing raises); one that cannot be written costs a race
@@ -30,6 +34,7 @@ Inside capture nothing is raced or built (dispatch.py serves a cached vendor cho
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -45,7 +50,7 @@ from typing import Any, Callable, Mapping
 from ..clocks import max_sm_mhz
 from ..paths import cache_dir, write_json_atomic
 from ..problem import GemmProblem
-from ..timing import _sm_clock_reader
+from ..timing import _flush_buffer, _sm_clock_reader
 
 MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
@@ -60,6 +65,8 @@ TIE_BAND = 0.01
 MIN_ROUNDS = 3     # timed samples per kept plan the race takes whatever its budget
 MAX_ROUNDS = 15
 BATCH_US = 200.0   # a timed sample is a graph of back-to-back calls this long (its launch amortised)
+COLD_BATCH_US = 1000.0  # cold: longer samples (each call also pays the L2 flush, the same for every plan)
+PROTOCOLS = ("graph", "cold")  # what serves graph replays, what serves eager calls
 MIN_BATCH, MAX_BATCH = 8, 128
 GEN = "gen#"       # the race's name prefix of a generated contender: gen#<family>:<impl>
 
@@ -150,14 +157,20 @@ def plan_of(name: str) -> tuple[str, str]:
     return kind, (rest.split(" ", 1)[1] if kind == "cublaslt" and " " in rest else "")
 
 
-def choice_key(problem: GemmProblem, generated: tuple[str, ...] = ()) -> str:
-    """The cache key: dtype, layout, N, K, the bucket of M and (where generated kernels race) a digest of their
-    names, so a library with other contenders races again."""
+def _check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise VendorChoiceError(f"a vendor choice is raced in {' or '.join(PROTOCOLS)}, not {protocol!r}")
+
+
+def choice_key(problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph") -> str:
+    """The cache key: dtype, layout, N, K, the bucket of M, (where generated kernels race) a digest of their names,
+    so a library with other contenders races again, and the protocol raced in (``|cold``; graph's keys name none)."""
+    _check_protocol(protocol)
     lo, hi = m_bucket(problem.M)
     key = f"{problem.dtype}|{problem.layout}|N={problem.N}|K={problem.K}|M={lo}-{hi}"
     if generated:
         key += "|gen=" + hashlib.sha256("\n".join(sorted(generated)).encode()).hexdigest()[:12]
-    return key
+    return key + ("|cold" if protocol == "cold" else "")
 
 
 class ChoiceCache:
@@ -189,13 +202,14 @@ class ChoiceCache:
                           stacklevel=3)
             self.choices = {}
 
-    def get(self, problem: GemmProblem, generated: tuple[str, ...] = ()) -> Choice | None:
-        return self.choices.get(choice_key(problem, generated))
+    def get(self, problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph") -> Choice | None:
+        return self.choices.get(choice_key(problem, generated, protocol))
 
-    def put(self, problem: GemmProblem, choice: Choice, generated: tuple[str, ...] = ()) -> bool:
+    def put(self, problem: GemmProblem, choice: Choice, generated: tuple[str, ...] = (), protocol: str = "graph"
+            ) -> bool:
         """Record ``choice`` and write the file (merged with what another process wrote meanwhile); False where it
         cannot be written (the choice still serves this process)."""
-        self.choices[choice_key(problem, generated)] = choice
+        self.choices[choice_key(problem, generated, protocol)] = choice
         try:
             on_disk = ChoiceCache.__new__(ChoiceCache)
             on_disk.ident, on_disk.path, on_disk.choices = self.ident, self.path, {}
@@ -288,6 +302,41 @@ def event_timer(fn: Callable[[], None]) -> float:
     return _elapsed_ms(g.replay if g is not None else lambda: [fn() for _ in range(n)]) / n
 
 
+def cold_timer(fn: Callable[[], None]) -> float:
+    """Device time per call of ``fn`` with 2x L2 written before each call (the bench's cold protocol), ms: a CUDA
+    graph of (flush, call) pairs, about COLD_BATCH_US long, less the time of as many flushes alone. ``fn`` is the
+    plan itself; its flushed form is made once and kept while ``fn`` lives."""
+    if fn not in _COLD:
+        _COLD[fn] = functools.partial(_flushed, fn)
+    flushed = _COLD[fn]
+    g, n = _graph_of(flushed, COLD_BATCH_US)
+    per_call = _elapsed_ms(g.replay if g is not None else lambda: [flushed() for _ in range(n)]) / n
+    return max(per_call - _flush_ms(), 0.0)
+
+
+def _flushed(fn: Callable[[], None]) -> None:
+    _flush_buffer().fill_(1)
+    fn()
+
+
+def _flush_ms() -> float:
+    """Device time of one 2x-L2 write (the part of a cold sample every plan pays), ms: the faster of two samples of
+    a graph of MIN_BATCH flushes, measured once per process and device."""
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    d = torch.cuda.current_device()
+    if d not in _FLUSH_MS:
+        got = _capture(lambda: _flush_buffer().fill_(1), MIN_BATCH)
+        g, n = got if got is not None else (None, MIN_BATCH)
+        work = g.replay if g is not None else lambda: [_flush_buffer().fill_(1) for _ in range(n)]
+        _FLUSH_MS[d] = min(_elapsed_ms(work) for _ in range(2)) / n
+    return _FLUSH_MS[d]
+
+
+_COLD: "weakref.WeakKeyDictionary[Callable, Callable]" = weakref.WeakKeyDictionary()  # plan -> its flushed form
+_FLUSH_MS: dict[int, float] = {}
+
+
 def _elapsed_ms(work: Callable[[], Any]) -> float:
     """Device time of ``work`` between two CUDA events on the current stream (ms)."""
     import torch  # start-up cost: torch loads on first use, not on import
@@ -300,9 +349,9 @@ def _elapsed_ms(work: Callable[[], Any]) -> float:
     return s.elapsed_time(e)
 
 
-def _graph_of(fn: Callable[[], None]) -> tuple[Any, int]:
+def _graph_of(fn: Callable[[], None], batch_us: float = BATCH_US) -> tuple[Any, int]:
     """``fn``'s timing graph and its number of calls: MIN_BATCH calls first, recaptured with enough calls for
-    BATCH_US of work; (None, n) where ``fn`` cannot be captured (timed as n eager calls)."""
+    ``batch_us`` of work; (None, n) where ``fn`` cannot be captured (timed as n eager calls)."""
     if fn in _GRAPHS:
         return _GRAPHS[fn]
     got = _capture(fn, MIN_BATCH)
@@ -311,7 +360,7 @@ def _graph_of(fn: Callable[[], None]) -> tuple[Any, int]:
         return _GRAPHS[fn]
     g, n = got
     per_call_us = max(_elapsed_ms(g.replay) * 1e3 / n, 1e-3)
-    want = max(MIN_BATCH, min(MAX_BATCH, math.ceil(BATCH_US / per_call_us)))
+    want = max(MIN_BATCH, min(MAX_BATCH, math.ceil(batch_us / per_call_us)))
     if want > n:
         got = _capture(fn, want) or got
     _GRAPHS[fn] = got
@@ -345,31 +394,39 @@ def _capture(fn: Callable[[], None], n: int) -> tuple[Any, int] | None:
         return None
 
 
-_GPU_TIMER = event_timer  # the clocks settle before a race timed on the GPU (not before a stand-in timer's)
+def gpu_timer(protocol: str) -> Callable[[Callable[[], None]], float]:
+    """The timer a race in ``protocol`` takes on the GPU."""
+    return event_timer if protocol == "graph" else cold_timer
+
+
+_GPU_TIMERS = {"graph": event_timer, "cold": cold_timer}  # the clocks settle before a race timed by these
 
 
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
-           timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = ()) -> Choice:
-    """The bucket's cached choice, else (mode 'race') a race of ``plans()`` recorded in ``cache``, else the
-    heuristic's first cuBLASLt plan. Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>' and, for the
-    ``generated`` contenders ('<family>:<impl>', part of the cache key), 'gen#<family>:<impl>'."""
+           timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = (),
+           protocol: str = "graph") -> Choice:
+    """The bucket's cached choice in ``protocol`` (graph: what serves graph replays; cold: eager calls), else (mode
+    'race') a race of ``plans()`` timed in it and recorded in ``cache``, else the heuristic's first cuBLASLt plan.
+    Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>' and, for the ``generated`` contenders
+    ('<family>:<impl>', part of the cache key), 'gen#<family>:<impl>'."""
+    _check_protocol(protocol)
     m = mode()
     if m == "off":
         return Choice("torch", how="off")
-    got = cache.get(problem, generated) if cache is not None else None
+    got = cache.get(problem, generated, protocol) if cache is not None else None
     if got is not None:
         return got
     if m == "heuristic":
         return Choice("cublaslt", how="heuristic")
-    t = timer or event_timer
+    t = timer or gpu_timer(protocol)
     winner, med = race(plans(), t, race_budget_s() if budget_s is None else budget_s,
-                       settle=settle if t is _GPU_TIMER else None)
+                       settle=settle if t is _GPU_TIMERS[protocol] else None)
     kind, algo = plan_of(winner)
     vendors = {k: v for k, v in med.items() if not k.startswith(GEN)}
     fallback = min(vendors, key=vendors.get) if kind == "gen" and vendors else ""
     c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())), fallback)
     if cache is not None:
-        cache.put(problem, c, generated)
+        cache.put(problem, c, generated, protocol)
     return c
 
 
@@ -399,4 +456,4 @@ def vendor_torch(a, b, c) -> None:
 
 
 __all__ = ["GEN", "Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "m_bucket",
-           "mode", "plan_of", "plans_for", "race", "race_budget_s"]
+           "mode", "plan_of", "plans_for", "race", "race_budget_s", "PROTOCOLS", "cold_timer"]
