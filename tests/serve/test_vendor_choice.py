@@ -84,6 +84,24 @@ def test_the_race_picks_the_fastest_median_and_drops_plans_that_fail():
     assert calls["torch"] == VC.MAX_ROUNDS + 1 and calls["cublaslt#2 c"] == 1  # one untimed call each first
 
 
+def test_a_timer_that_times_a_round_in_one_go_gets_each_round_whole():
+    times = {"torch": 0.030, "cublas": 0.020, "cublaslt#0 a": 0.018, "cublaslt#1 b": 0.012}
+    rounds = []
+
+    class Many:
+        def __call__(self, fn):
+            raise AssertionError("a round is timed in one go")
+
+        def many(self, fns):
+            rounds.append([f.__name__ for f in fns])
+            return [times[f.__name__] for f in fns]
+
+    best, med = VC.race(_plans(times, {}), Many(), budget_s=0.0)
+    assert best == "cublaslt#1 b" and med["cublaslt#1 b"] == pytest.approx(12.0)
+    assert len(rounds) == VC.SCREEN_ROUNDS + VC.MIN_ROUNDS - 1
+    assert rounds[0] == list(times) and rounds[1] == list(reversed(times))  # interleaved: one order, then the other
+
+
 def test_the_first_round_screens_and_the_fastest_go_on():
     times = {f"cublaslt#{i} algo={i}": 0.010 + 0.001 * ((i * 7) % 18) for i in range(16)}
     times.update(torch=0.05, cublas=0.011)

@@ -488,8 +488,12 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
             made[ek] = got
         return made[ek]
 
-    eager, ed, es = serve(PROTOCOL_ORDER["eager"], "cold")  # an eager call reads its weight from HBM
-    graph, gd, gs = serve(PROTOCOL_ORDER["graph"], "graph") if device.type == "cuda" else (eager, ed, es)
+    if device.type == "cuda":  # the warm race first, its plans timed right after the clocks settle
+        graph, gd, gs = serve(PROTOCOL_ORDER["graph"], "graph")
+        eager, ed, es = serve(PROTOCOL_ORDER["eager"], "cold")  # an eager call reads its weight from HBM
+    else:
+        eager, ed, es = serve(PROTOCOL_ORDER["eager"], "cold")
+        graph, gd, gs = eager, ed, es
     dev = device.index if device.type == "cuda" else -1
     return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd, es, gs)
 

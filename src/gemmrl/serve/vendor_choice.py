@@ -235,7 +235,8 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
     calls: screened at idle clocks, the plans timed first read slow and were dropped). The first SCREEN_ROUNDS rounds
     (one in each order) screen: the KEEP fastest by their faster sample race on. A plan other than the defaults
     (torch.matmul, cublasGemmEx, cuBLASLt's first heuristic result) wins only if it beats the fastest default by
-    TIE_BAND (a near-tie is noise). Returns (winner, {name: median us})."""
+    TIE_BAND (a near-tie is noise). A timer with a ``many`` method times each round's plans in one go
+    (``GraphTimer``). Returns (winner, {name: median us})."""
     t0 = clock()
     samples: dict[str, list[float]] = {}
     live = dict(plans)
@@ -252,8 +253,10 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
         if r >= SCREEN_ROUNDS + MIN_ROUNDS - 1 and clock() - t0 > budget_s:
             break
         order = list(live) if r % 2 == 0 else list(reversed(live))
-        for name in order:
-            samples.setdefault(name, []).append(timer(live[name]))
+        many = getattr(timer, "many", None)  # the GPU timers queue a round's samples back to back
+        got = many([live[n] for n in order]) if many is not None else [timer(live[n]) for n in order]
+        for name, t in zip(order, got):
+            samples.setdefault(name, []).append(t)
         if r == SCREEN_ROUNDS - 1 and len(live) > KEEP:  # screening: the rest race on
             kept = sorted(live, key=lambda n: min(samples[n]))[:KEEP]
             live = {n: live[n] for n in live if n in kept}
@@ -293,25 +296,41 @@ def settle(fn: Callable[[], None], ms: tuple[float, float] = SETTLE_MS) -> None:
 _GRAPHS: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary()  # plan -> (graph or None, calls)
 
 
-def event_timer(fn: Callable[[], None]) -> float:
-    """Device time per call of ``fn`` (ms): a CUDA graph of back-to-back calls (about BATCH_US of work, MIN_BATCH to
-    MAX_BATCH calls; captured on first use and kept while ``fn`` lives) replayed between CUDA events on the current
-    stream. A plan that cannot be captured is timed as a batch of eager calls (its launch latency amortised, its
-    host cost not hidden where a call is shorter than its launch)."""
-    g, n = _graph_of(fn)
-    return _elapsed_ms(g.replay if g is not None else lambda: [fn() for _ in range(n)]) / n
+class GraphTimer:
+    """Device time per call of a plan (ms): a CUDA graph of back-to-back calls (about ``batch_us`` of work, MIN_BATCH
+    to MAX_BATCH calls; captured on first use and kept while the plan lives) replayed between CUDA events. A plan
+    that cannot be captured is timed as a batch of eager calls (its launch latency amortised, its host cost not hidden
+    where a call is shorter than its launch). ``flushed``: each call after 2x L2 written (the bench's cold protocol),
+    the flushes' own time taken out.
+    ``timer.many(plans)`` times several plans in one go: their samples are queued back to back on the stream and
+    read after one synchronisation, so the GPU does not idle between samples. Timed one sample at a time, with the
+    host's round trip between them, the race's samples on an H200 read 4-15% slower than the bench's and ranked two
+    near-equal cuBLASLt plans the other way round."""
+
+    def __init__(self, batch_us: float, flushed: bool = False):
+        self.batch_us, self.flushed = batch_us, flushed
+
+    def __call__(self, fn: Callable[[], None]) -> float:
+        return self.many([fn])[0]
+
+    def many(self, fns: list[Callable[[], None]]) -> list[float]:
+        forms = [self._form(fn) for fn in fns]
+        graphs = [_graph_of(f, self.batch_us) for f in forms]  # captured first: nothing syncs inside the round
+        works = [g.replay if g is not None else functools.partial(_calls, f, n) for f, (g, n) in zip(forms, graphs)]
+        off = _flush_ms() if self.flushed else 0.0
+        return [max(ms / n - off, 0.0) for ms, (_, n) in zip(_elapsed_many(works), graphs)]
+
+    def _form(self, fn: Callable[[], None]) -> Callable[[], None]:
+        if not self.flushed:
+            return fn
+        if fn not in _COLD:
+            _COLD[fn] = functools.partial(_flushed, fn)
+        return _COLD[fn]
 
 
-def cold_timer(fn: Callable[[], None]) -> float:
-    """Device time per call of ``fn`` with 2x L2 written before each call (the bench's cold protocol), ms: a CUDA
-    graph of (flush, call) pairs, about COLD_BATCH_US long, less the time of as many flushes alone. ``fn`` is the
-    plan itself; its flushed form is made once and kept while ``fn`` lives."""
-    if fn not in _COLD:
-        _COLD[fn] = functools.partial(_flushed, fn)
-    flushed = _COLD[fn]
-    g, n = _graph_of(flushed, COLD_BATCH_US)
-    per_call = _elapsed_ms(g.replay if g is not None else lambda: [flushed() for _ in range(n)]) / n
-    return max(per_call - _flush_ms(), 0.0)
+def _calls(fn: Callable[[], None], n: int) -> None:
+    for _ in range(n):
+        fn()
 
 
 def _flushed(fn: Callable[[], None]) -> None:
@@ -326,27 +345,31 @@ def _flush_ms() -> float:
 
     d = torch.cuda.current_device()
     if d not in _FLUSH_MS:
-        got = _capture(lambda: _flush_buffer().fill_(1), MIN_BATCH)
+        flush = functools.partial(_flush_buffer().fill_, 1)
+        got = _capture(flush, MIN_BATCH)
         g, n = got if got is not None else (None, MIN_BATCH)
-        work = g.replay if g is not None else lambda: [_flush_buffer().fill_(1) for _ in range(n)]
-        _FLUSH_MS[d] = min(_elapsed_ms(work) for _ in range(2)) / n
+        work = g.replay if g is not None else functools.partial(_calls, flush, n)
+        _FLUSH_MS[d] = min(_elapsed_many([work, work])) / n
     return _FLUSH_MS[d]
 
 
 _COLD: "weakref.WeakKeyDictionary[Callable, Callable]" = weakref.WeakKeyDictionary()  # plan -> its flushed form
 _FLUSH_MS: dict[int, float] = {}
+event_timer = GraphTimer(BATCH_US)  # graph replays: operands warm in L2
+cold_timer = GraphTimer(COLD_BATCH_US, flushed=True)  # eager calls: operands read from HBM
 
 
-def _elapsed_ms(work: Callable[[], Any]) -> float:
-    """Device time of ``work`` between two CUDA events on the current stream (ms)."""
+def _elapsed_many(works: list[Callable[[], Any]]) -> list[float]:
+    """Device time of each of ``works``, queued back to back on the current stream between CUDA events (ms)."""
     import torch  # start-up cost: torch loads on first use, not on import
 
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    work()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(works) + 1)]
+    ev[0].record()
+    for work, e in zip(works, ev[1:]):
+        work()
+        e.record()
+    ev[-1].synchronize()
+    return [a.elapsed_time(b) for a, b in zip(ev, ev[1:])]
 
 
 def _graph_of(fn: Callable[[], None], batch_us: float = BATCH_US) -> tuple[Any, int]:
@@ -359,7 +382,7 @@ def _graph_of(fn: Callable[[], None], batch_us: float = BATCH_US) -> tuple[Any, 
         _GRAPHS[fn] = (None, MIN_BATCH)
         return _GRAPHS[fn]
     g, n = got
-    per_call_us = max(_elapsed_ms(g.replay) * 1e3 / n, 1e-3)
+    per_call_us = max(_elapsed_many([g.replay])[0] * 1e3 / n, 1e-3)
     want = max(MIN_BATCH, min(MAX_BATCH, math.ceil(batch_us / per_call_us)))
     if want > n:
         got = _capture(fn, want) or got
@@ -399,9 +422,6 @@ def gpu_timer(protocol: str) -> Callable[[Callable[[], None]], float]:
     return event_timer if protocol == "graph" else cold_timer
 
 
-_GPU_TIMERS = {"graph": event_timer, "cold": cold_timer}  # the clocks settle before a race timed by these
-
-
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
            timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = (),
            protocol: str = "graph") -> Choice:
@@ -420,7 +440,7 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
         return Choice("cublaslt", how="heuristic")
     t = timer or gpu_timer(protocol)
     winner, med = race(plans(), t, race_budget_s() if budget_s is None else budget_s,
-                       settle=settle if t is _GPU_TIMERS[protocol] else None)
+                       settle=settle if isinstance(t, GraphTimer) else None)  # a stand-in timer needs none
     kind, algo = plan_of(winner)
     vendors = {k: v for k, v in med.items() if not k.startswith(GEN)}
     fallback = min(vendors, key=vendors.get) if kind == "gen" and vendors else ""
