@@ -5,6 +5,8 @@ run's picks, the library, untrusted CUDA sources in a sandbox) against the vendo
     gemmrl bench --grid cuda-l2 --sample 60 --triton-top 8 --out benchmarks/results
     gemmrl bench --shapes shapes.txt --triton-from select.csv --library default
 
+Without a CUDA GPU nothing is timed: the Triton kernels the flags name (else the cost model's best per shape) are
+verified under Triton's interpreter instead, and the output says what needs a GPU (``cpu_bench``).
 Rows go to ``--out`` (a directory: file name derived; a .csv: resumed) and a markdown summary beside them.
 """
 
@@ -23,6 +25,7 @@ from ..problem import read_shape_labels
 from ..results import ResultsError
 from ..summary import BASELINES
 from ..timing import PROTOCOLS, TimingConfig
+from . import cpu_bench
 from .common import CliError, check_out, comma_list, gpu_slug, parse_protocols, problems_from, shape_args
 
 
@@ -180,6 +183,7 @@ def cmd_bench(args) -> int:
         raise CliError("--cuda-source runs in the sandbox with the vendor baselines only; measure other candidates "
                        "in a separate bench run")
     extra += _selection_from("triton", args.triton_from, problems)
+    triton_extra = extra
     extra += _selection_from("cutlass", args.cutlass_from, problems)
     extra += _selection_from("wgmma", args.wgmma_from, problems)
     extra += _selection_from("tiny", args.tiny_from, problems)
@@ -200,6 +204,8 @@ def cmd_bench(args) -> int:
             library = Library.load(args.library) if args.library != "default" else load_default()
         except LibraryError as e:
             raise CliError(f"--library: {e}") from None
+    if cpu_bench.torch_without_cuda():  # verify the Triton kernels instead, and say what needs a GPU
+        return cpu_bench.run(cpu_bench.plan(args, problems, triton_extra, protocols))
     require_cuda(args.gpu_device_id)
     if library is not None:
         from ..serve import dispatch  # start-up cost: imports torch
