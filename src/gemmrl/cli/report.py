@@ -3,6 +3,7 @@
     gemmrl report benchmarks/results/h100/h100_grid1000_*.csv --out /tmp/grid-report
     gemmrl report A.csv --compare A.csv B.csv --readme README.md
     gemmrl report --index [--check]      # benchmarks/results/<gpu>/INDEX.csv from the files and the docs citing them
+    gemmrl report --readme README.md [--check]   # the README's per-GPU results tables from the indexed files
 
 Without --out the report goes to ./gemmrl-report (never into a committed folder of this repository: inside a checkout
 of gemmrl it goes to the user cache instead, $GEMMRL_CACHE_DIR/report).
@@ -35,21 +36,32 @@ def add_parser(sub) -> None:
     r.add_argument("--candidate", help="the candidate reported as ours (default: every non-baseline one present)")
     r.add_argument("--claims", help="CUDA-L2's published per-shape ratios, shown beside ours as claims")
     r.add_argument("--compare", nargs=2, metavar=("A.csv", "B.csv"), help="speed in B / speed in A on shared rows")
-    r.add_argument("--readme", help="write the headline tables and two plots into this markdown file, between "
-                                    "'<!-- report:begin -->' and '<!-- report:end -->'")
+    r.add_argument("--readme", help="with RESULTS.csv: write the headline tables and two plots into this markdown "
+                                    "file, between '<!-- report:begin -->' and '<!-- report:end -->'; alone: rebuild "
+                                    "its per-GPU results tables ('<!-- gpu-results GPU: FILE... -->' blocks) from "
+                                    "the files named there, each indexed in benchmarks/results/GPU/INDEX.csv")
     r.add_argument("--index", action="store_true", help="rewrite benchmarks/results/<gpu>/INDEX.csv (run it in the "
                                                         "repository root after adding result files)")
-    r.add_argument("--check", action="store_true", help="with --index: write nothing, exit 1 where an index is stale")
+    r.add_argument("--check", action="store_true", help="with --index, or --readme alone: write nothing, exit 1 "
+                                                        "where an index or a results table is stale")
     r.set_defaults(func=cmd_report)
 
 
 def cmd_report(args) -> int:
+    from ..report import readme  # start-up cost: the report writer, not needed by --help
     from ..report.make import make_report, write_readme_block  # start-up cost: the report writer, not needed by --help
 
     if args.index:
         return index.run(Path.cwd(), check=args.check)
+    if args.readme and not args.results and not args.compare:
+        if not Path(args.readme).is_file():
+            raise CliError(f"--readme {args.readme}: no such file (give the README holding the results blocks)")
+        try:
+            return readme.run(Path.cwd(), Path(args.readme), check=args.check)
+        except (ResultsError, OSError) as e:
+            raise CliError(str(e)) from None
     if args.check:
-        raise CliError("--check goes with --index")
+        raise CliError("--check goes with --index, or with --readme FILE and no RESULTS.csv")
     out = Path(args.out) if args.out else default_out()
     if not args.results and not args.compare:
         raise CliError("give RESULTS.csv files (and/or --compare A.csv B.csv)")

@@ -1,0 +1,137 @@
+"""report/readme.py: the README's per-GPU results tables are what `gemmrl report --readme README.md` makes from the
+indexed files (a README edited by hand, or a result file changed without regenerating, fails here), every figure of
+the Results section sits inside a generated block, and the generator's numbers are checked by hand on synthetic rows."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from gemmrl.cli.main import main as gemmrl
+from gemmrl.report import index
+from gemmrl.report import readme as RM
+from gemmrl.results import COLUMNS
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_README_LINES = 250
+
+
+def _row(mnk, cand, tflops, proto="graph", dtype="fp16", **kw):
+    m, n, k = (int(x) for x in mnk.split("_"))
+    flops = 2 * m * n * k
+    r = {c: "" for c in COLUMNS}
+    r.update(mnk=mnk, dtype=dtype, acc="fp32", layout="tn", candidate=cand, protocol=proto, tflops=str(tflops),
+             time_ms=str(flops / (tflops * 1e9)), n="10", verified="true", gpu="NVIDIA H100 80GB HBM3", cc="9.0",
+             git_sha="abc1234def56", timestamp="2026-11-26T00:00:00Z", M=str(m), N=str(n), K=str(k), driver="580.1",
+             torch="2.11.0", cuda="13.0", floor_ms=str(flops / 1e15), floor_ok="true", rep="0")
+    r.update(kw)
+    return r
+
+
+# per shape: gemmrl.mm's speed and the seven vendor paths' (vendor_best: the fastest of them)
+SPEEDS = {"64_64_64": (2.0, {"torch": 1.0, "cublas_tn": 1.0, "cublas_nn": 1.6, "cublaslt_heuristic_tn": 1.0,
+                             "cublaslt_heuristic_nn": 1.0, "cublaslt_autotuned_tn": 1.0, "cublaslt_autotuned_nn": 2.5}),
+          "128_128_128": (3.0, {"torch": 2.0, "cublas_tn": 2.5, "cublas_nn": 2.0, "cublaslt_heuristic_tn": 2.0,
+                                "cublaslt_heuristic_nn": 2.0, "cublaslt_autotuned_tn": 2.0, "cublaslt_autotuned_nn": 2.4})}
+
+
+def _repo(tmp_path: Path, protos=("graph",), dtype="fp16", ours=True) -> tuple[Path, str]:
+    root = tmp_path / "repo"
+    d = root / "benchmarks" / "results" / "h100"
+    d.mkdir(parents=True)
+    name = "h100_serve2_gemmrl-mm_graph_abc1234_2026-11-26.csv"
+    rows = []
+    for p in protos:
+        for mnk, (g, vendor) in SPEEDS.items():
+            rows += [_row(mnk, c, v, p, dtype) for c, v in vendor.items()]
+            if ours:
+                rows.append(_row(mnk, "gemmrl", g, p, dtype))
+    rows.append(dict(_row("64_64_64", "gemmrl", 99.0, protos[0], dtype), verified="false", reason="failed",
+                     tflops="", time_ms=""))  # an unverified row never counts
+    with open(d / name, "w", newline="") as fh:
+        w = csv.DictWriter(fh, COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    (root / "README.md").write_text(f"# x\n\n## Results\n\n<!-- gpu-results h100: {name} -->\nstale\n"
+                                    f"{RM.END}\n\n## Limits\n")
+    index.write(root)
+    return root, name
+
+
+@pytest.mark.parametrize("protos", [("graph",), ("graph", "offline"), ("cold", "server")])
+def test_table_numbers_by_hand(tmp_path, protos):
+    root, name = _repo(tmp_path, protos)
+    text = RM.render(root, (root / "README.md").read_text())
+    lines = [ln for ln in text.splitlines() if ln.startswith("| 1 |")]
+    assert [ln.split(" | ")[1] for ln in lines] == list(protos)
+    # per shape over torch 2/1, 3/2; cublas (the faster layout) 2/1.6, 3/2.5; cublaslt_heuristic 2/1, 3/2;
+    # cublaslt_autotuned 2/2.5, 3/2.4; vendor_best 2/2.5, 3/2.5
+    want = [math.sqrt(2 * 1.5), math.sqrt(1.25 * 1.2), math.sqrt(2 * 1.5), math.sqrt(0.8 * 1.25),
+            math.sqrt(0.8 * 1.2)]
+    for ln in lines:
+        cells = ln.strip("| ").split(" | ")
+        assert cells[2:4] == ["fp16", "2"]
+        assert cells[4:9] == [f"{x:.3f}" for x in want], ln
+        assert cells[9:] == ["0.800", "1"]  # min over vendor_best, shapes below 1.00
+    assert f"1. `{name}`: git abc1234def56, 2026-11-26, made by `gemmrl bench`" in text
+    assert "NVIDIA H100 80GB HBM3, driver 580.1, torch 2.11.0, CUDA 13.0" in text
+    assert "stale" not in text
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_check_then_write_then_check(tmp_path, monkeypatch, capsys, dtype):
+    root, _ = _repo(tmp_path, dtype=dtype)
+    monkeypatch.chdir(root)
+    before = (root / "README.md").read_text()
+    assert gemmrl(["report", "--readme", "README.md", "--check"]) == 1
+    assert (root / "README.md").read_text() == before and "out of date: README.md" in capsys.readouterr().out
+    assert gemmrl(["report", "--readme", "README.md"]) == 0
+    assert f"| 1 | graph | {dtype} | 2 |" in (root / "README.md").read_text()
+    assert gemmrl(["report", "--readme", "README.md", "--check"]) == 0
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("unindexed", "no row in benchmarks/results/h100/INDEX.csv"),
+    ("no_ours", "no verified gemmrl rows"),
+    ("unclosed", "has no '<!-- gpu-results end -->' line"),
+    ("no_block", "no '<!-- gpu-results GPU: FILE... -->'"),
+])
+def test_bad_blocks_say_what_to_do(tmp_path, monkeypatch, capsys, case, needle):
+    root, name = _repo(tmp_path, ours=case != "no_ours")
+    readme = root / "README.md"
+    if case == "unindexed":
+        readme.write_text(readme.read_text().replace(name, "h100_other_2026-11-26.csv"))
+    elif case == "unclosed":
+        readme.write_text(readme.read_text().replace(RM.END, ""))
+    elif case == "no_block":
+        readme.write_text("# x\n")
+    monkeypatch.chdir(root)
+    before = readme.read_text()
+    assert gemmrl(["report", "--readme", "README.md"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+    assert readme.read_text() == before
+
+
+def test_readme_tables_are_what_the_indexed_files_give():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = RM.blocks(text)
+    assert {b.gpu for b in found} >= {"h100", "h200"}, "one results table per GPU with a library or a transfer run"
+    assert len({b.gpu for b in found}) == len(found), "one block per GPU"
+    assert RM.render(ROOT, text) == text, "README.md's results differ: run `gemmrl report --readme README.md`"
+
+
+def test_readme_results_figures_are_all_generated():
+    """Outside the generated blocks, the Results section states no number (file names and paths aside)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= MAX_README_LINES
+    section = text[text.index("## Results"):text.index("\n## ", text.index("## Results") + 3)]
+    for b in reversed(RM.blocks(section)):
+        section = section[:b.head] + section[b.tail:]
+    prose = re.sub(r"`[^`]*`", "", section)
+    figures = re.findall(r"\d+(?:\.\d+)?\s*(?:%|x\b)|\b\d\.\d+\b|\b\d{2,}\b", prose)
+    assert not figures, f"hand-written figures in the README's Results section: {figures}"
