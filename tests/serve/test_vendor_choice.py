@@ -6,8 +6,10 @@ device says it is CUDA; the GPU tier's test of the real plans is in test_dispatc
 
 from __future__ import annotations
 
+import gc
 import json
 import types
+import weakref
 import warnings
 
 import pytest
@@ -100,6 +102,19 @@ def test_a_timer_that_times_a_round_in_one_go_gets_each_round_whole():
     assert best == "cublaslt#1 b" and med["cublaslt#1 b"] == pytest.approx(12.0)
     assert len(rounds) == VC.SCREEN_ROUNDS + VC.MIN_ROUNDS - 1
     assert rounds[0] == list(times) and rounds[1] == list(reversed(times))  # interleaved: one order, then the other
+
+
+def test_a_flushed_form_is_made_once_and_does_not_keep_its_plan_alive():
+    timer, calls = VC.GraphTimer(1.0, flushed=True), []
+
+    def plan():
+        calls.append(1)
+    form = timer._form(plan)
+    assert timer._form(plan) is form and VC.GraphTimer(1.0)._form(plan) is plan  # the warm timer times plan itself
+    alive = weakref.ref(plan)
+    del plan, form
+    gc.collect()
+    assert alive() is None and len(VC._COLD) == 0  # the race's operands die with its plans
 
 
 def test_the_first_round_screens_and_the_fastest_go_on():
