@@ -386,9 +386,12 @@ def _html(parts: list[tuple[str, str]]) -> str:
             data = base64.b64encode(Path(path).read_bytes()).decode()
             body.append(f'<figure><img alt="{html.escape(cap)}" src="data:image/png;base64,{data}">'
                         f"<figcaption>{html.escape(cap)}</figcaption></figure>")
+    # a wide table scrolls in its own box and long names wrap, so at phone width the page never scrolls sideways
+    # and no text runs into other text (tests/report/test_report_browser.py checks it in a headless browser)
     css = ("body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}table{border-collapse:collapse;"
-           "margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}td.num{text-align:right}"
-           "img{max-width:100%}figcaption{font-size:13px;color:#444}")
+           "margin:.5em 0;display:block;max-width:100%;overflow-x:auto}td,th{border:1px solid #ccc;padding:2px 6px;"
+           "font-size:13px}td.num{text-align:right}p,li,h1,h2,h3,figcaption{overflow-wrap:anywhere}"
+           "img{max-width:100%;height:auto}figcaption{font-size:13px;color:#444}")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>gemmrl report</title>"
             f"<style>{css}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
