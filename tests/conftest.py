@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def script_module(name: str):
-    """``scripts/<name>.py`` loaded as a module (the scripts are not a package; a fresh copy each call)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    """``benchmarks/acceptance/<name>.py`` loaded as a module (the acceptance runs are not a package; a fresh copy
+    each call)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / "acceptance" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -38,7 +39,7 @@ if not HAS_CUDA:
 def pytest_collection_modifyitems(config, items):
     if HAS_CUDA:
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False); runs in scripts/gpu_round.sh")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False); runs in benchmarks/acceptance/gpu_run.sh")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -725,7 +725,7 @@ def test_cli_build_warns_where_torch_is_the_only_vendor_path(env, capsys):
 
 
 def test_library_plot_takes_exact_entries_per_shape(tmp_path, capsys):
-    """scripts/library_plot.py: per (shape, protocol) the fastest exact entry over the layouts (a bucket's time was
+    """benchmarks/acceptance/library_plot.py: per (shape, protocol) the fastest exact entry over the layouts (a bucket's time was
     measured at its own shapes, not between them), its speedup over vendor_best, and a PNG."""
     mod = script_module("library_plot")
     lib = Library([_entry(time_ms=0.01, vendor_best_ms=0.02),

@@ -89,7 +89,7 @@ class TimingConfig:
     # None: drawn fresh for every measurement (os.urandom) and recorded in its rows: inputs a kernel cannot predict
     seed: int | None = None
     # every timed call sees new inputs (see the module docstring). False only to measure what that costs and the bias
-    # it leaves (scripts/fresh_inputs_cost.py); rows say fresh_inputs=0 then
+    # it leaves (benchmarks/acceptance/fresh_inputs_cost.py); rows say fresh_inputs=0 then
     fresh_inputs: bool = True
     output_checks: int = 3  # timed calls per path whose C is checked (outputs.py), drawn at random
 

@@ -126,7 +126,7 @@ FP32_ACC = Tolerance(
     "fp32", r_max=1.25, alpha=1.0, beta=2.0, acc_chunk=0,
     calibration=(
         "Confirmed on an H100 (benchmarks/results/h100/h100_verify-calibration_2026-11-22.csv.gz, "
-        "scripts/calibrate_tolerance.py): every vendor path R <= 1.004 over 2360 trials each; planted fp16 "
+        "benchmarks/acceptance/calibrate_tolerance.py): every vendor path R <= 1.004 over 2360 trials each; planted fp16 "
         "accumulation R >= 1.52 (64^3), bf16-rounded inputs R >= 11.7. From the error model: correctly rounded fp32 accumulation gives R = 1.000 (CPU fp32 matmul, "
         "every seed and shape of tests/test_verify.py) and needs beta < 0.01; the accumulator's own error "
         "(u32*sqrt(K), or a biased K/16 * 2**-23 from truncating tensor-core adds) stays below 0.4u*sigma, "

@@ -5,7 +5,7 @@ GPU (``-m gpu`` or any run where CUDA is visible) the same Triton sources compil
 stream, C++ thread, GPU hang, illegal address, cudaMalloc beyond the device).
 
 ``GEMMRL_ADVERSARIAL_CSV=FILE`` writes one row per attack (the README's table is made from these files by
-``scripts/adversarial_table.py``).
+``benchmarks/acceptance/adversarial_table.py``).
 """
 
 from __future__ import annotations

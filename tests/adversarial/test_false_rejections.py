@@ -1,4 +1,4 @@
-"""The false-rejection sweep (gemmrl.adversarial.false_rejections) and its GPU script's choices (scripts/false_rejections.py).
+"""The false-rejection sweep (gemmrl.adversarial.false_rejections) and its GPU script's choices (benchmarks/acceptance/false_rejections.py).
 
 Interpreter tier (CPU tensors, TRITON_INTERPRET=1 from conftest): a correct planted Triton kernel and small
 configs of the Triton family pass every call over 10 seeds on odd shapes (zero false rejections, every call

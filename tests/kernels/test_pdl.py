@@ -217,7 +217,7 @@ def test_gpu_pdl_dependent_chain_eager_and_graph(case):
 
 
 def test_pdl_probe_takes_the_configs_a_remeasure_served():
-    """scripts/pdl_probe.py --from-remeasure: per shape, the config served in the protocol asked (parseable), only
+    """benchmarks/acceptance/pdl_probe.py --from-remeasure: per shape, the config served in the protocol asked (parseable), only
     the shapes of the file; its built-in cases parse too."""
     from pathlib import Path
 

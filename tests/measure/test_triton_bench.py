@@ -1,5 +1,5 @@
 """`gemmrl bench --triton-top K`: the cost model's best Triton configs as bench candidates (CPU tier), and the
-best-of-prefix summary round_table.py prints for them."""
+best-of-prefix summary vendor_paths_table.py prints for them."""
 
 
 import pytest
@@ -107,7 +107,7 @@ def test_invalid_or_uncompilable_candidate_does_not_stop_the_others(tmp_path):
     assert rows["torch"]["verified"] == "true" and float(rows["torch"]["time_ms"]) > 0
 
 
-# -- best_of and the round table ----------------------------------------------------------------------
+# -- best_of and the vendor-paths table ----------------------------------------------------------------------
 def _row(cand, proto, mnk, tflops, **kw):
     r = {"candidate": cand, "protocol": proto, "mnk": mnk, "dtype": "fp16", "acc": "fp32", "rep": "0",
          "recheck": "", "members": "", "verified": "true", "floor_ok": "true", "time_ms": str(1.0 / tflops),
@@ -144,8 +144,8 @@ def test_best_of_picks_fastest_verified_row_per_protocol_and_shape():
     assert set(r["candidate"] for r in best_of(ROWS, "").values()) <= {"cublas_tn", "triton:tiled(a)"}
 
 
-def test_round_table_prints_best_triton_vs_vendor_best(capsys, tmp_path):
-    rt = script_module("round_table")
+def test_vendor_paths_table_prints_best_triton_vs_vendor_best(capsys, tmp_path):
+    rt = script_module("vendor_paths_table")
     lines = rt.triton_best_lines(ROWS)
     assert "winner's curse" in lines[0]
     graph = next(x for x in lines if x.split()[0] == "graph")
@@ -228,8 +228,8 @@ def _shapes(tmp_path):
     return f
 
 
-def test_round_table_reports_the_re_measured_selection():
-    rt = script_module("round_table")
+def test_vendor_paths_table_reports_the_re_measured_selection():
+    rt = script_module("vendor_paths_table")
     rows = [_row("triton-sel:cold+graph", "graph", "64_64_64", 50.0, algo="tiled(x)"),
             _row("triton-sel:graph", "cold", "64_64_64", 80.0, algo="splitk(y)"),  # not selected for cold: ignored
             _row("triton-sel:cold+graph", "cold", "64_64_64", 20.0, algo="tiled(x)")] + ROWS

@@ -173,12 +173,12 @@ def test_pingpong_hides_its_epilogue_under_the_other_warpgroups_main_loop(mnk):
 
 
 def test_cutlass_check_script_scores_the_overlap_against_a_screen(tmp_path, capsys):
-    """scripts/costmodel_cutlass_check.py: on a screen where the ping-pong configs measured fastest at a C-write-bound
+    """benchmarks/acceptance/costmodel_cutlass_ranking.py: on a screen where the ping-pong configs measured fastest at a C-write-bound
     shape, the model's top-1 regret is 1 with the overlap on and > 1 with it off (the model then prefers the
     cooperative 128x256 tile there); fewer than 4 CUTLASS configs in a cell is no cell; no cell at all exits 2."""
     from gemmrl.results import ResultsWriter
 
-    mod = script_module("costmodel_cutlass_check")
+    mod = script_module("costmodel_cutlass_ranking")
 
     def row(mnk, cfg, us, proto="cold"):
         return {"mnk": mnk, "dtype": "fp16", "acc": "fp32", "protocol": proto, "candidate": f"cutlass:{cfg}:s1_rh_dheuristic_k1",

@@ -1,6 +1,6 @@
 """Fault survival: a tuning run with planted faults through the real sandbox executor finishes, records every
 fault with its class and loses no good result; kill -9 of the tuner mid-run, then resume, loses nothing. The runs
-go through ``scripts/fault_survival.py``'s ``main`` (the Triton interpreter on the CPU tier, ``-m gpu`` on the GPU);
+go through ``benchmarks/acceptance/fault_survival.py``'s ``main`` (the Triton interpreter on the CPU tier, ``-m gpu`` on the GPU);
 the plan, the proposer and the tally (``gemmrl.search.faults``) are tested on their own too, bars included."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def test_kill_9_mid_run_then_resume_loses_nothing_with_faults(tmp_path):
 @pytest.mark.gpu
 def test_fault_survival_on_the_gpu(tmp_path):
     """An illegal address and a huge cudaMalloc among 6 good Triton configs, through PrebuildExecutor and the sandbox
-    on the GPU (about 30 s on an H100 with warm caches; the full run is scripts/fault_survival.py --device cuda)."""
+    on the GPU (about 30 s on an H100 with warm caches; the full run is benchmarks/acceptance/fault_survival.py --device cuda)."""
     out = tmp_path / "out"
     rc = _script().main(["--device", "cuda", "--n", "8", "--fault-frac", "0.25", "--faults",
                          "illegal_address,huge_malloc", "--shapes", "1024_1024_1024", "--out", str(out)])

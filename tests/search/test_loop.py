@@ -318,7 +318,7 @@ def test_gpu_tuning_loop_in_the_sandbox(tmp_path):
 
 
 def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path):
-    """scripts/trials_export.py: what `gemmrl tune --summary-out/--rows-out` would have written, from the store of a
+    """benchmarks/acceptance/trials_export.py: what `gemmrl tune --summary-out/--rows-out` would have written, from the store of a
     run that was cut off or shared a store with other parts; a gzipped store too; a run not there is an error."""
     import gzip
     import shutil
@@ -455,12 +455,12 @@ def test_the_vendor_library_is_built_before_the_sandboxed_workers_need_it(monkey
 
 
 def test_library_progress_table_per_run_and_in_all(tmp_path):
-    """scripts/library_progress.py: per tuning run and over all, the shapes, candidates, device-minutes and the best
+    """benchmarks/acceptance/library_progress.py: per tuning run and over all, the shapes, candidates, device-minutes and the best
     generated candidate's geomean speedups (alone and with the vendor fallback), from a (gzipped) trials store."""
     import gzip
     import shutil
 
-    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "acceptance"))
     mod = script_module("library_progress")
     rows = [dict(mnk="a", run="r1", candidate="triton:x", verdict="ok", reward=math.log(2.0), speedup_graph=2.0,
                  speedup_cold=2.0, gpu_s=30.0),

@@ -387,7 +387,7 @@ def test_live_tuning_learns_at_its_own_rate_and_noise_floor(tmp_path):
 
 
 def test_policy_live_replay_script(tmp_path, tables):
-    """scripts/policy_live_replay.py: a run's stored groups replayed on a policy (one step each, in order), and
+    """benchmarks/acceptance/policy_live_replay.py: a run's stored groups replayed on a policy (one step each, in order), and
     live-style greedy groups on screens; lr 0 leaves the policy as it was."""
     import sys
 
@@ -395,7 +395,7 @@ def test_policy_live_replay_script(tmp_path, tables):
     from gemmrl.search.executor import ModelExecutor
     from gemmrl.search.loop import Tuner, TuneSpec
 
-    sys.path.insert(0, str(RESULTS.parents[2] / "scripts"))
+    sys.path.insert(0, str(RESULTS.parents[2] / "benchmarks" / "acceptance"))
     mod = script_module("policy_live_replay")
     shapes = (GemmProblem(256, 512, 1024), GemmProblem(1024, 256, 64), GemmProblem(64, 4096, 4096))
     store = TrialsStore(tmp_path / "t.sqlite")
@@ -430,7 +430,7 @@ HELD50 = sorted(RESULTS.glob("h100_held50s2_*select*.csv.gz"))
 
 
 def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
-    """scripts/efficiency_remeasure.py end to end without a GPU: a re-measurement that reproduced the screen exactly
+    """benchmarks/acceptance/efficiency_remeasure.py end to end without a GPU: a re-measurement that reproduced the screen exactly
     gives the screen's shares; a missing arm is refused with what to run; --measure says it needs a GPU."""
     assert len(HELD50) == 2
     mod = _efficiency_remeasure()
@@ -457,7 +457,7 @@ def test_efficiency_remeasure_report_on_the_held_out_screens(tmp_path, capsys):
     for r in got.values():
         assert float(r["share_remeasured"]) == pytest.approx(float(r["share_screen"]), abs=1e-4)
     assert float(got[("gpu:0.15", "exhaustive")]["share_remeasured"]) == 1.0
-    # the shipped policy on these screens (scripts/policy_efficiency.py --judge: first 4 0.780, at 15% 0.959; 0.780 /
+    # the shipped policy on these screens (benchmarks/acceptance/policy_efficiency.py --judge: first 4 0.780, at 15% 0.959; 0.780 /
     # 0.990 with the ring-depth fix's first cost model (667d8e3), 0.780 / 0.959 with the small-tile re-screen's, 0.464 / 0.790 with session
     # 26's: the model's log-times are among the policy's features)
     assert float(got[("arms:4", "h100")]["share_screen"]) == pytest.approx(0.780, abs=0.002)

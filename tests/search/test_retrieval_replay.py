@@ -1,4 +1,4 @@
-"""scripts/retrieval_replay.py: neighbours' winners put before the shipped policy's order, judged by replay."""
+"""benchmarks/acceptance/retrieval_replay.py: neighbours' winners put before the shipped policy's order, judged by replay."""
 
 import csv
 from pathlib import Path

@@ -257,7 +257,7 @@ def test_select_retrieves_earlier_winners_on_gpu(tmp_path, capsys):
 
 
 def test_screen_subsets_script(tmp_path, capsys):
-    """scripts/screen_subsets.py: the screen's geomean with and without named configs, and where they won."""
+    """benchmarks/acceptance/screen_subsets.py: the screen's geomean with and without named configs, and where they won."""
     mod = script_module("screen_subsets")
     a, b = "pingpong_64x8x64_c2x4_persistent_tn_fp16_swap", "coop_128x128x64_c1x1_persistent_tn_fp16"
     rows = [_row("64_64_64", "graph", f"cutlass:{a}:s1", 0.002, algo=f"{a}:s1"),
@@ -277,7 +277,7 @@ def test_screen_subsets_script(tmp_path, capsys):
 
 
 def test_screen_ahead_script_keeps_shapes_near_the_earlier_vendor_best(tmp_path, capsys):
-    """scripts/screen_ahead.py: a shape is kept where the screen's best config is within --min of vendor_best as an
+    """benchmarks/acceptance/screen_ahead.py: a shape is kept where the screen's best config is within --min of vendor_best as an
     earlier pass measured it, in any protocol; the screen's own (weaker) references do not decide; a later --against
     file overrides an earlier one cell by cell; no earlier vendor_best at all is an error."""
     mod = script_module("screen_ahead")
@@ -307,7 +307,7 @@ def test_screen_ahead_script_keeps_shapes_near_the_earlier_vendor_best(tmp_path,
 
 
 def test_served_vs_candidate_script_compares_each_run_over_its_own_vendor_best(tmp_path, capsys):
-    """scripts/served_vs_candidate.py: a cell counts where gemmrl.mm served a CUTLASS config the re-measure timed in
+    """benchmarks/acceptance/served_vs_candidate.py: a cell counts where gemmrl.mm served a CUTLASS config the re-measure timed in
     the same protocol; x divides the served time over the measure run's vendor_best by the candidate's over the
     re-measure's, so a whole run drifting cancels; rechecks, vendor-served cells and configs the re-measure never
     timed are left out; nothing comparable is an error."""
@@ -346,7 +346,7 @@ def test_served_vs_candidate_script_compares_each_run_over_its_own_vendor_best(t
 
 
 def test_oracle_ceiling_takes_each_cells_best_generated_run_floored_at_one(tmp_path, capsys):
-    """scripts/oracle_ceiling.py: per (protocol, shape) the best generated time over its own run's vendor_best
+    """benchmarks/acceptance/oracle_ceiling.py: per (protocol, shape) the best generated time over its own run's vendor_best
     across files, floored at 1; files without cuBLASLt autotuned rows (selection screens), rechecks, failed
     verifications and other CSV schemas do not count; nothing usable is an error."""
     mod = script_module("oracle_ceiling")

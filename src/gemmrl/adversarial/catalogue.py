@@ -14,7 +14,7 @@ interpreter tier and the GPU), ``gpu`` (CUDA only: streams, C++ threads, real de
 plain row per attack (verdict, check, reason, the sandbox's isolation and, for the numerical attacks, what
 CUDA-L2's own 0/1 check says of the same kernel). :func:`markdown_table` renders rows of one or more tiers as
 the README's table. ``tests/adversarial/test_adversarial.py`` asserts every verdict (``GEMMRL_ADVERSARIAL_CSV=FILE`` writes
-the rows); ``scripts/adversarial_table.py`` puts the table into the README.
+the rows); ``benchmarks/acceptance/adversarial_table.py`` puts the table into the README.
 
 Nothing runs at import time.
 """

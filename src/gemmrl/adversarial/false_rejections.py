@@ -15,7 +15,7 @@ seeds; per seed the random-normal inputs, their fp64 reference and the exact int
 for all candidates. A correct kernel that fails any of these is a false rejection; the issue's target is 0.
 A candidate whose ``prepare`` fails is reported as not run (``status='not_run'``), never as a rejection.
 
-Run on a GPU: ``python scripts/false_rejections.py --out DIR`` (rows and summary CSVs, a table last).
+Run on a GPU: ``python benchmarks/acceptance/false_rejections.py --out DIR`` (rows and summary CSVs, a table last).
 Tests: ``pytest tests/adversarial/test_false_rejections.py`` (interpreter tier: planted and Triton-family kernels on CPU tensors).
 """
 

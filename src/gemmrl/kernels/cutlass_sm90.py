@@ -5,7 +5,7 @@ nn.
 
 One template (``csrc/cutlass_sm90_gemm.cu``) is rendered per :class:`CutlassConfig` with ``-D`` flags and
 compiled once through ``cuda_source.build`` (nvcc, ``sm_90a``, headers of the ``nvidia-cutlass`` wheel; the
-``.so`` is cached by source, flags, arch, toolkit and CUTLASS version, so a GPU round that carries the cache
+``.so`` is cached by source, flags, arch, toolkit and CUTLASS version, so a GPU run that carries the cache
 compiles nothing). The problem size is a runtime argument, never compiled in. So are the tile scheduler's
 knobs (:class:`Knobs`: swizzle, raster order; for stream-K the decomposition and split count): one build
 serves every shape and knob setting.

@@ -226,7 +226,7 @@ def build_dtype(dtype: str = "fp16", arch: str | None = None) -> Build:
 
 def typed(lib):
     """``lib`` (a loaded wgmma_splitk.cu, any build flags) with the C signatures of its entries set, once: the one
-    place that knows them, so callers (this module, scripts/wgmma_pace.py, the tests) follow an ABI change together."""
+    place that knows them, so callers (this module, benchmarks/acceptance/wgmma_pace.py, the tests) follow an ABI change together."""
     if not getattr(lib, "_gemmrl_typed", False):  # (ctypes' default restype is already c_int: a flag, not a test)
         fn = lib.gemmrl_wgmma_gemm
         fn.restype = ctypes.c_int

@@ -30,8 +30,8 @@ _GPU_NAME = {"h100": "NVIDIA H100", "h200": "NVIDIA H200", "cpu": "CPU"}
 _KIND = (("-select", "gemmrl select"), ("_select", "gemmrl select"),
          ("remeasure", "gemmrl bench --triton-from/--cutlass-from"),
          ("tune", "gemmrl tune"), ("headroom", "gemmrl headroom"), ("library", "gemmrl bench --library"),
-         ("measure", "gemmrl bench --library"), ("adversarial", "scripts/gpu_round.sh ADVERSARIAL=1"),
-         ("ncu", "python -m gemmrl.measure.ncu"), ("gpu-test", "scripts/gpu_tier.sh"))
+         ("measure", "gemmrl bench --library"), ("adversarial", "benchmarks/acceptance/gpu_run.sh ADVERSARIAL=1"),
+         ("ncu", "python -m gemmrl.measure.ncu"), ("gpu-test", "benchmarks/acceptance/gpu_test_tier.sh"))
 
 
 @dataclass(frozen=True)
@@ -80,12 +80,14 @@ def _csv_facts(path: Path) -> dict[str, set[str]] | None:
 
 
 def _summary_command(path: Path) -> str:
-    """A markdown summary's ``Command:`` line, or its first backticked ``gemmrl``/``python scripts`` command."""
+    """A markdown summary's ``Command:`` line, or its first backticked ``gemmrl`` or ``python <acceptance run>``
+    command."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-    m = re.search(r"^Command:\s*`([^`]+)`", text, re.M) or re.search(r"`((?:gemmrl|python3? scripts/)[^`]+)`", text)
+    m = (re.search(r"^Command:\s*`([^`]+)`", text, re.M)
+         or re.search(r"`((?:gemmrl|python3? (?:benchmarks/acceptance|scripts)/)[^`]+)`", text))
     return m.group(1).strip() if m else ""
 
 

@@ -53,7 +53,7 @@ from .space import VARIANTS, enumerate_space
 @dataclass(frozen=True)
 class CostParams:
     """The model's constants. The first guesses (datasheet peaks, latencies from microbenchmark lore) were
-    refitted against measured H100 times: ``scripts/costmodel_fit.py --fit 400 --all`` on the screen of 38 shapes
+    refitted against measured H100 times: ``benchmarks/acceptance/costmodel_fit.py --fit 400 --all`` on the screen of 38 shapes
     (``h100_probe38_triton-select-top24-explore24_2026-11-22.csv.gz``, 48 configs each, graph and cold), maximizing
     the mean Spearman minus the log of the top-4 regret, each constant kept within x3 of its first guess. With
     the first guesses: median Spearman 0.853 cold / 0.871 graph, top-4 regret (best measured of the model's 4
@@ -75,7 +75,7 @@ class CostParams:
     regret 1.018 cold / 1.032 graph (was 1.022 / 1.043), the probe's 1.023 / 1.040 (1.031 / 1.106), held50s2 1.030 /
     1.022 (1.028 / 1.029). ``LEGACY_PARAMS`` below holds the ring-depth fix's constants (what the shipped policy was trained on).
     The CUTLASS vendor-cells run: ``pingpong_overlap`` (CUTLASS ping-pong, 0 before): on 426 (shape, protocol) cells of six committed
-    CUTLASS screens (``scripts/costmodel_cutlass_check.py``) the best measured config among the model's top 4 moved
+    CUTLASS screens (``benchmarks/acceptance/costmodel_cutlass_ranking.py``) the best measured config among the model's top 4 moved
     from 1.142 to 1.078 of the best measured (geomean regret), median Spearman 0.674 -> 0.703; any value 0.25-1
     scores within 0.002 of that, and 1 (the whole epilogue hidden) is what the schedule is built to do. Then
     ``streamk_us`` and ``streamk_split_us``: over every committed CUTLASS screen, a stream-K config ran 0.7-1.7 us

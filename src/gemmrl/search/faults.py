@@ -18,7 +18,7 @@ Faults:
 Good candidates: the cost model's top Triton configs at each shape (GPU), small tiled Triton configs (CPU).
 Every fault's source carries its kind and its number among its kind at the shape, so no two are one candidate.
 
-Used by ``scripts/fault_survival.py``; tests: ``tests/search/test_fault_survival.py``.
+Used by ``benchmarks/acceptance/fault_survival.py``; tests: ``tests/search/test_fault_survival.py``.
 """
 
 from __future__ import annotations

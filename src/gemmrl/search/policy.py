@@ -332,7 +332,7 @@ class RLPolicy:
 
     def anchor_here(self, l2: float) -> None:
         """From now on l2 (strength ``l2``) pulls the weights toward their present values instead of toward zero:
-        GRPO's KL penalty to a reference policy. Tried for live tuning in replay (scripts/policy_live_replay.py,
+        GRPO's KL penalty to a reference policy. Tried for live tuning in replay (benchmarks/acceptance/policy_live_replay.py,
         the vendor-selection run): it did no better than the smaller ``LIVE_LR``, so ``gemmrl tune`` does not anchor."""
         self.anchor, self.l2 = self.state.theta.copy(), float(l2)
 

@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   cluster.sync();  // no CTA leaves while a peer may still read its shared memory
 }
 
-int g_force_split = 0;  // > 0: use this split (scripts/cluster_splitk_probe.py)
+int g_force_split = 0;  // > 0: use this split (benchmarks/acceptance/cluster_splitk_probe.py)
 
 int pick_split(int M, int N, int K) {
   if (g_force_split > 0) return g_force_split;
@@ -240,7 +240,7 @@ int max_active_clusters() {
 
 }  // namespace
 
-// probes (scripts/cluster_splitk_probe.py): force the split; how many clusters of S CTAs fit on the device at once
+// probes (benchmarks/acceptance/cluster_splitk_probe.py): force the split; how many clusters of S CTAs fit on the device at once
 extern "C" void cluster_splitk_force_split(int s) { g_force_split = s; }
 
 extern "C" int cluster_splitk_max_active_clusters(int S) {

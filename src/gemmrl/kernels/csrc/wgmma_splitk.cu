@@ -65,7 +65,7 @@ constexpr int MAX_STAGES = 8;
 constexpr int SMEM_LIMIT = 232448;    // opt-in shared memory per block on H100/H200
 
 #ifndef GEMMRL_PACE
-#define GEMMRL_PACE 0  // an experiment's knob (scripts/wgmma_pace.py), wrong results when set: 1 the consumers skip the
+#define GEMMRL_PACE 0  // an experiment's knob (benchmarks/acceptance/wgmma_pace.py), wrong results when set: 1 the consumers skip the
                        // MMAs (the TMA feed alone), 2 the producer skips the TMA loads (the MMAs on stale shared memory),
                        // 3 every CTA returns at once (the launch alone), 4 returns after the prologue (mbarrier init,
                        // tensor-map prefetch, __syncthreads), 6 a global split skips its barrier and reduction

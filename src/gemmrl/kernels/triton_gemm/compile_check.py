@@ -5,7 +5,7 @@ as constants). Reports the shared memory Triton allocated, the warps launched, t
 wgmma serialization that ``ptxas -v`` reports, and whether the main loop uses wgmma / TMA.
 
 Used by the CPU tier of the tests (every variant compiles for sm_90; the shared-memory estimate of
-``configs.smem_bytes`` holds) and usable before a GPU round to drop configs that fail to compile.
+``configs.smem_bytes`` holds) and usable before a GPU run to drop configs that fail to compile.
 """
 
 from __future__ import annotations

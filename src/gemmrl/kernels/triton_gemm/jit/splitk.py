@@ -20,7 +20,7 @@ MODE (what a program does with its partial):
   loads of every partial were hoisted together and big tiles at split 24-32 spilled (255 registers, up to 276
   bytes). ``plans.red_group`` sizes a group to ~96 registers of loads a thread. The order of the sum is
   unchanged (s = 0, 1, ..., SPLIT - 1), so the result is bitwise the same; only the loads may start early.
-  Measured on the H100 (the completed measure pass, scripts/splitk_anatomy.py): the unroll moved a call by 0-0.4 us; the cost of
+  Measured on the H100 (the completed measure pass, benchmarks/acceptance/splitk_anatomy.py): the unroll moved a call by 0-0.4 us; the cost of
   a split is the chain through global memory (partials out, counter, read back), not the sum's loads.
   3  atomic: fp32 atomic adds into ws [M, N] (arrival order: nondeterministic); the last program casts the
      sum to C and zeroes its ws tile and counter for the next launch.
