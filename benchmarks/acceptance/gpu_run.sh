@@ -49,7 +49,7 @@
 #      back as trials.sqlite.gz; LOOP_TUNE_MIN is each tune's whole wall budget (set-up and precompile inside)
 #      LOOP_SHAPES_ARGS replaces --shapes LOOP_SHAPES, e.g. "--grid cuda-l2 --part 1/5" (the library chunks);
 #      LOOP_BENCH_ARGS adds to the re-measure's bench, e.g. "--timing quick"; LOOP_PARTS="3/5 4/5" tunes those
-#      parts of the grid one after the other (runs grid1000-part3of5 ...; export with benchmarks/acceptance/trials_export.py);
+#      parts of the grid one after the other (runs grid1000-part3of5 ...; export with gemmrl trials export);
 #      LOOP_TUNE_ARGS adds to each part's tune, e.g. "--more-below 1.02" with LOOP_ROUNDS=3;
 #      the re-measure: LOOP_FROM="ROWS.csv.gz ..." (tune rows of several parts) or LOOP_LIBRARY=FILE (gemmrl.mm
 #      served from it), LOOP_PROTOCOL (default graph,cold), LOOP_SHARDS=N|gpus: one bench per GPU on every N-th
@@ -372,7 +372,7 @@ if [ "${LOOP:-0}" = 1 ]; then
   if [[ $stages == *tune* ]] && [ -n "${LOOP_PARTS:-}" ]; then
     # several parts of the 1000-shape grid in one call (e.g. LOOP_PARTS="1/5 2/5 3/5"), one run each
     # (grid1000-partKofN), LOOP_TUNE_MIN of tuning and LOOP_TUNE_S at most per part, one trials store and policy
-    # carried from part to part; rows and outcomes are exported here afterwards (benchmarks/acceptance/trials_export.py)
+    # carried from part to part; rows and outcomes are exported afterwards with gemmrl trials export
     # LOOP_TUNE_END_S (seconds after this script started) caps the parts together: each part's wall budget is
     # the smaller of LOOP_TUNE_MIN and what is left before it (a part with under a minute left is not started)
     for part in $LOOP_PARTS; do

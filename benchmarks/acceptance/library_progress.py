@@ -19,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _f(v) -> float:
@@ -85,7 +84,7 @@ def markdown(rows: list[dict]) -> str:
 
 def load_outcomes(store: Path, gpu: str | None) -> tuple[list[dict], dict[str, set[str]]]:
     """(outcome rows, per run the vendor baselines with verified rows) of the store's one GPU (or ``gpu``)."""
-    from trials_export import only_gpu, open_copy   # the store read in a temporary copy (.gz unpacked)
+    from gemmrl.search.run_export import only_gpu, open_copy   # the store read in a temporary copy (.gz unpacked)
 
     from gemmrl.search.loop import run_rows, summary_rows
     from gemmrl.summary import BASELINES

@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gemmrl.search import policy as P  # noqa: E402
 from gemmrl.search.efficiency import evaluate_methods, keyed_orders  # noqa: E402
@@ -57,7 +56,7 @@ def _said(got: dict[str, float]) -> str:
 
 def live_groups(store_path: Path, runs: list[str]) -> list[tuple[str, list[tuple[str, float]]]]:
     """[(mnk, [(candidate key, reward), ...]), ...] per stored group of ``runs``, in the order they were stored."""
-    from trials_export import open_copy
+    from gemmrl.search.run_export import open_copy
 
     groups: dict[str, tuple[str, list]] = {}
     with open_copy(store_path) as st:

@@ -317,15 +317,17 @@ def test_gpu_tuning_loop_in_the_sandbox(tmp_path):
     assert rep.gpu_s > 0 and store.count() > 0
 
 
-def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path):
-    """benchmarks/acceptance/trials_export.py: what `gemmrl tune --summary-out/--rows-out` would have written, from the store of a
-    run that was cut off or shared a store with other parts; a gzipped store too; a run not there is an error."""
+def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path, capsys):
+    """`gemmrl trials export` (search/run_export.py): what `gemmrl tune --summary-out/--rows-out` would have written,
+    from the store of a run that was cut off or shared a store with other parts; a gzipped store too; a run not there
+    and an output that exists are one-line errors."""
     import gzip
     import shutil
 
+    from gemmrl.cli.main import main as cli
     from gemmrl.results import read_rows
+    from gemmrl.search.run_export import ExportError, export_run
 
-    mod = script_module("trials_export")
     store = TrialsStore(tmp_path / "t.sqlite")
     _tuner(store, rounds=1, run="a").run()
     _tuner(store, rounds=2, run="b").run()   # a second run in the same store: not exported with "a"
@@ -338,16 +340,26 @@ def test_trials_export_gives_back_a_runs_outcomes_and_rows(tmp_path):
         shutil.copyfileobj(src, dst)
     for src in (tmp_path / "t.sqlite", packed):
         out = tmp_path / src.name.replace(".", "_")
-        shapes, outcomes, rows = mod.export(src, "a", None, out.with_suffix(".csv"))
-        assert (shapes, outcomes, rows) == (len(SHAPES), 4 * len(SHAPES), 1)
-        got = list(csv.DictReader(open(out.with_suffix(".csv"))))
-        assert len(got) == outcomes and {r["run"] for r in got} == {"a"}
-    assert mod.main([str(packed), "--run", "a", "--rows", str(tmp_path / "r.csv.gz")]) == 0
+        got = export_run(src, "a", None, out.with_suffix(".csv"))
+        assert (got.shapes, got.outcomes, got.rows) == (len(SHAPES), 4 * len(SHAPES), 1)
+        lines = list(csv.DictReader(open(out.with_suffix(".csv"))))
+        assert len(lines) == got.outcomes and {r["run"] for r in lines} == {"a"}
+    assert cli(["trials", "export", str(packed), "--run", "a", "--rows", str(tmp_path / "r.csv.gz")]) == 0
+    assert f"a: {len(SHAPES)} shapes" in capsys.readouterr().out
     assert [r["candidate"] for r in read_rows([tmp_path / "r.csv.gz"])] == ["x"]
-    with pytest.raises(SystemExit, match="run 'zzz' has outcomes of 0 GPU models"):
-        mod.export(packed, "zzz", None, None)
-    with pytest.raises(SystemExit):   # argparse: an output that exists is never overwritten
-        mod.main([str(packed), "--run", "a", "--rows", str(tmp_path / "r.csv.gz")])
+    with pytest.raises(ExportError, match="no run 'zzz'; the store holds a, b"):
+        export_run(packed, "zzz")
+    with pytest.raises(ExportError, match="no outcomes of run 'a' on 'other'"):
+        export_run(packed, "a", gpu="other")
+    assert cli(["trials", "export", str(packed), "--run", "zzz", "--outcomes", str(tmp_path / "o.csv")]) == 2
+    assert "no run 'zzz'; the store holds a, b (give one of these to --run)" in capsys.readouterr().err
+    # an output that exists is never overwritten; a store that is not there, or nothing asked, says what to give
+    assert cli(["trials", "export", str(packed), "--run", "a", "--rows", str(tmp_path / "r.csv.gz")]) == 2
+    assert "exists: give a new path" in capsys.readouterr().err
+    assert cli(["trials", "export", str(tmp_path / "none.sqlite"), "--run", "a", "--rows", "x.csv"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cli(["trials", "export", str(packed), "--run", "a"]) == 2
+    assert "give --rows and/or --outcomes" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, gpus", [([], None), (["--gpu-device-id", "1"], (1,))])
@@ -460,7 +472,6 @@ def test_library_progress_table_per_run_and_in_all(tmp_path):
     import gzip
     import shutil
 
-    sys.path.insert(0, str(ROOT / "benchmarks" / "acceptance"))
     mod = script_module("library_progress")
     rows = [dict(mnk="a", run="r1", candidate="triton:x", verdict="ok", reward=math.log(2.0), speedup_graph=2.0,
                  speedup_cold=2.0, gpu_s=30.0),

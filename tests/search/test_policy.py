@@ -389,13 +389,10 @@ def test_live_tuning_learns_at_its_own_rate_and_noise_floor(tmp_path):
 def test_policy_live_replay_script(tmp_path, tables):
     """benchmarks/acceptance/policy_live_replay.py: a run's stored groups replayed on a policy (one step each, in order), and
     live-style greedy groups on screens; lr 0 leaves the policy as it was."""
-    import sys
-
     from gemmrl.library import TrialsStore
     from gemmrl.search.executor import ModelExecutor
     from gemmrl.search.loop import Tuner, TuneSpec
 
-    sys.path.insert(0, str(RESULTS.parents[2] / "benchmarks" / "acceptance"))
     mod = script_module("policy_live_replay")
     shapes = (GemmProblem(256, 512, 1024), GemmProblem(1024, 256, 64), GemmProblem(64, 4096, 4096))
     store = TrialsStore(tmp_path / "t.sqlite")

@@ -9,7 +9,7 @@ from .. import __version__
 from ..library import LibraryError
 from ..problem import ProblemError
 from ..results import ResultsError
-from . import bench, headroom, lib, report, select, serve_reward, tune, verify, worker
+from . import bench, headroom, lib, report, select, serve_reward, trials, tune, verify, worker
 from .common import EXIT_USAGE, CliError
 
 
@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"gemmrl {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     # in the order `gemmrl --help` lists them (lib adds `lib` and `warmup`)
-    for module in (bench, select, verify, report, lib, tune, headroom, worker, serve_reward):
+    for module in (bench, select, verify, report, lib, tune, trials, headroom, worker, serve_reward):
         module.add_parser(sub)
     return ap
 
