@@ -524,3 +524,10 @@ def test_a_neighbour_its_family_refuses_at_this_m_is_no_contender(M, expect):
     lib = Library([_entry(1, SMALLM), _entry(256, CFG_C)])  # this smallm config (one row per tile) serves M = 1 only
     got = dispatch._contenders(lib, "NVIDIA H200", GemmProblem(M, N, K, "fp16", "fp32", "tn"))
     assert {e.impl for e in got} == expect
+
+
+@pytest.mark.parametrize("per_call_us, batch_us, calls", [
+    (4.0, 200.0, 50), (0.5, 200.0, 128), (20.0, 200.0, 10), (40.0, 200.0, 8),  # short calls: at least 8
+    (60.0, 200.0, 4), (250.0, 200.0, 1), (8000.0, 1000.0, 1), (120.0, 1000.0, 9)])
+def test_a_sample_holds_calls_for_its_batch_and_a_long_call_needs_no_company(per_call_us, batch_us, calls):
+    assert VC.batch_calls(per_call_us, batch_us) == calls

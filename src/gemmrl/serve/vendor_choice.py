@@ -68,6 +68,7 @@ BATCH_US = 200.0   # a timed sample is a graph of back-to-back calls this long (
 COLD_BATCH_US = 1000.0  # cold: longer samples (each call also pays the L2 flush, the same for every plan)
 PROTOCOLS = ("graph", "cold")  # what serves graph replays, what serves eager calls
 MIN_BATCH, MAX_BATCH = 8, 128
+LONG_CALL_US = 50.0  # a call at least this long is timed in samples of fewer than MIN_BATCH calls
 GEN = "gen#"       # the race's name prefix of a generated contender: gen#<family>:<impl>
 
 
@@ -297,8 +298,8 @@ _GRAPHS: "weakref.WeakKeyDictionary[Callable, Any]" = weakref.WeakKeyDictionary(
 
 
 class GraphTimer:
-    """Device time per call of a plan (ms): a CUDA graph of back-to-back calls (about ``batch_us`` of work, MIN_BATCH
-    to MAX_BATCH calls; captured on first use and kept while the plan lives) replayed between CUDA events. A plan
+    """Device time per call of a plan (ms): a CUDA graph of back-to-back calls (about ``batch_us`` of work, as many
+    calls as ``batch_calls`` says; captured on first use and kept while the plan lives) replayed between CUDA events. A plan
     that cannot be captured is timed as a batch of eager calls (its launch latency amortised, its host cost not hidden
     where a call is shorter than its launch). ``flushed``: each call after 2x L2 written (the bench's cold protocol),
     the flushes' own time taken out.
@@ -382,21 +383,27 @@ def _elapsed_many(works: list[Callable[[], Any]]) -> list[float]:
 
 
 def _graph_of(fn: Callable[[], None], batch_us: float = BATCH_US) -> tuple[Any, int]:
-    """``fn``'s timing graph and its number of calls: MIN_BATCH calls first, recaptured with enough calls for
-    ``batch_us`` of work; (None, n) where ``fn`` cannot be captured (timed as n eager calls)."""
+    """``fn``'s timing graph and its number of calls: one call first, timed, then recaptured with enough calls for
+    ``batch_us`` of work (batch_calls); (None, MIN_BATCH) where ``fn`` cannot be captured (timed as eager calls)."""
     if fn in _GRAPHS:
         return _GRAPHS[fn]
-    got = _capture(fn, MIN_BATCH)
+    got = _capture(fn, 1)
     if got is None:
         _GRAPHS[fn] = (None, MIN_BATCH)
         return _GRAPHS[fn]
-    g, n = got
-    per_call_us = max(_elapsed_many([g.replay])[0] * 1e3 / n, 1e-3)
-    want = max(MIN_BATCH, min(MAX_BATCH, math.ceil(batch_us / per_call_us)))
-    if want > n:
+    want = batch_calls(_elapsed_many([got[0].replay])[0] * 1e3, batch_us)
+    if want != 1:
         got = _capture(fn, want) or got
     _GRAPHS[fn] = got
     return got
+
+
+def batch_calls(per_call_us: float, batch_us: float = BATCH_US) -> int:
+    """Calls in a timing sample of a plan that takes ``per_call_us``: enough for ``batch_us`` of work, at least
+    MIN_BATCH where a call is shorter than LONG_CALL_US (the graph's own launch amortised), at most MAX_BATCH. A long
+    call needs no company: 8 calls of an 8 ms GEMM made each sample 64 ms and a first call's race several seconds."""
+    want = math.ceil(batch_us / max(per_call_us, 1e-3))
+    return max(1 if per_call_us >= LONG_CALL_US else MIN_BATCH, min(MAX_BATCH, want))
 
 
 def _capture(fn: Callable[[], None], n: int) -> tuple[Any, int] | None:
