@@ -10,8 +10,8 @@
 #   GEMMRL_GIT_SHA=$(git rev-parse HEAD) PART=checks bash benchmarks/acceptance/gpu_reliability.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-# shellcheck source=scripts/gpu_env.sh
-source scripts/gpu_env.sh
+# shellcheck source=benchmarks/acceptance/gpu_env.sh
+source benchmarks/acceptance/gpu_env.sh
 PART=${PART:-checks}
 SHA=${GEMMRL_GIT_SHA}
 DAY=$(date -u +%F)

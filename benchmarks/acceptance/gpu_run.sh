@@ -112,8 +112,8 @@
 # tests), SKIP_HOTPATH=1 (no gemmrl.mm hot-path build: a run that times no gemmrl.mm call).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-# shellcheck source=scripts/gpu_env.sh
-. scripts/gpu_env.sh
+# shellcheck source=benchmarks/acceptance/gpu_env.sh
+. benchmarks/acceptance/gpu_env.sh
 tree=$PWD
 # gemmrl.mm's hot path built against this torch (fastpath_torch.cpp, ~20 s once), so no timed run pays for it
 # (SKIP_HOTPATH=1: a run that times no gemmrl.mm call)

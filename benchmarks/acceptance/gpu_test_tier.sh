@@ -10,8 +10,8 @@
 #     GPU_TIER_GPUS="1"  use only these GPUs (e.g. GPU 0 busy with a measurement)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-# shellcheck source=scripts/gpu_env.sh
-. scripts/gpu_env.sh
+# shellcheck source=benchmarks/acceptance/gpu_env.sh
+. benchmarks/acceptance/gpu_env.sh
 tag=${GPU_TIER_TAG:-$GEMMRL_GIT_SHA}
 gpus=(${GPU_TIER_GPUS:-$(seq 0 $(($(nvidia-smi -L | wc -l) - 1)))})
 n=${#gpus[@]}

@@ -6,7 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck shell=bash disable=SC1091
-source scripts/gpu_env.sh
+source benchmarks/acceptance/gpu_env.sh
 SHA=${GEMMRL_GIT_SHA}
 SHAPES=${SHAPES:-37_4096_4096,3_3584_14336,5_14336_4096,129_8192_1024,300_4096_11008,1000_1000_776,777_5120_5120,2048_1536_4096}
 status=0

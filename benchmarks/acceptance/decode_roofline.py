@@ -2,7 +2,7 @@
 then every screened config of each decode shape timed beside the seven vendor paths by the package's own bench
 (graph and cold, `--timing quick` statistics), with a time budget; a short table last.
 
-    GEMMRL_OUT=$OUT GEMMRL_GIT_SHA=$(git rev-parse HEAD) python3 scripts/decode_roofline.py \
+    GEMMRL_OUT=$OUT GEMMRL_GIT_SHA=$(git rev-parse HEAD) python3 benchmarks/acceptance/decode_roofline.py \
         --shapes benchmarks/shapes/decode_models5_m1-32_weights100mb.txt --dtype fp16 --budget-s 150
 
 Writes to $GEMMRL_OUT: decode_battery.csv (config, shape, dtype, passed, reason, repeat-bitwise), decode_bench_<dtype>.csv

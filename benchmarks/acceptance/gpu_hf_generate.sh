@@ -3,7 +3,7 @@
 # (random weights, built on the GPU in bf16), stock and gemmrl.patch, eager and torch.compile(mode="reduce-overhead"),
 # generate with a static cache at batch 1, 8 and 32 and prompts of 512 and 2048 tokens: prefill and decode tokens/s,
 # peak memory, tokens equal, and what serves each GEMM (gemmrl.served_by), as CSVs under $GEMMRL_OUT.
-#   GEMMRL_GIT_SHA=$(git rev-parse HEAD) bash scripts/gpu_hf_generate.sh                 (carry .whl/hf)
+#   GEMMRL_GIT_SHA=$(git rev-parse HEAD) bash benchmarks/acceptance/gpu_hf_generate.sh                 (carry .whl/hf)
 # The GPU machine reaches no registry: transformers (the pin, 5.24.0) installs from wheels carried in .whl/hf, made
 # here with: pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
 #   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl/hf
@@ -11,15 +11,15 @@
 # (the image's huggingface_hub, typer, pyyaml, tqdm, packaging and numpy meet 5.24.0's needs).
 # Knobs: MODEL (llama-3-8b), DTYPE (bf16), BATCHES (1,8,32), PROMPTS (512,2048), NEW_TOKENS (32), WARMUP (2),
 # REPEATS (3), MODES (all four: stock-eager,patched-eager,stock-compiled,patched-compiled), LAYERS (the preset's),
-# LIBRARY (as-gpu: the package's H100 library relabelled for this GPU, as scripts/gpu_anyshape.sh serves; default:
+# LIBRARY (as-gpu: the package's H100 library relabelled for this GPU, as benchmarks/acceptance/gpu_anyshape.sh serves; default:
 # the package's + the user's; empty: vendor paths only), RUN_S (the example's time limit, 540), EXTRA (more arguments).
 # One call has 10 minutes; compiling the 8B model per shape takes minutes, so split the grid over calls, e.g.
 #   MODES=stock-eager,patched-eager;  MODES=stock-compiled,patched-compiled PROMPTS=512;  ... PROMPTS=2048
 # each call's files are named by its modes, batches, prompts, sha and day.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # shellcheck shell=bash disable=SC1091
-source scripts/gpu_env.sh
+source benchmarks/acceptance/gpu_env.sh
 SHA=${GEMMRL_GIT_SHA}
 DAY=$(date -u +%F)
 status=0

@@ -3,13 +3,13 @@
 # tuned on another GPU model (the package's H100 model library, relabelled for this GPU with `gemmrl lib export
 # --as-gpu`) against every vendor path, on committed seeded shape files no library entry holds.
 #   GEMMRL_GIT_SHA=$(git rev-parse HEAD) SETS="anyshape_models30_fp16_seed0:fp16 anyshape_models30_bf16_seed0:bf16" \
-#     bash scripts/gpu_anyshape.sh
+#     bash benchmarks/acceptance/gpu_anyshape.sh
 # SETS: space-separated <file in benchmarks/shapes, no .txt>:<dtype>[:<protocols>]; PROTOCOLS (graph,cold) is the
 # default; offline/server sets take WARMUP_S/BENCH_S/QPS. TESTS=0 skips the tests; LIBRARY=empty serves an empty one.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 # shellcheck shell=bash disable=SC1091
-source scripts/gpu_env.sh
+source benchmarks/acceptance/gpu_env.sh
 SHA=${GEMMRL_GIT_SHA}
 DAY=$(date -u +%F)
 status=0

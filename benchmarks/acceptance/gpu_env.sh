@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# The environment every GPU run of this tree sets up first (sourced by gpu_round.sh and gpu_tier.sh): the package
+# The environment every GPU run of this tree sets up first (sourced by gpu_run.sh, gpu_test_tier.sh and the other GPU runs here): the package
 # installed from the tree, the CUTLASS headers (.whl/nvidia_cutlass-*.whl) and prebuilt objects (.carry/gemmrl_cache
 # or .carry/pack/cache.tgz) that travel with it, one cache and output folder, the machine printed once. A caller that
 # has sourced it already and starts several runs at once sets GEMMRL_ENV_READY=1: they then share its set-up.
