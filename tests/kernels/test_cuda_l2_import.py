@@ -423,7 +423,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="known bug, seen 3 times on the H100 (2026-11-22): of two modules built from one "
+@pytest.mark.xfail(strict=True, reason="known bug, seen 3 times on the H100 (the CUDA-L2 import run): of two modules built from one "
                    "source that uses c10::cuda::getCurrentCUDAStream(), the second segfaults when called on a "
                    "torch pool stream (stream_order check); the first passes, and the default stream works. "
                    "CUDA-L2's one such file (128_8192_1024) imports and passes. Suspect: hidden visibility + "

@@ -327,7 +327,7 @@ _SWAP_SPECS = (
 )
 
 
-# cuBLASLt's own picks on the small class (min(M, N) <= 256; its autotuned algo in the 2026-11-23 grid-100 re-measure,
+# cuBLASLt's own picks on the small class (min(M, N) <= 256; its autotuned algo in the CUTLASS-family bar's grid-100 re-measure,
 # read in our view: its tile is (along our N) x (along our M)): 8- to 48-wide tiles in clusters of 2x4, 4x2, 1x4 and
 # 1x2, a grid of 16-64 CTAs that share their operands by TMA multicast, where our family ran one 64x64 tile per SM.
 # (swap, tile, cluster): cuBLASLt's "64x8 c2x4" is pingpong 64x8 c2x4 swapped (BM=64 along N, BN=8 along M, CM=2

@@ -3,7 +3,7 @@
 Why a family of our own: on shapes with few output tiles and long K, a GEMM must split K to use the SMs, and the
 reductions the Triton and CUTLASS families have (a second pass, atomics, stream-K's global-workspace fixup) cost what
 the split saves: CUTLASS's split-K got slower past 4 splits and the Triton screen's best stayed 0.76-0.96x of the
-vendor on the six worst graph shapes (docs/measurements.md, the headroom run). Here the S CTAs that split one tile's K form a
+vendor on the six worst graph shapes (docs/measurements.md, Headroom: the headroom run). Here the S CTAs that split one tile's K form a
 thread-block cluster and reduce their fp32 partials through distributed shared memory, in rank order
 (deterministic), in the same launch, with no workspace. A cluster lives on one GPC, though, and 16-CTA clusters ran each
 K step twice as slowly as one CTA (the wgmma-family run): the global split ``g`` (with split 1) spreads a tile's K over G CTAs

@@ -27,7 +27,7 @@ For a config on a GPU (``Arch``: 132 SMs, 989 TFLOP/s, 3.35 TB/s on an H100) the
 * masked K: a pointer-load kernel whose K is not a multiple of BK masks every K step's loads (``EVEN_K`` false;
   TMA descriptors zero-fill out of bounds for free). Measured on H100 screens of K = 64 shapes, BK = 128 against
   BK = 64 with every other field the same: +0.29-0.37 us a call in graph, +0.19-0.38 us in cold (one-step loops;
-  the host-order library run, docs/measurements.md), counted once per wave (per tile in turn for a persistent kernel).
+  docs/measurements.md, The grid library: the host-order library run), counted once per wave (per tile in turn for a persistent kernel).
 * pdl (programmatic dependent launch): with ``warm_l2`` (calls back to back in a graph) part of each launch's
   latency overlaps the previous call; a single call after a flush (cold) gains nothing.
 
@@ -60,7 +60,7 @@ class CostParams:
     best / best measured) 1.099 / 1.100; fitted on half the shapes and scored on the other half, regret
     1.01-1.03 cold and 1.07-1.09 graph. The fitted values are rankers, not physics: mma.sync far below wgmma,
     warp specialization strongly preferred where the MMA dominates (as the H100 showed at 4096-wide shapes).
-    The runs from the small-tile re-screen to the ring-depth fix (``docs/measurements.md`` has the measurements): a ring deeper than a program's K steps holds no
+    The runs from the small-tile re-screen to the ring-depth fix (``docs/measurements.md``, Cost model): a ring deeper than a program's K steps holds no
     more loads, and the slot the consumer holds is out of flight once the ring cycles (``ring_slack``); the fill
     latency (a program's first load) is apart from the steady state's, which blends HBM and L2 by the share of loads
     that miss in L2 (cold) and rises with the programs' demand against that level's peak; programs resident together

@@ -13,7 +13,7 @@ Distance: Euclidean in (log2 M, log2 N, log2 K). Rows count only where verified,
 screened on (``--retrieve-any-gpu`` lifts that), of the problem's dtype where any are. PDL configs are skipped
 (the library serves none) and so are names this gemmrl cannot parse (an older field set).
 
-Measured (H100, the retrieval run, docs/measurements.md): the Triton-family bar's 120 shapes re-selected with retrieval picked a retrieved
+Measured (H100; docs/measurements.md, Triton family: the retrieval run): the Triton-family bar's 120 shapes re-selected with retrieval picked a retrieved
 config in 116 of 240 (shape, protocol) cells, 104 of them the shape's own earlier winner; small class 0.999 -> 1.016
 graph, 0.989 -> 1.007 cold against vendor_best. Neighbours' winners alone transfer worse than the trained RL policy
 ranks (replay on 50 held-out shapes, benchmarks/acceptance/retrieval_replay.py: first-4 share 0.780 -> 0.747 when put first),

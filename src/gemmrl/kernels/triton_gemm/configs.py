@@ -378,7 +378,8 @@ def _valid_persistent(cfg: PersistentConfig, problem: GemmProblem, arch: Arch, o
     if cfg.ws and cfg.BM == 64 and cfg.BN > 128:
         out.append("ws with BM=64 needs BN <= 128 (Triton 3.6's Hopper warp-specialization pass fails on 64x256)")
     if cfg.ws and cfg.stages > WS_MAX_STAGES:
-        out.append(f"ws needs stages <= {WS_MAX_STAGES}: on the H100 (Triton 3.6, 2026-11-22) every ws config with "
+        out.append(f"ws needs stages <= {WS_MAX_STAGES}: on the H100 (Triton 3.6; docs/measurements.md, Triton family: the "
+                   f"first Triton measurements) every ws config with "
                    f"stages=5 that ran (128x256x32 at 4096^3) left 15-16k elements of C unwritten, a different "
                    f"count each call (a race); stages=3 passed the battery")
     if cfg.ws and (cfg.flatten or cfg.subtile or cfg.ctas_per_sm > 1):

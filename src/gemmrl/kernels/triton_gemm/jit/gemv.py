@@ -6,7 +6,8 @@ steps, the last slice clipped at K). Each K step loads B's [BN, BK] tile (``tn``
 their products into an fp32 accumulator of the step's shape; the sum along K happens once, after the loop. No
 tensor cores: at M = 1 the MMA's 16-row minimum wastes 15 of 16 rows, and a decode GEMM is bound by streaming B,
 which plain wide loads do with no shared-memory ring (measured on an H100 at 1_4096_4096 in the graph protocol:
-7.0 us against vendor_best's 8.7 and 15.2 for the swap-AB MMA kernel picked before; docs/measurements.md, the GEMV run).
+7.0 us against vendor_best's 8.7 and 15.2 for the swap-AB MMA kernel picked before;
+docs/measurements.md, Triton family: the GEMV run).
 
 BM == 1 keeps the accumulator 2-D ([BN, BK] or [BK, BN]); BM > 1 adds A's rows as a leading dimension. Rows of
 the BM tile past M, and columns of the last tile past N, wrap around (``% M``, ``% N``) and are masked at the store.
