@@ -26,38 +26,19 @@ so a figure over the grid is the earlier pass with those cells re-measured, neve
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gemmrl.measure.bench import noise_rule_below  # noqa: E402
 from gemmrl.library import served_desc  # noqa: E402
-from gemmrl.problem import grid  # noqa: E402
+from gemmrl.report import splice  # noqa: E402
+from gemmrl.report.splice import (  # noqa: E402,F401 - the figures and the splice live in the package
+    BARS, CLASSES, FLOOR, LABEL, OFFLINE_BAR, REFERENCE, cell, coverage, geomean, markdown, measure_table,
+    noise_below, offline_statistic, shape_class, supersede)
 from gemmrl.results import read_rows  # noqa: E402
 from gemmrl.summary import ratios, table  # noqa: E402
-
-CLASSES = ("small", "other", "large", "all")
-LABEL = {"small": "min(M,N) <= 256", "other": "the rest", "large": "all dims >= 4096", "all": "all"}
-BARS = {"graph": 1.05, "cold": 1.10}
-FLOOR = 0.98  # no shape below this (noise rule)
-OFFLINE_BAR = 1.07
-
-
-def shape_class(mnk: str) -> str:
-    m, n, k = (int(x) for x in mnk.split("_"))
-    if min(m, n) <= 256:
-        return "small"
-    if min(m, n, k) >= 4096:
-        return "large"
-    return "other"
-
-
-def geomean(xs: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else math.nan
 
 
 def selection_figures(library_path: str) -> dict[tuple[str, str, str], float]:
@@ -74,40 +55,6 @@ def selection_figures(library_path: str) -> dict[tuple[str, str, str], float]:
                 if rest and rest[-1] != "fp32":  # fp16-accumulate entries are another mode: gemmrl.mm serves fp32
                     continue
                 out[(proto, dtype, mnk)] = ratio
-    return out
-
-
-def noise_below(rows: list[dict]) -> set[tuple[str, str, str]]:
-    """(mnk, protocol, dtype) where gemmrl stays below 0.98 of vendor_best after the noise rule (a rule per dtype)."""
-    return {(mnk, proto, dtype) for dtype in {r["dtype"] for r in rows}
-            for mnk, proto in noise_rule_below([r for r in rows if r["dtype"] == dtype], "gemmrl", "vendor_best",
-                                               margin=1 - FLOOR)}
-
-
-def measure_table(rows: list[dict], selection: dict | None = None, below: set | None = None) -> list[dict]:
-    """One record per (protocol, dtype, class): the measure pass's figures against vendor_best (and, given the
-    library's ``selection`` figures, their geomean over the same shapes). ``below``: noise_below(rows), if known."""
-    rat = ratios(rows, "gemmrl", "vendor_best")
-    tab = table(rows)
-    below = noise_below(rows) if below is None else below
-    out = []
-    for proto, dtype in sorted({k[:2] for k in rat}, key=lambda pd: (pd[0] != "graph", pd[0], pd[1] != "fp16", pd[1])):
-        for cls in CLASSES:
-            keys = [k for k in rat if k[:2] == (proto, dtype) and (cls == "all" or shape_class(k[3]) == cls)]
-            if not keys:
-                continue
-            xs = [rat[k] for k in keys]
-            gen_keys = [k for k in keys if (what := served_desc(tab[k]["gemmrl"])) and not what.startswith("vendor:")]
-            gen, is_gen = len(gen_keys), set(gen_keys)
-            stays = sorted(k[3] for k in keys if (k[3], proto, dtype) in below)
-            out.append({"protocol": proto, "dtype": dtype, "class": cls, "shapes": len(keys), "geomean": geomean(xs),
-                        "min": min(xs), "first_below": sum(x < FLOOR for x in xs), "noise_below": len(stays),
-                        "below_shapes": stays, "generated": gen, "bar": BARS.get(proto) if cls == "all" else None,
-                        "generated_geomean": geomean([rat[k] for k in gen_keys]),
-                        "vendor_geomean": geomean([rat[k] for k in keys if k not in is_gen])})
-            if selection is not None:
-                sel = [selection[(proto, dtype, k[3])] for k in keys if (proto, dtype, k[3]) in selection]
-                out[-1]["selection"] = geomean(sel) if len(sel) == len(keys) else math.nan
     return out
 
 
@@ -134,18 +81,6 @@ def plot(pts: dict, below: dict, path: Path, title: str) -> Path:
     return library_plot.plot(pts, path, title, ylabel=f"{refs[0]} time / gemmrl time" if len(refs) == 1
                              else "reference time / gemmrl time", served_word=" served",
                              ringed=below, ring_label=f"< {FLOOR} after the noise rule", floor=FLOOR)
-
-
-def offline_statistic(rows: list[dict]) -> dict | None:
-    """CUDA-L2's offline statistic over the shapes where both gemmrl and cublaslt_autotuned ran."""
-    rat = {k: v for k, v in ratios(rows, "gemmrl", "cublaslt_autotuned").items() if k[0] == "offline"}
-    if not rat:
-        return None
-    xs = list(rat.values())
-    return {"shapes": len(xs), "mean": statistics.fmean(xs), "geomean": geomean(xs), "min": min(xs)}
-
-
-REFERENCE = {"offline": "cublaslt_autotuned", "server": "cublaslt_autotuned"}  # CUDA-L2's; else vendor_best
 
 
 def _references(panels) -> list[str]:
@@ -195,82 +130,18 @@ def against_markdown(cells: list[dict], sources: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def coverage(rows: list[dict]) -> dict[str, int]:
-    """Grid shapes with a usable gemmrl row, per protocol."""
-    on_grid = {p.mnk for p in grid()}
-    seen: dict[str, set] = {}
-    for (proto, _d, _a, mnk), by in table(rows).items():
-        if "gemmrl" in by and mnk in on_grid:
-            seen.setdefault(proto, set()).add(mnk)
-    return {p: len(s) for p, s in seen.items()}
-
-
-def _fmt(x: float) -> str:
-    return "" if math.isnan(x) else f"{x:.4f}"
-
-
-def markdown(recs: list[dict], off: dict | None, cov: dict[str, int], sources: list[str]) -> str:
-    lines = [f"Sources: {', '.join(Path(s).name for s in sources)}", "",
-             "Coverage of the 1000-shape grid: " + ", ".join(f"{p} {n}" for p, n in sorted(cov.items())), "",
-             "| protocol | dtype | class | shapes | geomean gemmrl / vendor_best | bar | selection run, same shapes | min "
-             "| below 0.98 first run | below 0.98 after the noise rule | generated served | geomean where generated serves "
-             "| geomean where a vendor path serves |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in recs:
-        bar = f"{r['bar']:.2f}" if r["bar"] else ""
-        sel = "" if "selection" not in r else ("(not all in the library)" if math.isnan(r["selection"])
-                                               else f"{r['selection']:.4f}")
-        lines.append(f"| {r['protocol']} | {r['dtype']} | {LABEL[r['class']]} | {r['shapes']} | {r['geomean']:.4f} | "
-                     f"{bar} | {sel} | {r['min']:.3f} | {r['first_below']} | {r['noise_below']} | {r['generated']} | "
-                     f"{_fmt(r['generated_geomean'])} | {_fmt(r['vendor_geomean'])} |")
-    stays = [(r["protocol"], r["dtype"], s) for r in recs if r["class"] == "all" for s in r["below_shapes"]]
-    if stays:
-        lines += ["", "Below 0.98 after the noise rule: " + ", ".join(f"{s} ({p} {d})" for p, d, s in stays)]
-    if off:
-        lines += ["", f"offline, CUDA-L2's statistic over {off['shapes']} shapes (arithmetic mean of gemmrl / "
-                      f"cublaslt_autotuned, mean per-call TFLOPS): {off['mean']:.4f} (bar {OFFLINE_BAR}); geomean "
-                      f"{off['geomean']:.4f}, min {off['min']:.3f}"]
-    return "\n".join(lines) + "\n"
-
-
-def cell(r: dict) -> tuple[str, str, str, str]:
-    return r["protocol"], r["dtype"], r["acc"], r["mnk"]
-
-
-def supersede(rows: list[dict], later: list[dict]) -> tuple[list[dict], int]:
-    """``rows`` with every cell (protocol, dtype, acc, shape) that ``later`` has rows of replaced by those rows
-    (first runs and rechecks alike), and how many cells were replaced; later cells the earlier rows lack are added."""
-    cells = {cell(r) for r in later}
-    kept = [r for r in rows if cell(r) not in cells]
-    return kept + later, len(cells & {cell(r) for r in rows})
-
-
 def splice_sources(md) -> tuple[list[Path], list[Path]]:
-    """The files of a splice this script wrote (``--md``), from its first line ``Sources: a, b (supersedes n cells),
-    ...``, resolved beside the markdown: (the earlier passes, measure and offline; the superseding ones, in order)."""
-    md = Path(md)
-    if not md.is_file():
-        raise SystemExit(f"{md}: no such file; give the markdown benchmarks/acceptance/library_measure.py --md wrote")
-    first = (md.read_text().splitlines() or [""])[0]
-    if not first.startswith("Sources: "):
-        raise SystemExit(f"{md}: no 'Sources: ...' first line; give the markdown benchmarks/acceptance/library_measure.py --md wrote")
-    base, later = [], []
-    for entry in first[len("Sources: "):].split(", "):
-        name, sep, _ = entry.strip().partition(" (supersedes ")
-        (later if sep else base).append(md.parent / Path(name).name)
-    missing = [str(p) for p in base + later if not p.exists()]
-    if missing:
-        raise SystemExit(f"{md}: its sources are not beside it: {', '.join(missing)}")
-    return base, later
+    """The files of a splice this script wrote (``--md``): gemmrl.report.splice.splice_sources, its error an exit."""
+    try:
+        return splice.splice_sources(md)
+    except splice.SpliceError as e:
+        raise SystemExit(str(e)) from None
 
 
 def splice_rows(md) -> list[dict]:
     """Every row of a splice (measure and offline), each superseded cell replaced in order, as main() builds it."""
-    base, later = splice_sources(md)
-    rows = read_rows([str(p) for p in base])
-    for path in later:
-        rows, _ = supersede(rows, read_rows([str(path)]))
-    return rows
+    splice_sources(md)  # a bad recipe exits with its message
+    return splice.splice_rows(md)
 
 
 def main(argv=None) -> int:

@@ -4,6 +4,7 @@
     gemmrl report A.csv --compare A.csv B.csv --readme README.md
     gemmrl report --index [--check]      # benchmarks/results/<gpu>/INDEX.csv from the files and the docs citing them
     gemmrl report --readme README.md [--check]   # the README's per-GPU results tables from the indexed files
+    gemmrl report --splice SPLICE.md [--check]   # a grid figure built from several runs, from its recipe (report/splice.py)
 
 Without --out the report goes to ./gemmrl-report (never into a committed folder of this repository: inside a checkout
 of gemmrl it goes to the user cache instead, $GEMMRL_CACHE_DIR/report).
@@ -42,8 +43,12 @@ def add_parser(sub) -> None:
                                     "the files named there, each indexed in benchmarks/results/GPU/INDEX.csv")
     r.add_argument("--index", action="store_true", help="rewrite benchmarks/results/<gpu>/INDEX.csv (run it in the "
                                                         "repository root after adding result files)")
-    r.add_argument("--check", action="store_true", help="with --index, or --readme alone: write nothing, exit 1 "
-                                                        "where an index or a results table is stale")
+    r.add_argument("--splice", metavar="SPLICE.md", help="rebuild a figure spliced from several runs: the files its "
+                                                         "first line names (Sources: ...), later ones superseding "
+                                                         "cells, read again and the figures printed")
+    r.add_argument("--check", action="store_true", help="with --index, --splice, or --readme alone: write nothing, "
+                                                        "exit 1 where an index, a splice's figures or a results table "
+                                                        "is stale")
     r.set_defaults(func=cmd_report)
 
 
@@ -53,6 +58,8 @@ def cmd_report(args) -> int:
 
     if args.index:
         return index.run(Path.cwd(), check=args.check)
+    if args.splice:
+        return _splice(args.splice, args.check)
     if args.readme and not args.results and not args.compare:
         if not Path(args.readme).is_file():
             raise CliError(f"--readme {args.readme}: no such file (give the README holding the results blocks)")
@@ -61,7 +68,7 @@ def cmd_report(args) -> int:
         except (ResultsError, OSError) as e:
             raise CliError(str(e)) from None
     if args.check:
-        raise CliError("--check goes with --index, or with --readme FILE and no RESULTS.csv")
+        raise CliError("--check goes with --index, --splice SPLICE.md, or --readme FILE and no RESULTS.csv")
     out = Path(args.out) if args.out else default_out()
     if not args.results and not args.compare:
         raise CliError("give RESULTS.csv files (and/or --compare A.csv B.csv)")
@@ -89,3 +96,21 @@ def cmd_report(args) -> int:
             raise CliError(str(e)) from None
         print(f"readme: {args.readme} (block between the report markers)")
     return 0
+
+
+def _splice(md: str, check: bool) -> int:
+    """`gemmrl report --splice MD [--check]`: the figures of a spliced grid figure, rebuilt from its sources."""
+    from ..report import splice  # start-up cost: the noise rule's module, not needed by --help
+
+    try:
+        if not check:
+            print(splice.rebuild(md), end="")
+            return 0
+        stale = splice.check(md)
+    except (splice.SpliceError, ResultsError, OSError) as e:
+        raise CliError(str(e)) from None
+    for have, again in stale:
+        print(f"stale: {md}\n  committed: {have}\n  rebuilt:   {again}")
+    if not stale:
+        print(f"splice: {md}: every figure rebuilt from its {sum(map(len, splice.splice_sources(md)))} sources")
+    return 1 if stale else 0
