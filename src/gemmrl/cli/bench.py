@@ -166,7 +166,8 @@ def _bench_sandboxed(args, sources, problems, protocols, cfg, what) -> int:
 
 
 def cmd_bench(args) -> int:
-    from ..measure.bench import BenchSpec, require_cuda, run_bench, summary_text, write_summary  # start-up cost
+    from ..measure.bench import (  # start-up cost
+        BenchError, BenchSpec, require_cuda, run_bench, summary_text, write_summary)
 
     extra = _triton_top(args.triton_top)
     protocols = parse_protocols(args.mode or args.protocol)
@@ -204,9 +205,13 @@ def cmd_bench(args) -> int:
             library = Library.load(args.library) if args.library != "default" else load_default()
         except LibraryError as e:
             raise CliError(f"--library: {e}") from None
-    if cpu_bench.torch_without_cuda():  # verify the Triton kernels instead, and say what needs a GPU
+    try:
+        require_cuda(args.gpu_device_id)
+    except BenchError:
+        if not cpu_bench.torch_without_cuda():  # no torch, or no such device: the check's own message
+            raise
+        # no CUDA GPU here: verify the Triton kernels instead, and say what needs a GPU
         return cpu_bench.run(cpu_bench.plan(args, problems, triton_extra, protocols))
-    require_cuda(args.gpu_device_id)
     if library is not None:
         from ..serve import dispatch  # start-up cost: imports torch
         from ..serve.bench_candidate import gemmrl_candidates  # start-up cost: imports torch
