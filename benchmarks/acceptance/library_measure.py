@@ -140,8 +140,7 @@ def splice_sources(md) -> tuple[list[Path], list[Path]]:
 
 def splice_rows(md) -> list[dict]:
     """Every row of a splice (measure and offline), each superseded cell replaced in order, as main() builds it."""
-    splice_sources(md)  # a bad recipe exits with its message
-    return splice.splice_rows(md)
+    return splice.splice_rows_of(*splice_sources(md))  # a bad recipe exits with its message
 
 
 def main(argv=None) -> int:

@@ -177,7 +177,7 @@ def rebuild(md) -> str:
     """The splice's markdown made again from the files its first line names (the figures only: no selection
     column, no comparison with an earlier pass)."""
     base, later = splice_sources(md)
-    rows = splice_rows(md)
+    rows = splice_rows_of(base, later)
     measure = [r for r in rows if r["protocol"] not in REFERENCE]
     offline = [r for r in rows if r["protocol"] in REFERENCE]
     sources = [p.name for p in base] + [f"{p.name} (supersedes n cells)" for p in later]

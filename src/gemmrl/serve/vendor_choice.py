@@ -250,11 +250,11 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
         raise RuntimeError("no vendor plan ran this shape")
     if settle is not None:
         settle(next(iter(live.values())))
+    many = getattr(timer, "many", None)  # the GPU timers queue a round's samples back to back
     for r in range(MAX_ROUNDS):
         if r >= SCREEN_ROUNDS + MIN_ROUNDS - 1 and clock() - t0 > budget_s:
             break
         order = list(live) if r % 2 == 0 else list(reversed(live))
-        many = getattr(timer, "many", None)  # the GPU timers queue a round's samples back to back
         got = many([live[n] for n in order]) if many is not None else [timer(live[n]) for n in order]
         for name, t in zip(order, got):
             samples.setdefault(name, []).append(t)
