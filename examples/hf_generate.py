@@ -4,6 +4,8 @@ The model is built from a transformers config with random weights (nothing is do
 in the chosen dtype (one copy of the weights, never a float32 one first):
   llama-3-8b   Llama-3-8B's config: hidden 4096, MLP 14336, 32 layers, 32 heads, 8 KV heads, vocab 128256
   qwen2.5-7b   Qwen2.5-7B's config: hidden 3584, MLP 18944, 28 layers, 28 heads, 4 KV heads, vocab 152064 (q/k/v bias)
+  mixtral-8x7b Mixtral-8x7B's config: hidden 4096, 8 experts of MLP 14336 (2 per token), 32 layers, 32 heads, 8 KV
+               heads, vocab 32000 (the experts are stacked 3-D weights, not nn.Linear: they stay on their own path)
   tiny         a Llama of 2 layers, hidden 64 (the CPU tier; seconds on a CPU)
 Each (batch, prompt length) runs ``model.generate`` greedy with ``cache_implementation="static"`` and a fixed count
 of new tokens (EOS cannot stop it), in four modes on the same model object:
@@ -21,6 +23,8 @@ from there to generate's return (then synchronize again): the new tokens after t
   prefill tokens/s = batch x prompt length / time to first token
   decode tokens/s  = batch x (new tokens - 1) / their time
   peak memory      torch.cuda.max_memory_allocated over the timed generates (CUDA only)
+  first generate   seconds of a cell's first (untimed) generate: compiling, recording graphs and building what
+                   serves each new GEMM shape (gemmrl's first-sight race) fall there
   tokens equal     a patched mode's greedy tokens against the stock mode's of the same kind (eager / compiled)
 What serves each GEMM: gemmrl.served_by on a sample input of each distinct patched layer shape [N, K] (the layer's
 own weight, as gemmrl.linear calls it) at the decode M (batch) and the prefill M (batch x prompt length).
@@ -60,6 +64,11 @@ PRESETS = {
         num_key_value_heads=4, hidden_act="silu", max_position_embeddings=131072, rms_norm_eps=1e-6,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, use_sliding_window=False,
         bos_token_id=151643, eos_token_id=151643, tie_word_embeddings=False)),
+    "mixtral-8x7b": ("MixtralConfig", "MixtralForCausalLM", dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, hidden_act="silu", max_position_embeddings=32768, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, num_local_experts=8,
+        num_experts_per_tok=2, sliding_window=None, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)),
     "tiny": ("LlamaConfig", "LlamaForCausalLM", dict(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2)),
@@ -100,6 +109,9 @@ def parse(argv):
     ap.add_argument("--compile-backend", help="torch.compile backend (default: inductor on CUDA, aot_eager on CPU)")
     ap.add_argument("--compile-mode", help="torch.compile mode (default: reduce-overhead on CUDA, none on CPU)")
     ap.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True): a graph break fails")
+    ap.add_argument("--dynamic", default="auto", choices=("auto", "true", "false"),
+                    help="torch.compile(dynamic=...): auto (None: static first, dynamic from a shape's second size), "
+                         "true (one prefill and one decode graph for every batch and prompt: fewer compiles)")
     ap.add_argument("--library", help="library JSON that gemmrl serves from (default: the package's + the user's)")
     ap.add_argument("--out", default=".", help="folder for the CSVs")
     ap.add_argument("--tag", default="", help="added to the CSVs' names (runs split over several calls)")
@@ -228,7 +240,7 @@ def generate_once(model, ids, new_tokens: int, sync):
     return out[:, ids.shape[1]:].cpu(), streamer.first - t0, t1 - streamer.first
 
 
-def set_mode(model, mode: str, backend: str, cmode: str | None, fullgraph: bool):
+def set_mode(model, mode: str, backend: str, cmode: str | None, fullgraph: bool, dynamic: bool | None = None):
     """Patch or unpatch, compile or not: the model object is the same in every mode (one copy of the weights)."""
     import torch
 
@@ -243,7 +255,7 @@ def set_mode(model, mode: str, backend: str, cmode: str | None, fullgraph: bool)
         torch.cuda.empty_cache()
     report = gemmrl.patch(model) if mode.startswith("patched") else None
     if mode.endswith("compiled"):
-        kw = dict(backend=backend, fullgraph=fullgraph, **({"mode": cmode} if cmode else {}))
+        kw = dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic, **({"mode": cmode} if cmode else {}))
         model.forward = torch.compile(model.forward, **kw)
     return report
 
@@ -284,8 +296,9 @@ def main(argv=None) -> int:
     dispatch.use_library(Library.load(args.library) if args.library else None)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     gpu = torch.cuda.get_device_name(dev) if cuda else "cpu"
+    dynamic = {"auto": None, "true": True, "false": False}[args.dynamic]
     compile_note = f"torch.compile(model.forward, backend={backend!r}" + (f", mode={cmode!r}" if cmode else "") + \
-        (", fullgraph=True" if args.fullgraph else "") + ")"
+        (", fullgraph=True" if args.fullgraph else "") + (f", dynamic={dynamic}" if dynamic is not None else "") + ")"
     if not cuda and any(m.endswith("compiled") for m in args.modes):
         compile_note += " on CPU: traces generate through the patched model; no CUDA graphs, times not a speed claim"
 
@@ -303,14 +316,19 @@ def main(argv=None) -> int:
             "git_sha": git_sha(), "timestamp": now(),
             "command": "python examples/hf_generate.py " + " ".join(argv)}
     rows, tokens, served, report = [], {}, [], None
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"hf_generate_{args.model}_{args.dtype}" + (f"_{args.tag}" if args.tag else ""))
     for mode in args.modes:
-        rep = set_mode(model, mode, backend, cmode, args.fullgraph)
+        rep = set_mode(model, mode, backend, cmode, args.fullgraph, dynamic)
         if rep is not None and report is None:
             report = rep
             print(rep)
             served = served_breakdown(model, args.batches, args.prompt_lens)
         for (b, p), ids in prompts.items():
-            for _ in range(args.warmup):
+            t0 = time.perf_counter()
+            generate_once(model, ids, args.new_tokens, sync)  # compiles, records graphs, builds what serves
+            first_s = time.perf_counter() - t0
+            for _ in range(args.warmup - 1):
                 generate_once(model, ids, args.new_tokens, sync)
             if cuda:
                 torch.cuda.reset_peak_memory_stats(dev)
@@ -336,15 +354,14 @@ def main(argv=None) -> int:
                    "compiled_graphs": counters["stats"]["unique_graphs"] if mode.endswith("compiled") else "",
                    "graph_breaks": sum(counters["graph_break"].values()) if mode.endswith("compiled") else "",
                    "compile": compile_note if mode.endswith("compiled") else "eager",
-                   "warmup": args.warmup, "repeats": args.repeats, **meta}
+                   "first_generate_s": round(first_s, 3), "warmup": args.warmup, "repeats": args.repeats, **meta}
             rows.append(row)
+            write_csv(stem + ".csv", rows)  # after every cell: a run cut off by its time limit keeps what it timed
             print(f"{mode:16} batch {b:>3} prompt {p:>5}: prefill {row['prefill_tokens_per_s']:>11.1f} tok/s  "
                   f"decode {row['decode_tokens_per_s']:>9.1f} tok/s  peak {row['peak_mem_gib'] or '-'} GiB  "
                   f"tokens equal stock: {'-' if same == '' else same}", flush=True)
     set_mode(model, "stock-eager", backend, cmode, args.fullgraph)  # leave the model as it was built
 
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"hf_generate_{args.model}_{args.dtype}" + (f"_{args.tag}" if args.tag else ""))
     write_csv(stem + ".csv", rows)
     if served:
         write_csv(stem + "_served.csv", [{**r, "model": args.model, "dtype": args.dtype, "gpu": gpu,

@@ -578,3 +578,40 @@ def test_memo_check_rejects_every_memo(kind, seed):
 def test_the_battery_rejects_every_memo(kind):
     v = V.verify(cand("memo", MEMOS[kind]()), P((33, 65, 129)), CPU, seeds=[11, 12, 13])
     assert not v.passed and v.failed_check in ("memo", "second_call", "accuracy", "exact_int"), v.reason
+
+
+# ----------------------------------------------------------------------------------------------------
+# check_output: a product computed on the caller's own operands (a model's activations and weights)
+# ----------------------------------------------------------------------------------------------------
+def _operands(shape, dtype, scale=1.0, seed=0):
+    M, N, K = shape
+    g = torch.Generator().manual_seed(seed)
+    dt = getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[dtype])
+    a = (torch.randn(M, K, generator=g) * scale).to(dt)   # activations need not be unit-scale
+    w = (torch.randn(N, K, generator=g) / math.sqrt(K)).to(dt)  # a weight [N, K]; the operand is its transpose
+    return a, w.t()
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("shape", [(1, 300, 64), (3, 257, 4096), (64, 128, 1000), (256, 96, 33)])
+def test_check_output_passes_a_correctly_accumulated_product(shape, dtype):
+    a, b = _operands(shape, dtype, scale=3.0)
+    c = (a.float() @ b.float()).to(a.dtype)
+    r = V.check_output(c, a, b, P(shape, dtype=dtype, layout="tn"))
+    assert r.passed, r.reason
+    assert r.stats["r"] <= r.stats["r_limit"] and r.stats["tolerance"] == "fp32"
+
+
+@pytest.mark.parametrize("shape", [(16, 256, 256), (2, 512, 4096)])
+def test_check_output_fails_fp16_accumulation_and_a_wrong_element(shape):
+    a, b = _operands(shape, "fp16")
+    p = P(shape, layout="tn")
+    acc = torch.zeros(shape[0], shape[1], dtype=torch.float16)
+    for k0 in range(0, shape[2], 16):
+        acc = (acc.float() + a[:, k0:k0 + 16].float() @ b[k0:k0 + 16].float()).half()
+    r = V.check_output(acc, a, b, p)
+    assert not r.passed and r.name == "accuracy" and "accumulation" in r.reason
+    c = (a.float() @ b.float()).half()
+    c[1, 3] += 0.05 * c.abs().max()  # one element off by a few percent of the output's scale
+    r = V.check_output(c, a, b, p)
+    assert not r.passed and "C[1,3]" in r.reason

@@ -13,6 +13,9 @@
 # REPEATS (3), MODES (all four: stock-eager,patched-eager,stock-compiled,patched-compiled), LAYERS (the preset's),
 # LIBRARY (as-gpu: the package's H100 library relabelled for this GPU, as benchmarks/acceptance/gpu_anyshape.sh serves; default:
 # the package's + the user's; empty: vendor paths only), RUN_S (the example's time limit, 540), EXTRA (more arguments).
+# PATCH_CHECK=llama-3-8b,qwen2.5-7b,mixtral-8x7b first runs benchmarks/acceptance/hf_patch_check.py on those models
+# (CHECK_DTYPES, fp16,bf16; CHECK_S, 300: its time limit): outputs, unpatch, state_dict and peak memory patched / stock.
+# GENERATE=0 leaves the generate runs out.
 # One call has 10 minutes; compiling the 8B model per shape takes minutes, so split the grid over calls, e.g.
 #   MODES=stock-eager,patched-eager;  MODES=stock-compiled,patched-compiled PROMPTS=512;  ... PROMPTS=2048
 # each call's files are named by its modes, batches, prompts, sha and day.
@@ -50,6 +53,13 @@ case ${LIBRARY:-as-gpu} in
   default) LIBTAG=default-library;;
   *) echo "LIBRARY=${LIBRARY}: use as-gpu, default or empty"; exit 2;;
 esac
+if [ -n "${PATCH_CHECK:-}" ]; then
+  ctag=${GPUTAG:-gpu}_${LIBTAG}_${PATCH_CHECK//,/-}_${SHA:0:12}_${DAY}
+  timeout "${CHECK_S:-300}" python3 benchmarks/acceptance/hf_patch_check.py --models "$PATCH_CHECK" \
+    --dtypes "${CHECK_DTYPES:-fp16,bf16}" "${LIBARG[@]}" --out "$GEMMRL_OUT" --tag "$ctag" 2>&1 \
+    | tee "$GEMMRL_OUT/hf_patch_${ctag}_log.txt"; [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+[ "${GENERATE:-1}" = 0 ] && { echo "sha=$SHA status=$status"; exit "$status"; }
 MODES=${MODES:-stock-eager,patched-eager,stock-compiled,patched-compiled}
 BATCHES=${BATCHES:-1,8,32}
 PROMPTS=${PROMPTS:-512,2048}

@@ -727,6 +727,20 @@ def check_accuracy(cand: Candidate, problem: GemmProblem, device="cuda", seeds: 
     return _run_check("accuracy", body)
 
 
+def check_output(c, a, b, problem: GemmProblem, tolerance: Tolerance | None = None) -> CheckResult:
+    """A product already computed on the caller's own operands (a model's activations and weights): ``c`` [M, N]
+    against the fp64 product of ``a`` [M, K] and ``b`` [K, N] with the accuracy check's bounds (the global R
+    statistic, judged from R_MIN_ELEMENTS outputs up, and the element-wise bound)."""
+    tol = tolerance or tolerance_for(problem)
+
+    def body():
+        m = _measure(c, _reference(a, b, problem.dtype), problem, tol)
+        _judge(m, problem, tol, "on the given operands")
+        return {k: m[k] for k in ("r", "r_limit", "elem_ratio", "beta_needed")} | {"tolerance": tol.name}
+
+    return _run_check("accuracy", body)
+
+
 def check_second_call(cand: Candidate, problem: GemmProblem, device="cuda", seeds: Sequence[int] = (0, 1),
                       tolerance: Tolerance | None = None) -> CheckResult:
     """Two calls on the same buffers, refilled in place with new inputs in between: both must be right."""

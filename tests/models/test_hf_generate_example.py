@@ -109,7 +109,7 @@ def test_eager_grid_one_row_per_mode_batch_and_prompt(example, empty_library, tm
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--model", "llama-2"], "--model 'llama-2': use one of llama-3-8b, qwen2.5-7b, tiny"),
+    (["--model", "llama-2"], "--model 'llama-2': use one of llama-3-8b, qwen2.5-7b, mixtral-8x7b, tiny"),
     (["--dtype", "fp32"], "--dtype 'fp32': use fp16 or bf16"),
     (["--batches", "1,x"], "--batches takes comma-separated positive integers, got '1,x'"),
     (["--prompt-lens", "0"], "--prompt-lens takes comma-separated positive integers"),

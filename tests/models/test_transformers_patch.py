@@ -30,6 +30,11 @@ DTYPES = [torch.float16, torch.bfloat16]
 def stacked(cls: str) -> str:
     return f"not nn.Linear ({cls} holds 3-D or larger weights, e.g. stacked MoE experts): stays on its own path"
 
+
+def own_2d(cls: str) -> str:
+    return f"not nn.Linear ({cls} holds a 2-D weight its own forward uses, e.g. an MoE router): stays on its own path"
+
+
 model_and_dtype = pytest.mark.parametrize(
     "kind, dtype", [(k, d) for k in MODELS for d in DTYPES],
     ids=[f"{k}-{str(d).removeprefix('torch.')}" for k in MODELS for d in DTYPES])
@@ -64,7 +69,7 @@ def logits(model, ids):
 
 def expected_linears(kind: str) -> list[str]:
     """Every nn.Linear of the model by name: attention and dense MLP projections, and lm_head (Mixtral's experts
-    are stacked 3-D parameters and its router a bare 2-D weight: neither is an nn.Linear)."""
+    are stacked 3-D parameters and its router a bare 2-D weight: neither is an nn.Linear, both are reported)."""
     names = ["lm_head"]
     for i in range(LAYERS):
         names += [f"model.layers.{i}.self_attn.{p}_proj" for p in "qkvo"]
@@ -74,7 +79,8 @@ def expected_linears(kind: str) -> list[str]:
 
 
 def expected_skipped(kind: str) -> list[tuple[str, str]]:
-    return [(f"model.layers.{i}.mlp.experts", stacked("MixtralExperts")) for i in range(LAYERS)] \
+    return sorted([(f"model.layers.{i}.mlp.experts", stacked("MixtralExperts")) for i in range(LAYERS)]
+                  + [(f"model.layers.{i}.mlp.gate", own_2d("MixtralTopKRouter")) for i in range(LAYERS)]) \
         if kind == "mixtral" else []
 
 
@@ -172,7 +178,7 @@ class Experts(torch.nn.Module):
 
 
 class Router(torch.nn.Module):
-    """A bare 2-D weight (not an nn.Linear) and a 3-D buffer: neither is patched nor reported."""
+    """A bare 2-D weight (not an nn.Linear; reported, left on its own path) and a 3-D buffer (not a weight)."""
 
     def __init__(self):
         super().__init__()
@@ -184,12 +190,14 @@ class Router(torch.nn.Module):
 def test_stacked_expert_weights_are_reported_and_left_on_their_own_path(dtype):
     torch.manual_seed(0)
     moe = torch.nn.ModuleDict({"experts": Experts(), "shared": torch.nn.Linear(8, 16)})
-    model = torch.nn.ModuleDict({"moe": moe, "router": Router(), "proj": torch.nn.Linear(16, 8)}).to(dtype)
+    model = torch.nn.ModuleDict({"emb": torch.nn.Embedding(5, 8), "moe": moe, "router": Router(),
+                                 "proj": torch.nn.Linear(16, 8)}).to(dtype)
     x = torch.randn(3, 8, dtype=dtype)
     stock = moe["experts"](x, 2)
     rep = gemmrl.patch(model)
     assert rep.patched == ("moe.shared", "proj")
-    assert rep.skipped == (("moe.experts", stacked("Experts")),)  # the module owning the 3-D weight, not its parent
+    # the module owning the 3-D weight (not its parent) and the router's 2-D weight; the embedding is a lookup
+    assert rep.skipped == (("moe.experts", stacked("Experts")), ("router", own_2d("Router")))
     assert "moe.experts: not nn.Linear (" in str(rep) and "stacked MoE experts" in str(rep)
     assert "forward" not in moe["experts"].__dict__
     assert torch.equal(moe["experts"](x, 2), stock)

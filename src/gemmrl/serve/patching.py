@@ -4,7 +4,8 @@ A patched layer keeps its parameters (training updates the same tensors; gradien
 backward) and only gets an instance ``forward``. Its weight is made contiguous once, in place, so that
 ``weight.t()`` is the ``tn`` operand the kernels read without a copy. Layers whose weight is not fp16/bf16 are
 left alone and listed in the report, as are modules that are not ``nn.Linear`` but hold stacked (3-D or more)
-expert weights (MoE experts): they stay on their own path. A call whose input dtype differs from the weight's
+expert weights (MoE experts) or a 2-D weight of their own (an MoE router, GPT-2's Conv1D): they stay on their own
+path. Embeddings (a lookup, not a product) are neither patched nor listed. A call whose input dtype differs from the weight's
 (autocast, mixed use) takes the layer's own forward.
 """
 
@@ -40,16 +41,28 @@ def _forward(self, x):
     return linear(x, self.weight, self.bias)
 
 
+def _own_path(m: torch.nn.Module) -> str:
+    """Why a module that is not nn.Linear but holds GEMM weights stays on its own path ('' for one that holds none:
+    norms, embeddings (a lookup, not a product), containers)."""
+    dims = {p.ndim for p in m.parameters(recurse=False) if p.is_floating_point()}
+    cls = type(m).__name__
+    if any(d >= 3 for d in dims):
+        return f"not nn.Linear ({cls} holds 3-D or larger weights, e.g. stacked MoE experts): stays on its own path"
+    if 2 in dims and not isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+        return (f"not nn.Linear ({cls} holds a 2-D weight its own forward uses, e.g. an MoE router): stays on its "
+                "own path")
+    return ""
+
+
 def patch(model: torch.nn.Module) -> PatchReport:
     """Patch every ``nn.Linear`` in ``model`` (itself included); already patched layers are left as they are."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"gemmrl.patch takes a torch.nn.Module, got {type(model).__name__}")
     patched, skipped = [], []
     for name, m in model.named_modules():
-        if not isinstance(m, torch.nn.Linear) and any(
-                p.is_floating_point() and p.ndim >= 3 for p in m.parameters(recurse=False)):
-            skipped.append((name or "<model>", f"not nn.Linear ({type(m).__name__} holds 3-D or larger weights, e.g. "
-                                               "stacked MoE experts): stays on its own path"))
+        why = "" if isinstance(m, torch.nn.Linear) else _own_path(m)
+        if why:
+            skipped.append((name or "<model>", why))
             continue
         if not isinstance(m, torch.nn.Linear) or _MARK in m.__dict__:
             continue
