@@ -17,7 +17,9 @@ of new tokens (EOS cannot stop it), in four modes on the same model object:
 On a CPU the compiled modes use torch.compile(backend="aot_eager") (reduce-overhead is CUDA graphs): they check
 that generate traces the patched model, their times say nothing about speed; ``--modes`` can leave them out.
 Timing: per cell, WARMUP untimed generates (default 2: the first compiles and builds whatever serves each GEMM,
-CUDA graph trees record a shape at its second call), then REPEATS timed ones (medians). The prefill time runs from
+CUDA graph trees record a shape at its second call), then REPEATS timed ones (medians). The eager modes switch by
+patch / unpatch alone, so their timed generates interleave (stock, patched, patched, stock, ...: the host's drift
+falls on both); each compiled mode compiles its own graphs and runs its cells after the other's. The prefill time runs from
 the call to the first new token reaching the host (a streamer's put, after torch.cuda.synchronize); the decode time
 from there to generate's return (then synchronize again): the new tokens after the first.
   prefill tokens/s = batch x prompt length / time to first token
@@ -260,6 +262,15 @@ def set_mode(model, mode: str, backend: str, cmode: str | None, fullgraph: bool,
     return report
 
 
+def switch(model, mode: str) -> None:
+    """An eager mode on the same model object: patched or not (nothing else changes)."""
+    import gemmrl
+
+    gemmrl.unpatch(model)
+    if mode.startswith("patched"):
+        gemmrl.patch(model)
+
+
 def first_diff(a, b) -> int | str:
     """The first new-token step where any sequence differs, '' where none does."""
     diff = (a != b).any(dim=0).nonzero()
@@ -318,48 +329,81 @@ def main(argv=None) -> int:
     rows, tokens, served, report = [], {}, [], None
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"hf_generate_{args.model}_{args.dtype}" + (f"_{args.tag}" if args.tag else ""))
-    for mode in args.modes:
-        rep = set_mode(model, mode, backend, cmode, args.fullgraph, dynamic)
+    def warm(ids) -> float:
+        """The cell's untimed generates; seconds of the first (compiles, records graphs, builds what serves)."""
+        t0 = time.perf_counter()
+        generate_once(model, ids, args.new_tokens, sync)
+        first_s = time.perf_counter() - t0
+        for _ in range(args.warmup - 1):
+            generate_once(model, ids, args.new_tokens, sync)
+        return first_s
+
+    def timed(ids):
+        """One timed generate: (tokens, ttft, decode seconds, peak bytes or None)."""
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(dev)
+        g = generate_once(model, ids, args.new_tokens, sync)
+        return (*g, torch.cuda.max_memory_allocated(dev) if cuda else None)
+
+    def emit(mode, b, p, got, first_s, rep, order):
+        toks = got[-1][0]
+        tokens[(mode, b, p)] = toks
+        ttft = statistics.median(g[1] for g in got)
+        dec = statistics.median(g[2] for g in got)
+        ref = mode.replace("patched", "stock")
+        same = diff = ""
+        if mode.startswith("patched") and (ref, b, p) in tokens:
+            same = bool(torch.equal(toks, tokens[(ref, b, p)]))
+            diff = first_diff(toks, tokens[(ref, b, p)])
+        row = {"model": args.model, "layers": model.config.num_hidden_layers, "dtype": args.dtype, "mode": mode,
+               "batch": b, "prompt_len": p, "new_tokens": args.new_tokens,
+               "prefill_tokens_per_s": round(b * p / ttft, 2),
+               "decode_tokens_per_s": round(b * (args.new_tokens - 1) / dec, 2),
+               "ttft_ms": round(ttft * 1e3, 4), "decode_ms_per_token": round(dec * 1e3 / (args.new_tokens - 1), 4),
+               "peak_mem_gib": round(max(g[3] for g in got) / 2**30, 3) if cuda else "",
+               "tokens_vs": ref if same != "" else "", "tokens_equal_stock": same, "first_diff_step": diff,
+               "patched_layers": len(rep.patched) if rep else 0,
+               "compiled_graphs": counters["stats"]["unique_graphs"] if mode.endswith("compiled") else "",
+               "graph_breaks": sum(counters["graph_break"].values()) if mode.endswith("compiled") else "",
+               "compile": compile_note if mode.endswith("compiled") else "eager", "order": order,
+               "first_generate_s": round(first_s, 3), "warmup": args.warmup, "repeats": args.repeats, **meta}
+        rows.append(row)
+        write_csv(stem + ".csv", rows)  # after every cell: a run cut off by its time limit keeps what it timed
+        print(f"{mode:16} batch {b:>3} prompt {p:>5}: prefill {row['prefill_tokens_per_s']:>11.1f} tok/s  "
+              f"decode {row['decode_tokens_per_s']:>9.1f} tok/s  peak {row['peak_mem_gib'] or '-'} GiB  "
+              f"tokens equal stock: {'-' if same == '' else same}", flush=True)
+
+    def breakdown_once(rep):
+        nonlocal report, served
         if rep is not None and report is None:
             report = rep
             print(rep)
             served = served_breakdown(model, args.batches, args.prompt_lens)
+
+    eager = [m for m in args.modes if m.endswith("eager")]
+    if eager:  # stock and patched switch by patch / unpatch alone: their timed generates interleave (ABBA)
+        reps = {}
+        for mode in eager:
+            reps[mode] = set_mode(model, mode, backend, cmode, args.fullgraph, dynamic)
+            breakdown_once(reps[mode])
+        order = "interleaved" if len(eager) > 1 else "sequential"
         for (b, p), ids in prompts.items():
-            t0 = time.perf_counter()
-            generate_once(model, ids, args.new_tokens, sync)  # compiles, records graphs, builds what serves
-            first_s = time.perf_counter() - t0
-            for _ in range(args.warmup - 1):
-                generate_once(model, ids, args.new_tokens, sync)
-            if cuda:
-                torch.cuda.reset_peak_memory_stats(dev)
-            got = [generate_once(model, ids, args.new_tokens, sync) for _ in range(args.repeats)]
-            toks = got[-1][0]
-            tokens[(mode, b, p)] = toks
-            ttft = statistics.median(g[1] for g in got)
-            dec = statistics.median(g[2] for g in got)
-            ref = mode.replace("patched", "stock")
-            same = ""
-            diff = ""
-            if mode.startswith("patched") and (ref, b, p) in tokens:
-                same = bool(torch.equal(toks, tokens[(ref, b, p)]))
-                diff = first_diff(toks, tokens[(ref, b, p)])
-            row = {"model": args.model, "layers": model.config.num_hidden_layers, "dtype": args.dtype, "mode": mode,
-                   "batch": b, "prompt_len": p, "new_tokens": args.new_tokens,
-                   "prefill_tokens_per_s": round(b * p / ttft, 2),
-                   "decode_tokens_per_s": round(b * (args.new_tokens - 1) / dec, 2),
-                   "ttft_ms": round(ttft * 1e3, 4), "decode_ms_per_token": round(dec * 1e3 / (args.new_tokens - 1), 4),
-                   "peak_mem_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 3) if cuda else "",
-                   "tokens_vs": ref if same != "" else "", "tokens_equal_stock": same, "first_diff_step": diff,
-                   "patched_layers": len(rep.patched) if rep else 0,
-                   "compiled_graphs": counters["stats"]["unique_graphs"] if mode.endswith("compiled") else "",
-                   "graph_breaks": sum(counters["graph_break"].values()) if mode.endswith("compiled") else "",
-                   "compile": compile_note if mode.endswith("compiled") else "eager",
-                   "first_generate_s": round(first_s, 3), "warmup": args.warmup, "repeats": args.repeats, **meta}
-            rows.append(row)
-            write_csv(stem + ".csv", rows)  # after every cell: a run cut off by its time limit keeps what it timed
-            print(f"{mode:16} batch {b:>3} prompt {p:>5}: prefill {row['prefill_tokens_per_s']:>11.1f} tok/s  "
-                  f"decode {row['decode_tokens_per_s']:>9.1f} tok/s  peak {row['peak_mem_gib'] or '-'} GiB  "
-                  f"tokens equal stock: {'-' if same == '' else same}", flush=True)
+            first, got = {}, {m: [] for m in eager}
+            for mode in eager:
+                switch(model, mode)
+                first[mode] = warm(ids)
+            for r in range(args.repeats):
+                for mode in (eager if r % 2 == 0 else eager[::-1]):
+                    switch(model, mode)
+                    got[mode].append(timed(ids))
+            for mode in eager:
+                emit(mode, b, p, got[mode], first[mode], reps[mode], order)
+    for mode in (m for m in args.modes if m.endswith("compiled")):  # a compile each: one mode after the other
+        rep = set_mode(model, mode, backend, cmode, args.fullgraph, dynamic)
+        breakdown_once(rep)
+        for (b, p), ids in prompts.items():
+            first_s = warm(ids)
+            emit(mode, b, p, [timed(ids) for _ in range(args.repeats)], first_s, rep, "sequential")
     set_mode(model, "stock-eager", backend, cmode, args.fullgraph)  # leave the model as it was built
 
     write_csv(stem + ".csv", rows)

@@ -8,11 +8,15 @@ B x T and a decode-like 1 x 1):
   patch      gemmrl.patch(model): memory allocated before and after (no weight is copied: 0 bytes), the report
              (patched layers; layers left on their own path and why)
   patched    one forward that builds what serves each new shape (the fallback race: its peak is reported apart),
-             one more untimed, then one with the counter reset: logits and steady peak; patched / stock peak <= 1.02
+             one more untimed, then one with the counter reset: logits and steady peak; patched / stock peak <= 1.02;
+             the memory gemmrl holds after serving them (allocated now less allocated before patch)
   per GEMM   one layer of each distinct weight shape: its input captured in a patched forward, then gemmrl.mm on
              that input and the layer's own weight checked against the fp64 product with the correctness battery's
              accuracy bounds (gemmrl.verify.check_output); torch.matmul's product on the same operands beside it
-  logits     patched against stock: largest difference, relative Frobenius error, top-1 agreement
+  logits     patched against stock: largest difference, relative Frobenius error, top-1 agreement; beside them the
+             vendor's own spread: stock's logits of the first sequence run alone (another M, so other cuBLAS
+             algorithms) against the same sequence in the batch (random-weight models, MoE routing above all, turn
+             rounding differences into different logits; each GEMM's own accuracy is the per-GEMM check)
   unpatch    gemmrl.unpatch: every module the same object as before, no attribute left, logits bit-identical to
              stock's; parameters the same tensors (pointers, shapes, strides) before patch, while patched and after;
              one patched layer's state_dict saved and loaded into a fresh stock nn.Linear gives the same output
@@ -199,12 +203,14 @@ def check_model(gen, preset: str, dtype: str, args, dev, meta) -> tuple[list[dic
     g = torch.Generator().manual_seed(1)
     inputs = {(b, t): torch.randint(3, cfg.vocab_size, (b, t), generator=g).to(dev) for b, t in args.inputs}
     cuda = dev.type == "cuda"
-    stock = {}
+    stock, alone = {}, {}
     for key, ids in inputs.items():
         forward(model, ids)
         forward(model, ids)
         logits, peak = peak_of(model, ids, dev)
         stock[key] = (logits, peak)
+        if ids.shape[0] > 1:  # the vendor's own spread: the first sequence alone (another M, other algorithms)
+            alone[key] = forward(model, ids[:1])
     before_modules = dict(model.named_modules())
     before_params = params_of(model)
     alloc0 = torch.cuda.memory_allocated(dev) if cuda else 0
@@ -223,6 +229,7 @@ def check_model(gen, preset: str, dtype: str, args, dev, meta) -> tuple[list[dic
         first[key] = torch.cuda.max_memory_allocated(dev) if cuda else None
         forward(model, ids)
     patched = {key: peak_of(model, ids, dev) for key, ids in inputs.items()}
+    held = (torch.cuda.memory_allocated(dev) - alloc0) if cuda else 0  # what serving the shapes keeps allocated
     layer_rows = []
     for (b, t), ids in inputs.items():
         layer_rows += layer_checks(model, ids, dtype, {**base, "input": f"{b}x{t}"})
@@ -242,6 +249,16 @@ def check_model(gen, preset: str, dtype: str, args, dev, meta) -> tuple[list[dic
         rel = float(d.norm() / s_logits.float().norm())
         top1 = float((p_logits.argmax(-1) == s_logits.argmax(-1)).float().mean())
         mem_ratio = p_peak / s_peak if cuda else math.nan
+        spread = {}
+        if (b, t) in alone:
+            s0, a0 = s_logits[:1].float(), alone[(b, t)].float()
+            spread = {"stock_alone_rel_fro": f"{float((a0 - s0).norm() / s0.norm()):.3e}",
+                      "stock_alone_top1": round(float((a0.argmax(-1) == s0.argmax(-1)).float().mean()), 5),
+                      "patched_seq0_rel_fro": f"{float((p_logits[:1].float() - s0).norm() / s0.norm()):.3e}",
+                      "patched_seq0_top1": round(float((p_logits[:1].argmax(-1) == s0.argmax(-1)).float().mean()), 5)}
+        else:
+            spread = {"stock_alone_rel_fro": "", "stock_alone_top1": "", "patched_seq0_rel_fro": "",
+                      "patched_seq0_top1": ""}
         mine = [r for r in layer_rows if r["input"] == f"{b}x{t}"]
         ok = {
             "gemms_within_battery": all(r["gemmrl_passed"] for r in mine),
@@ -256,12 +273,13 @@ def check_model(gen, preset: str, dtype: str, args, dev, meta) -> tuple[list[dic
                      "skipped": "; ".join(f"{k}: {w}" for k, w in _kinds(rep.skipped)),
                      "logits_max_abs_diff": round(float(d.abs().max()), 6),
                      "logits_max_abs": round(float(s_logits.float().abs().max()), 4),
-                     "logits_rel_fro": f"{rel:.3e}", "top1_agreement": round(top1, 5),
+                     "logits_rel_fro": f"{rel:.3e}", "top1_agreement": round(top1, 5), **spread,
                      "peak_stock_gib": round(s_peak / 2**30, 4) if cuda else "",
                      "peak_patched_gib": round(p_peak / 2**30, 4) if cuda else "",
                      "peak_patched_first_call_gib": round(first[(b, t)] / 2**30, 4) if cuda else "",
                      "peak_ratio": round(mem_ratio, 5) if cuda else "",
-                     "patch_allocated_bytes": patch_bytes, **ok, "all_passed": all(ok.values()), **meta})
+                     "patch_allocated_bytes": patch_bytes, "held_after_serving_mib": round(held / 2**20, 1),
+                     **ok, "all_passed": all(ok.values()), **meta})
     del model, stock, patched, inputs
     gc.collect()
     dispatch.reset()  # what served this model's shapes (workspaces, plans) goes with it

@@ -100,8 +100,10 @@ def test_eager_grid_one_row_per_mode_batch_and_prompt(example, empty_library, tm
     assert example.main(args) == 0
     rows = rows_of(tmp_path / "hf_generate_tiny_bf16.csv")
     cells = [(b, p) for b in ("1", "3") for p in ("4", "7")]
+    # cell by cell, stock first whatever the order given: the two eager modes' timed generates interleave
     assert [(r["mode"], r["batch"], r["prompt_len"]) for r in rows] == \
-        [(m, b, p) for m in ("stock-eager", "patched-eager") for b, p in cells]  # stock first, whatever the order
+        [(m, b, p) for b, p in cells for m in ("stock-eager", "patched-eager")]
+    assert {r["order"] for r in rows} == {"interleaved"}
     assert all(r["tokens_equal_stock"] == "True" for r in rows if r["mode"] == "patched-eager")
     served = rows_of(tmp_path / "hf_generate_tiny_bf16_served.csv")
     assert {r["M"] for r in served if r["phase"] == "decode"} == {"1", "3"}
@@ -134,3 +136,19 @@ def test_cuda_asked_for_without_a_gpu_is_a_one_line_error(example, capsys):
     assert example.main(["--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err == "hf_generate.py: error: --device cuda: torch sees no CUDA GPU here\n"
+
+
+def test_eager_modes_alternate_stock_and_patched_generates(example, empty_library, tmp_path, monkeypatch):
+    real = example.generate_once
+    seen = []
+
+    def spy(model, ids, new_tokens, sync):
+        seen.append(any("_gemmrl_patched" in m.__dict__ for m in model.modules()))
+        return real(model, ids, new_tokens, sync)
+
+    monkeypatch.setattr(example, "generate_once", spy)
+    args = tiny(empty_library, tmp_path, "--batches", "1", "--prompt-lens", "4", "--modes", "stock-eager,patched-eager",
+                "--repeats", "3")
+    assert example.main(args) == 0
+    # one untimed each, then timed: stock, patched | patched, stock | stock, patched
+    assert seen == [False, True, False, True, True, False, False, True]

@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping
 from ..clocks import max_sm_mhz
 from ..paths import cache_dir, write_json_atomic
 from ..problem import GemmProblem
-from ..timing import _flush_buffer, _sm_clock_reader
+from ..timing import _flush_buffer, _sm_clock_reader, capture_stream
 
 MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
@@ -413,7 +413,7 @@ def _capture(fn: Callable[[], None], n: int) -> tuple[Any, int] | None:
     try:
         g = torch.cuda.CUDAGraph()
         here = torch.cuda.current_stream()
-        side = torch.cuda.Stream()
+        side = capture_stream()
         side.wait_stream(here)
         with torch.cuda.stream(side):  # capture_begin/end, not torch.cuda.graph: no gc.collect and empty_cache a plan
             fn()  # warm on the capture stream first: lazy set-up (handles, workspaces) stays out of the capture
