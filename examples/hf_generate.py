@@ -11,8 +11,10 @@ Each (batch, prompt length) runs ``model.generate`` greedy with ``cache_implemen
 of new tokens (EOS cannot stop it), in four modes on the same model object:
   stock-eager        the model as transformers builds it (generate's own auto-compile turned off)
   patched-eager      after gemmrl.patch(model): every nn.Linear through gemmrl.linear
-  stock-compiled     model.forward = torch.compile(model.forward, mode="reduce-overhead") (CUDA graphs), the way
-                     transformers documents for a static cache; prefill and decode are both compiled
+  stock-compiled     generate's own compile with a static cache (a CompileConfig: inductor, mode="reduce-overhead",
+                     i.e. CUDA graphs, a graph per batch size): the decode steps run compiled, prefill eager, as
+                     transformers designs it (compiling model.forward by hand and running generate over it failed on
+                     an H200 with torch 2.11: CUDA-graph outputs overwritten, cudagraphs skipped for the mutated cache)
   patched-compiled   the same after gemmrl.patch(model)
 On a CPU the compiled modes use torch.compile(backend="aot_eager") (reduce-overhead is CUDA graphs): they check
 that generate traces the patched model, their times say nothing about speed; ``--modes`` can leave them out.
@@ -111,9 +113,9 @@ def parse(argv):
     ap.add_argument("--compile-backend", help="torch.compile backend (default: inductor on CUDA, aot_eager on CPU)")
     ap.add_argument("--compile-mode", help="torch.compile mode (default: reduce-overhead on CUDA, none on CPU)")
     ap.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True): a graph break fails")
-    ap.add_argument("--dynamic", default="auto", choices=("auto", "true", "false"),
-                    help="torch.compile(dynamic=...): auto (None: static first, dynamic from a shape's second size), "
-                         "true (one prefill and one decode graph for every batch and prompt: fewer compiles)")
+    ap.add_argument("--dynamic", default="false", choices=("auto", "true", "false"),
+                    help="torch.compile(dynamic=...) of the decode step: false (a graph per batch size, static shapes "
+                         "as CUDA graphs want), auto (None: dynamic from a second batch size), true")
     ap.add_argument("--library", help="library JSON that gemmrl serves from (default: the package's + the user's)")
     ap.add_argument("--out", default=".", help="folder for the CSVs")
     ap.add_argument("--tag", default="", help="added to the CSVs' names (runs split over several calls)")
@@ -234,22 +236,29 @@ def generate_once(model, ids, new_tokens: int, sync):
     streamer = FirstToken(sync)
     sync()
     t0 = time.perf_counter()
+    compiled = model.generation_config.compile_config is not None  # set by set_mode for the compiled modes
     out = model.generate(ids, attention_mask=ids.new_ones(ids.shape), max_new_tokens=new_tokens,
                          min_new_tokens=new_tokens, do_sample=False, cache_implementation="static",
-                         disable_compile=True, streamer=streamer)
+                         disable_compile=not compiled, streamer=streamer)
     sync()
     t1 = time.perf_counter()
     return out[:, ids.shape[1]:].cpu(), streamer.first - t0, t1 - streamer.first
 
 
-def set_mode(model, mode: str, backend: str, cmode: str | None, fullgraph: bool, dynamic: bool | None = None):
-    """Patch or unpatch, compile or not: the model object is the same in every mode (one copy of the weights)."""
+def set_mode(model, mode: str, backend: str, cmode: str | None, fullgraph: bool, dynamic: bool | None = False):
+    """Patch or unpatch, compile or not: the model object is the same in every mode (one copy of the weights). A
+    compiled mode hands generate a CompileConfig: transformers compiles the decode steps' forward itself (prefill
+    stays eager, as transformers designs it) and marks the static cache's tensors static for CUDA graphs."""
+    from transformers import CompileConfig
     import torch
 
     import gemmrl
 
     gemmrl.unpatch(model)
     model.__dict__.pop("forward", None)
+    for attr in ("_compiled_call", "_last_compile_config"):  # generate's compiled forward of the previous mode
+        model.__dict__.pop(attr, None)
+    model.generation_config.compile_config = None
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()  # graphs and graph breaks are counted per mode
     gc.collect()
@@ -257,8 +266,10 @@ def set_mode(model, mode: str, backend: str, cmode: str | None, fullgraph: bool,
         torch.cuda.empty_cache()
     report = gemmrl.patch(model) if mode.startswith("patched") else None
     if mode.endswith("compiled"):
-        kw = dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic, **({"mode": cmode} if cmode else {}))
-        model.forward = torch.compile(model.forward, **kw)
+        cc = CompileConfig(fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=cmode)
+        if model.device.type != "cuda":
+            cc._compile_all_devices = True  # transformers compiles on CUDA only unless told
+        model.generation_config.compile_config = cc
     return report
 
 
@@ -307,9 +318,10 @@ def main(argv=None) -> int:
     dispatch.use_library(Library.load(args.library) if args.library else None)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     gpu = torch.cuda.get_device_name(dev) if cuda else "cpu"
-    dynamic = {"auto": None, "true": True, "false": False}[args.dynamic]
-    compile_note = f"torch.compile(model.forward, backend={backend!r}" + (f", mode={cmode!r}" if cmode else "") + \
-        (", fullgraph=True" if args.fullgraph else "") + (f", dynamic={dynamic}" if dynamic is not None else "") + ")"
+    dynamic = {"auto": None, "true": True, "false": False}[args.dynamic]  # of the decode step's compile
+    compile_note = f"generate's decode steps compiled: CompileConfig(backend={backend!r}" + \
+        (f", mode={cmode!r}" if cmode else "") + (", fullgraph=True" if args.fullgraph else "") + \
+        f", dynamic={dynamic}); prefill eager"
     if not cuda and any(m.endswith("compiled") for m in args.modes):
         compile_note += " on CPU: traces generate through the patched model; no CUDA graphs, times not a speed claim"
 
@@ -404,7 +416,7 @@ def main(argv=None) -> int:
         for (b, p), ids in prompts.items():
             first_s = warm(ids)
             emit(mode, b, p, [timed(ids) for _ in range(args.repeats)], first_s, rep, "sequential")
-    set_mode(model, "stock-eager", backend, cmode, args.fullgraph)  # leave the model as it was built
+    set_mode(model, "stock-eager", backend, cmode, args.fullgraph, dynamic)  # leave the model as it was built
 
     write_csv(stem + ".csv", rows)
     if served:

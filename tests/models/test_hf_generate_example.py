@@ -74,7 +74,8 @@ def test_four_modes_tokens_equal_and_every_linear_shape_served(example, empty_li
         assert "backend='aot_eager'" in by[mode]["compile"] and "on CPU" in by[mode]["compile"]
         assert int(by[mode]["compiled_graphs"]) >= 1 and by[mode]["graph_breaks"] == "0"
     assert by["stock-eager"]["compile"] == "eager"
-    assert "note: compiled modes are torch.compile(model.forward, backend='aot_eager') on CPU" in printed
+    assert ("note: compiled modes are generate's decode steps compiled: CompileConfig(backend='aot_eager', "
+            "dynamic=False); prefill eager on CPU") in printed
 
     served = rows_of(tmp_path / "hf_generate_tiny_bf16_served.csv")
     # hidden 64, 4 heads of 16, 2 KV heads, MLP 128, vocab 256: (N, K) of q/o, k/v, gate/up, down, lm_head
