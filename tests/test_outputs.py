@@ -192,3 +192,18 @@ def test_graph_subtracts_its_refill():
     assert all(t.extra["fill_ms"] > 0 for t in fresh) and all(t.extra["fresh_inputs"] == 0 for t in fixed)
     f, x = statistics.median(t.time_ms for t in fresh), statistics.median(t.time_ms for t in fixed)
     assert abs(f / x - 1) < 0.05, (f, x, [t.extra["fill_ms"] for t in fresh])
+
+
+@pytest.mark.parametrize("mnk", ["1_7_13", "33_65_129", "64_8_2048"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_operands_drawn_on_the_device_are_both_forms_of_one_b_at_unit_output_scale(mnk, dtype):
+    p = _problem(mnk, dtype=dtype)
+    bufs = make_buffers(p, "cpu", seed=5, on_device=True)  # the serving race's draw (on a CPU here: its generator)
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    assert [t.dtype for t in bufs.args()] == [dt] * 4 and all(t.is_contiguous() for t in bufs.args())
+    assert bufs.a.shape == (p.M, p.K) and bufs.b.shape == (p.K, p.N) and torch.equal(bufs.bt, bufs.b.t())
+    assert bool(bufs.c.isnan().all())
+    ab = torch.cat([bufs.a.flatten(), bufs.b.flatten()]).float()
+    assert abs(ab.std().item() * p.K ** 0.25 - 1) < 0.2  # K**-0.25 each: C of unit scale
+    again = make_buffers(p, "cpu", seed=5, on_device=True)
+    assert torch.equal(again.a, bufs.a) and torch.equal(again.b, bufs.b)  # seeded

@@ -74,16 +74,26 @@ def torch_dtype(name: str):
     return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
-def make_buffers(problem: GemmProblem, device: Any = "cuda", seed: int = 0, scale: float | None = None) -> Buffers:
-    """Random-normal A and B (scaled by K**-0.25 each so C has unit scale), C pre-filled with NaN."""
+def make_buffers(problem: GemmProblem, device: Any = "cuda", seed: int = 0, scale: float | None = None,
+                 on_device: bool = False) -> Buffers:
+    """Random-normal A and B (scaled by K**-0.25 each so C has unit scale), C pre-filled with NaN. The values come
+    from a CPU generator (the same on every device: the interpreter tier and the GPU see the same operands), or with
+    ``on_device`` from ``device``'s own generator, drawn there in the dtype: a 128256 x 4096 operand takes seconds of
+    CPU time to draw and cast (12 s on two cores), a few milliseconds on the GPU (the serving race, whose values only
+    need to be random)."""
     import torch  # start-up cost: torch loads on first use, not on import
 
     dt = torch_dtype(problem.dtype)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
     s = problem.K ** -0.25 if scale is None else scale
     M, N, K = problem.M, problem.N, problem.K
-    a = (torch.randn(M, K, generator=gen) * s).to(dt).to(device)
-    b = (torch.randn(K, N, generator=gen) * s).to(dt).to(device)
+    if on_device:
+        gen = torch.Generator(device=device).manual_seed(seed)
+        a = torch.randn(M, K, generator=gen, device=device, dtype=dt).mul_(s)
+        b = torch.randn(K, N, generator=gen, device=device, dtype=dt).mul_(s)
+    else:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        a = (torch.randn(M, K, generator=gen) * s).to(dt).to(device)
+        b = (torch.randn(K, N, generator=gen) * s).to(dt).to(device)
     bt = b.t().contiguous()
     c = torch.full((M, N), float("nan"), dtype=dt, device=device)
     return Buffers(problem, a, b, bt, c)

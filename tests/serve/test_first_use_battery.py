@@ -47,7 +47,7 @@ def on_a_fake_gpu(monkeypatch):
     monkeypatch.setattr(dispatch, "verify", battery)
     monkeypatch.setenv("GEMMRL_VENDOR_FALLBACK", "off")  # the fake device runs no cuBLAS: the fallback is torch.matmul
     monkeypatch.setattr(dispatch, "_identity", lambda device: (GPU, SW))
-    monkeypatch.setattr(dispatch, "make_buffers", lambda problem, device, seed=0: make_buffers(problem, "cpu", seed))
+    monkeypatch.setattr(dispatch, "make_buffers", lambda problem, device, seed=0, **kw: make_buffers(problem, "cpu", seed))
     dev = types.SimpleNamespace(type="cuda", index=0)
 
     def build(lib: Library, M: int):

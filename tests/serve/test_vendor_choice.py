@@ -246,14 +246,23 @@ def fake_gpu(monkeypatch):
 
     def plans_for(problem, bufs):
         raced.append(problem.M)
+        drawn.append(id(bufs))
         return _plans(times, {})
+
+    drawn = []  # the operands each race timed on
+
+    def buffers(problem, device, seed=0, on_device=False):
+        host.append(not on_device)
+        return make_buffers(problem, "cpu", seed)
+
+    host = []  # whether each draw was made on the host
 
     def vendor_plan(kind, algo, problem, bufs):
         made.append((kind, algo, problem.M))
         return launchers.Launch(launchers.torch_mm, None, (), f" [{kind} stand-in]")
 
     monkeypatch.setattr(dispatch, "_identity", lambda device: ("NVIDIA H200", {"torch": torch.__version__}))
-    monkeypatch.setattr(dispatch, "make_buffers", lambda problem, device, seed=0: make_buffers(problem, "cpu", seed))
+    monkeypatch.setattr(dispatch, "make_buffers", buffers)
     monkeypatch.setattr(dispatch, "_choice_cache", lambda device, gpu: VC.ChoiceCache(IDENT))
     monkeypatch.setattr(VC, "plans_for", plans_for)
     monkeypatch.setattr(VC, "event_timer", _timer(times))
@@ -266,6 +275,7 @@ def fake_gpu(monkeypatch):
     def build(M):
         return dispatch._build(M, N, K, torch.float16, "tn", dev)
 
+    build.drawn, build.host = drawn, host
     yield build, raced, made
     dispatch.use_library(Library())
 
@@ -275,6 +285,8 @@ def test_a_shape_with_no_entry_is_served_by_the_raced_vendor_plan(fake_gpu):
     s = build(37)
     assert s.eager_desc == s.graph_desc == "vendor: cuBLASLt algo=9 [raced at M=37] [cublaslt stand-in]"
     assert raced == [37, 37] and made == [("cublaslt", "algo=9", 37)] * 2  # the eager and the graph race
+    assert len(build.drawn) == 2 and len(set(build.drawn)) == 1  # both races time one set of operands,
+    assert build.host == [False]  # drawn once, on the device
     assert build(50).eager_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=37]") and raced == [37, 37]
     build(64)
     assert raced == [37, 37, 64, 64]

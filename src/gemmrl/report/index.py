@@ -27,7 +27,9 @@ _DATE = re.compile(r"(20\d\d-\d\d-\d\d)")
 _SHA = re.compile(r"(?<![0-9a-z])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,12}(?![0-9a-z])")
 _GPU_NAME = {"h100": "NVIDIA H100", "h200": "NVIDIA H200", "cpu": "CPU"}
 # the command that writes a file of this kind, by a word of its name (first match wins)
-_KIND = (("-select", "gemmrl select"), ("_select", "gemmrl select"),
+_KIND = (("hf-generate", "benchmarks/acceptance/gpu_hf_generate.sh (examples/hf_generate.py)"),
+         ("hf-patch", "benchmarks/acceptance/gpu_hf_generate.sh PATCH_CHECK=... (benchmarks/acceptance/hf_patch_check.py)"),
+         ("-select", "gemmrl select"), ("_select", "gemmrl select"),
          ("remeasure", "gemmrl bench --triton-from/--cutlass-from"),
          ("tune", "gemmrl tune"), ("headroom", "gemmrl headroom"), ("library", "gemmrl bench --library"),
          ("measure", "gemmrl bench --library"), ("adversarial", "benchmarks/acceptance/gpu_run.sh ADVERSARIAL=1"),

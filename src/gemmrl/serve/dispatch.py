@@ -462,6 +462,12 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
     made: dict[tuple, tuple[Callable, str, tuple]] = {}
     found: list[tuple[Entry, ...]] = []  # the generated contenders, found on the first race
+    drawn: list[Buffers] = []  # the races' operands: drawn once, shared by the graph and the cold race
+
+    def buffers() -> Buffers:
+        if not drawn:
+            drawn.append(make_buffers(problem, device, seed=1234, on_device=True))
+        return drawn[0]
 
     def fallback(race: bool = False, protocol: str = "graph") -> tuple[Callable, str, tuple]:
         """The vendor fallback; with ``race`` raced in ``protocol`` against the generated kernels measured at or
@@ -470,7 +476,7 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
         if key not in made:
             if race and not found:
                 found.append(_contenders(lib, gpu, problem))
-            made[key] = _vendor_fallback(problem, device, gpu, found[0] if race else (), protocol)
+            made[key] = _vendor_fallback(problem, device, gpu, found[0] if race else (), protocol, buffers)
         return made[key]
 
     def serve(order, raced_in: str) -> tuple[Callable, str, tuple]:
@@ -555,7 +561,7 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
     launcher); the error's type name (with a warning) when it cannot serve: the vendor fallback serves instead."""
     desc = f"{e.family}:{e.impl} ({e.protocol} entry {e.mnk}{'' if e.m_lo == e.m_hi else f', M {e.m_lo}..{e.m_hi}'})"
     try:
-        bufs = make_buffers(problem, device, seed=1234)
+        bufs = make_buffers(problem, device, seed=1234, on_device=True)
         got = launchers.launch(e, problem, bufs)
         desc += got.note
         measured = problem.mnk in e.members and not e.relabelled  # measured here, on this GPU model
@@ -575,19 +581,21 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
 
 
 def _vendor_fallback(problem: GemmProblem, device, gpu: str, contenders: tuple[Entry, ...] = (),
-                     protocol: str = "graph") -> tuple[Callable, str, tuple]:
+                     protocol: str = "graph", buffers: Callable[[], Buffers] | None = None
+                     ) -> tuple[Callable, str, tuple]:
     """What serves a problem not measured here: the plan raced best in ``protocol`` (graph for graph replays, cold
     for eager calls) on this GPU for its bucket of M among the vendor plans and the generated ``contenders``
     (serve/vendor_choice.py). A generated winner serves once it passes the
     correctness battery at this shape (else the race's fastest vendor plan, recorded for the bucket); a vendor plan
     once it matches an fp32 product. torch.matmul off CUDA, with GEMMRL_VENDOR_FALLBACK=off, or where the vendor
-    extension cannot be loaded (one warning says why)."""
+    extension cannot be loaded (one warning says why). ``buffers()`` gives the operands the plans are timed on (one
+    set per build, drawn on the device)."""
     if device.type != "cuda" or vendor_choice.mode() == "off":
         return launchers.torch_mm, "torch.matmul", ()
     gen = _by_name(contenders)
     names = tuple(sorted(gen))
     try:
-        bufs = make_buffers(problem, device, seed=1234)
+        bufs = buffers() if buffers is not None else make_buffers(problem, device, seed=1234, on_device=True)
         launched: dict[str, launchers.Launch] = {}
 
         def plans() -> dict[str, Callable[[], Any]]:

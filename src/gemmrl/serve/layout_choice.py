@@ -126,7 +126,7 @@ def pick_layout(shape: Any, dtype=None, protocol: str = "graph", device=None, mi
     device = torch.device(device) if device is not None else (
         torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
     problem = GemmProblem(M, N, K, dtype=dispatch._DTYPES[dtype], acc="fp32")
-    bufs = make_buffers(problem, device, seed=4321)
+    bufs = make_buffers(problem, device, seed=4321, on_device=True)
     timing = timed_in(protocol, device.type)
     timer = make_timer(bufs, timing) if device.type == "cuda" or timing in HOST_PROTOCOLS else None
     return choose(problem, protocol, bufs, timer, min_calls)
