@@ -308,6 +308,27 @@ def test_eager_calls_are_served_by_the_cold_race_and_graphs_by_the_warm_one(fake
     assert raced == [] and (again.eager_desc, again.graph_desc) == (s.eager_desc, s.graph_desc)
 
 
+def test_graph_race_cold_serves_graph_replays_from_the_one_cold_race(fake_gpu, monkeypatch):
+    build, raced, made = fake_gpu
+    cold = {"torch": 0.03, "cublas": 0.009, "cublaslt#0 algo=1": 0.015, "cublaslt#1 algo=9": 0.0095}
+    monkeypatch.setattr(VC, "cold_timer", _timer(cold))
+    monkeypatch.setenv(VC.GRAPH_RACE_ENV, "cold")
+    s = build(37)
+    assert s.graph_desc == s.eager_desc == "vendor: cublasGemmEx [raced at M=37] [cublas stand-in]"
+    assert raced == [37]  # one race, in the cold protocol, serves both
+    assert set(VC.ChoiceCache(IDENT).choices) == {
+        VC.choice_key(GemmProblem(37, N, K, "fp16", "fp32", "tn"), protocol="cold")}
+
+
+@pytest.mark.parametrize("value", ["hot", "graph", "1"])
+def test_a_bad_graph_race_setting_is_a_one_line_error(fake_gpu, monkeypatch, value):
+    build, raced, _ = fake_gpu
+    monkeypatch.setenv(VC.GRAPH_RACE_ENV, value)
+    with pytest.raises(dispatch.DispatchError, match=f"GEMMRL_GRAPH_RACE='{value}': use 'warm'"):
+        build(37)
+    assert raced == []
+
+
 def test_the_protocol_is_part_of_the_key_and_graphs_keep_their_old_keys():
     assert VC.choice_key(P(5), protocol="cold") == VC.choice_key(P(5)) + "|cold"
     assert VC.choice_key(P(5), ("triton:x",), "cold").endswith("|cold") and "|gen=" in VC.choice_key(P(5), ("x",))

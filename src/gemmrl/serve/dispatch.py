@@ -20,7 +20,9 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
   this GPU, cached per GPU, driver and cuBLASLt version: the lean cuBLAS / cuBLASLt plans and torch.matmul against
   the generated kernels the library measured for the shape or at the nearest tuned M below and above it
   (serve/vendor_choice.py); a generated winner serves after the full correctness battery at this shape
-  (``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul and entries as they are).
+  (``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul and entries as they are). Eager calls take the plan raced cold
+  (operands from device memory), graph replays the one raced warm (``GEMMRL_GRAPH_RACE=cold``: graph replays too
+  take the cold race's, as a layer inside a whole model's graph reads its weight from device memory).
 - ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a kernel the GPU's
   validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
 - Nothing compiles or races inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
@@ -403,7 +405,8 @@ def _cached_in_capture(M: int, N: int, K: int, layout: str, a, b, out_shape) -> 
             choice = vendor_choice.Choice("cublaslt", how="heuristic")
         else:
             cache = _choice_cache(device, gpu)
-            got = cache.get(problem, tuple(sorted(_by_name(_contenders(lib, gpu, problem)))))
+            got = cache.get(problem, tuple(sorted(_by_name(_contenders(lib, gpu, problem)))),
+                            vendor_choice.graph_race())
             if got is None:
                 return None
             choice = got.vendor()
@@ -494,8 +497,8 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
             made[ek] = got
         return made[ek]
 
-    if device.type == "cuda":  # the warm race first, its plans timed right after the clocks settle
-        graph, gd, gs = serve(PROTOCOL_ORDER["graph"], "graph")
+    if device.type == "cuda":  # the graph race first (warm: its plans timed right after the clocks settle)
+        graph, gd, gs = serve(PROTOCOL_ORDER["graph"], vendor_choice.graph_race() if racing else "graph")
         eager, ed, es = serve(PROTOCOL_ORDER["eager"], "cold")  # an eager call reads its weight from HBM
     else:
         eager, ed, es = serve(PROTOCOL_ORDER["eager"], "cold")
@@ -551,6 +554,7 @@ def _fallback_settings() -> str:
         m = vendor_choice.mode()
         if m == "race":
             vendor_choice.race_budget_s()
+            vendor_choice.graph_race()
         return m
     except vendor_choice.VendorChoiceError as e:
         raise DispatchError(str(e)) from None

@@ -55,6 +55,8 @@ from ..timing import _flush_buffer, _sm_clock_reader, capture_stream
 MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
 RACE_MS_ENV = "GEMMRL_VENDOR_RACE_MS"
+GRAPH_RACE_ENV = "GEMMRL_GRAPH_RACE"
+GRAPH_RACES = {"warm": "graph", "cold": "cold"}  # setting -> the protocol a call inside a CUDA graph is raced in
 RACE_MS = 200.0
 RACE_ALGOS = 32    # cuBLASLt heuristic results raced (its first is one of them)
 SCREEN_ROUNDS = 2  # screening samples per plan (one in each order), the faster counts
@@ -83,6 +85,18 @@ def mode() -> str:
         raise VendorChoiceError(f"{MODE_ENV}={v!r}: use 'race' (measure the vendor paths once per bucket of M), "
                                 "'heuristic' (cuBLASLt's first plan, no race) or 'off' (torch.matmul)")
     return v
+
+
+def graph_race() -> str:
+    """``GEMMRL_GRAPH_RACE``, checked: the protocol what serves a call inside a CUDA graph is raced in. ``warm``
+    (default, the ``graph`` protocol: back-to-back calls of one GEMM, its operands in L2) or ``cold`` (operands from
+    device memory, as a layer's weight is inside a whole model's graph, where the other layers evict it; graph
+    replays then share the eager calls' race)."""
+    v = os.environ.get(GRAPH_RACE_ENV, "warm").strip().lower() or "warm"
+    if v not in GRAPH_RACES:
+        raise VendorChoiceError(f"{GRAPH_RACE_ENV}={v!r}: use 'warm' (race graph replays with operands in L2) or "
+                                "'cold' (with operands from device memory, as in a whole model's graph)")
+    return GRAPH_RACES[v]
 
 
 def race_budget_s() -> float:
@@ -491,5 +505,6 @@ def vendor_torch(a, b, c) -> None:
     torch.matmul(a, b, out=c)
 
 
-__all__ = ["GEN", "Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "m_bucket",
+__all__ = ["GEN", "Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "graph_race",
+           "m_bucket",
            "mode", "plan_of", "plans_for", "race", "race_budget_s", "PROTOCOLS", "cold_timer"]
