@@ -50,7 +50,34 @@ def test_random_shapes():
 def test_the_command_writes_the_files(tmp_path):
     assert A.main(["--seed", "3", "--out", str(tmp_path), "--models", "14", "--random", "9"]) == 0
     names = sorted(f.name for f in tmp_path.iterdir())
-    assert names == ["anyshape_models14_bf16_seed3.txt", "anyshape_models14_fp16_seed3.txt",
+    assert names == ["anyshape_models14_bf16_seed3.txt", "anyshape_models14_bf16_seed3_fewest-flops20-of-28.txt",
+                     "anyshape_models14_fp16_seed3.txt", "anyshape_models14_fp16_seed3_fewest-flops20-of-28.txt",
                      "anyshape_random9_seed3.txt"]
     lines = (tmp_path / "anyshape_random9_seed3.txt").read_text().splitlines()
     assert lines[0].startswith("#") and lines[1:] == [p.mnk for p in A.random_shapes(9, 3)]
+
+
+def test_the_server_set_is_the_fewest_flops_over_both_dtypes_kept_per_dtype():
+    drawn = {dt: A.model_shapes(30, 0, dt) for dt in ("fp16", "bf16")}
+    got = A.fewest_flops(drawn, 20)
+    assert sum(map(len, got.values())) == 20
+    flops = lambda p: 2 * p.M * p.N * p.K  # noqa: E731
+    kept = [p for ps in got.values() for p in ps]
+    left = [p for dt, ps in drawn.items() for p in ps if p not in got[dt]]
+    assert max(map(flops, kept)) <= min(map(flops, left))
+    for dt, ps in got.items():  # each dtype's in the order it was drawn
+        assert ps == [p for p in drawn[dt] if p in ps] and all(p.dtype == dt for p in ps)
+    assert A.fewest_flops(drawn, 0) == {"fp16": [], "bf16": []}
+
+
+def test_the_committed_shape_files_are_what_the_generator_draws(tmp_path):
+    """benchmarks/shapes' any-shape files are this generator's output at seed 0 (the H100 library left out): a change
+    to the draw would change the sets measured against, so it must show here."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert A.main(["--seed", "0", "--library", str(root / "src/gemmrl/libraries/h100.json"), "--gpu",
+                   "NVIDIA H100 80GB HBM3", "--out", str(tmp_path)]) == 0
+    for f in sorted(tmp_path.iterdir()):
+        body = f.read_text().split("\n", 1)[1]
+        assert body == (root / "benchmarks/shapes" / f.name).read_text().split("\n", 1)[1], f.name

@@ -76,25 +76,41 @@ def random_shapes(n: int, seed: int, dtype: str = "fp16") -> list[GemmProblem]:
     return out
 
 
+def fewest_flops(by_dtype: dict[str, list[GemmProblem]], n: int) -> dict[str, list[GemmProblem]]:
+    """The ``n`` problems of fewest FLOPs over all dtypes together (ties by dtype, then M, N, K), kept per dtype in
+    their drawn order: the server mode's set (small calls, where host cost shows)."""
+    ranked = sorted(((2 * p.M * p.N * p.K, dt, p.M, p.N, p.K, i) for dt, ps in by_dtype.items()
+                     for i, p in enumerate(ps)))[:n]
+    keep = {(dt, i) for _, dt, _, _, _, i in ranked}
+    return {dt: [p for i, p in enumerate(ps) if (dt, i) in keep] for dt, ps in by_dtype.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/shapes")
     ap.add_argument("--models", type=int, default=30, help="model shapes per dtype (fp16 and bf16)")
     ap.add_argument("--random", type=int, default=40)
+    ap.add_argument("--fewest-flops", type=int, default=20,
+                    help="also write the model shapes of fewest FLOPs over both dtypes, per dtype (the server set)")
     ap.add_argument("--library", help="the library under test (its held shapes are left out)")
     ap.add_argument("--gpu", default="NVIDIA H200", help="the GPU model whose entries are left out")
     args = ap.parse_args(argv)
     lib = Library.load(args.library) if args.library else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    files = {f"anyshape_models{args.models}_{dt}_seed{args.seed}.txt": model_shapes(args.models, args.seed, dt, lib,
-                                                                                     args.gpu)
-             for dt in ("fp16", "bf16")}
+    drawn = {dt: model_shapes(args.models, args.seed, dt, lib, args.gpu) for dt in ("fp16", "bf16")}
+    files = {f"anyshape_models{args.models}_{dt}_seed{args.seed}.txt": ps for dt, ps in drawn.items()}
+    notes: dict[str, str] = {}
+    if args.fewest_flops:
+        for dt, ps in fewest_flops(drawn, args.fewest_flops).items():
+            name = f"anyshape_models{args.models}_{dt}_seed{args.seed}_fewest-flops{args.fewest_flops}-of-{2 * args.models}.txt"
+            files[name] = ps
+            notes[name] = f"; the {args.fewest_flops} of fewest FLOPs over the fp16 and bf16 model files, these in {dt}"
     files[f"anyshape_random{args.random}_seed{args.seed}.txt"] = random_shapes(args.random, args.seed)
     for name, ps in files.items():
         how = f"--seed {args.seed}" + (f" --library {args.library} --gpu '{args.gpu}'" if args.library else "")
-        (out / name).write_text(f"# {name}: python -m gemmrl.measure.anyshape {how} (layout tn)\n"
+        (out / name).write_text(f"# {name}: python -m gemmrl.measure.anyshape {how} (layout tn{notes.get(name, '')})\n"
                                 + "".join(f"{p.mnk}\n" for p in ps))
         print(f"{out / name}: {len(ps)} shapes")
     return 0
