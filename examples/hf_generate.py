@@ -26,6 +26,7 @@ the call to the first new token reaching the host (a streamer's put, after torch
 from there to generate's return (then synchronize again): the new tokens after the first.
   prefill tokens/s = batch x prompt length / time to first token
   decode tokens/s  = batch x (new tokens - 1) / their time
+  each repeat      the timed generates' TTFT and decode ms per token one by one, in the order they ran
   peak memory      torch.cuda.max_memory_allocated over the timed generates (CUDA only)
   first generate   seconds of a cell's first (untimed) generate: compiling, recording graphs and building what
                    serves each new GEMM shape (gemmrl's first-sight race) fall there
@@ -372,6 +373,8 @@ def main(argv=None) -> int:
                "prefill_tokens_per_s": round(b * p / ttft, 2),
                "decode_tokens_per_s": round(b * (args.new_tokens - 1) / dec, 2),
                "ttft_ms": round(ttft * 1e3, 4), "decode_ms_per_token": round(dec * 1e3 / (args.new_tokens - 1), 4),
+               "ttft_ms_each": " ".join(f"{g[1] * 1e3:.2f}" for g in got),
+               "decode_ms_per_token_each": " ".join(f"{g[2] * 1e3 / (args.new_tokens - 1):.3f}" for g in got),
                "peak_mem_gib": round(max(g[3] for g in got) / 2**30, 3) if cuda else "",
                "tokens_vs": ref if same != "" else "", "tokens_equal_stock": same, "first_diff_step": diff,
                "patched_layers": len(rep.patched) if rep else 0,

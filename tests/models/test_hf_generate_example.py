@@ -105,6 +105,10 @@ def test_eager_grid_one_row_per_mode_batch_and_prompt(example, empty_library, tm
     assert [(r["mode"], r["batch"], r["prompt_len"]) for r in rows] == \
         [(m, b, p) for b, p in cells for m in ("stock-eager", "patched-eager")]
     assert {r["order"] for r in rows} == {"interleaved"}
+    for r in rows:  # each timed generate kept, the median among them
+        each = [float(x) for x in r["decode_ms_per_token_each"].split()]
+        assert len(each) == 1 and len(r["ttft_ms_each"].split()) == 1 and float(r["decode_ms_per_token"]) == \
+            pytest.approx(each[0], abs=1e-3)
     assert all(r["tokens_equal_stock"] == "True" for r in rows if r["mode"] == "patched-eager")
     served = rows_of(tmp_path / "hf_generate_tiny_bf16_served.csv")
     assert {r["M"] for r in served if r["phase"] == "decode"} == {"1", "3"}
