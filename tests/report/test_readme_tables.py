@@ -135,3 +135,124 @@ def test_readme_results_figures_are_all_generated():
     prose = re.sub(r"`[^`]*`", "", section)
     figures = re.findall(r"\d+(?:\.\d+)?\s*(?:%|x\b)|\b\d\.\d+\b|\b\d{2,}\b", prose)
     assert not figures, f"hand-written figures in the README's Results section: {figures}"
+
+
+# ------------------------------------------------------------------------ hf-generate blocks (examples/hf_generate.py)
+
+HF_COLUMNS = ("model", "layers", "dtype", "mode", "batch", "prompt_len", "new_tokens", "prefill_tokens_per_s",
+              "decode_tokens_per_s", "ttft_ms", "decode_ms_per_token", "peak_mem_gib", "tokens_vs",
+              "tokens_equal_stock", "first_diff_step", "patched_layers", "compiled_graphs", "graph_breaks", "compile",
+              "order", "first_generate_s", "warmup", "repeats", "device", "gpu", "torch", "transformers", "git_sha",
+              "timestamp", "command")
+HF_NAME = "h100_hf-generate_tiny_bf16_eager-compiled_abc1234_2026-11-26.csv"
+# (mode, batch, prompt, prefill tok/s, decode tok/s, decode ms per token, peak GiB, tokens equal, first diff step)
+HF_CELLS = [("stock-eager", 1, 8, 100.0, 10.0, 40.0, 1.0, "", ""),
+            ("patched-eager", 1, 8, 125.0, 8.0, 50.0, 1.0, "True", ""),
+            ("stock-eager", 2, 8, 300.0, 30.0, 30.0, 1.5, "", ""),            # no patched-eager at batch 2: no row
+            ("stock-compiled", 1, 8, 200.0, 40.0, 5.0, 2.0, "", ""),
+            ("patched-compiled", 1, 8, 150.0, 50.0, 4.0, 2.25, "False", "3")]
+
+
+def _hf_row(mode, batch, prompt, prefill, decode, ms, peak, equal, step, drop=()):
+    r = {c: "" for c in HF_COLUMNS}
+    r.update(model="tiny", layers="2", dtype="bf16", mode=mode, batch=str(batch), prompt_len=str(prompt),
+             new_tokens="4", prefill_tokens_per_s=str(prefill), decode_tokens_per_s=str(decode),
+             decode_ms_per_token=str(ms), peak_mem_gib=str(peak), tokens_equal_stock=equal, first_diff_step=step,
+             order="interleaved" if mode.endswith("eager") else "sequential", device="cuda",
+             gpu="NVIDIA H100 80GB HBM3", torch="2.11.0", transformers="5.24.0", git_sha="abc1234def56",
+             timestamp="2026-11-26T00:00:00Z", command="python examples/hf_generate.py --model tiny")
+    return {c: v for c, v in r.items() if c not in drop}
+
+
+def _hf_repo(tmp_path: Path, cells=HF_CELLS, drop=(), gpu_block=False) -> tuple[Path, str]:
+    """A repository with one hf_generate CSV (and, with ``gpu_block``, the gpu-results file of ``_repo``), indexed,
+    and a README naming it in a stale hf-generate block."""
+    if gpu_block:
+        root, gpu_name = _repo(tmp_path)
+    else:
+        root, gpu_name = tmp_path / "repo", ""
+        (root / "benchmarks" / "results" / "h100").mkdir(parents=True)
+    cols = [c for c in HF_COLUMNS if c not in drop]
+    with open(root / "benchmarks" / "results" / "h100" / HF_NAME, "w", newline="") as fh:
+        w = csv.DictWriter(fh, cols)
+        w.writeheader()
+        w.writerows(_hf_row(*c, drop=drop) for c in cells)
+    gpu = f"## Results\n\n<!-- gpu-results h100: {gpu_name} -->\nstale\n{RM.END}\n\n" if gpu_block else ""
+    (root / "README.md").write_text(f"# x\n\n## Quick start\n\n<!-- hf-generate h100: {HF_NAME} -->\nstale\n"
+                                    f"{RM.HF_END}\n\n{gpu}## Limits\n")
+    index.write(root)
+    return root, HF_NAME
+
+
+@pytest.mark.parametrize("drop", [(), ("order", "first_generate_s")])  # older files lack these two columns
+def test_hf_table_numbers_by_hand(tmp_path, drop):
+    root, name = _hf_repo(tmp_path, drop=drop)
+    text = RM.render(root, (root / "README.md").read_text())
+    rows = [ln.strip("| ").split(" | ") for ln in text.splitlines() if ln.startswith("| 1 |")]
+    # eager b1: prefill 125/100, decode 8/10; compiled b1: prefill 150/200, decode 50/40; eager b2 has no patched row
+    assert rows == [["1", "eager", "1", "8", "100", "125", "1.250", "10.0", "8.0", "0.800", "1.00/1.00", "yes"],
+                    ["1", "compiled", "1", "8", "200", "150", "0.750", "40.0", "50.0", "1.250", "2.00/2.25",
+                     "from step 3"]]
+    assert "tiny, bf16, 4 new tokens, on NVIDIA H100 80GB HBM3, torch 2.11.0, transformers 5.24.0" in text
+    assert "Decode ms per token (stock and patched): eager 40.0-50.0, compiled 4.0-5.0." in text
+    order = "" if drop else ", timed generates interleaved, sequential"
+    assert f"1. `{name}`: git abc1234def56, 2026-11-26, made by " \
+           f"`benchmarks/acceptance/gpu_hf_generate.sh (examples/hf_generate.py)`{order}\n{RM.HF_END}" in text
+    assert "stale" not in text
+
+
+def test_hf_check_then_write_then_check(tmp_path, monkeypatch, capsys):
+    root, _ = _hf_repo(tmp_path)
+    monkeypatch.chdir(root)
+    before = (root / "README.md").read_text()
+    assert gemmrl(["report", "--readme", "README.md", "--check"]) == 1
+    assert (root / "README.md").read_text() == before and "out of date: README.md" in capsys.readouterr().out
+    assert gemmrl(["report", "--readme", "README.md"]) == 0
+    assert "| 1 | compiled | 1 | 8 | 200 | 150 | 0.750 |" in (root / "README.md").read_text()
+    assert gemmrl(["report", "--readme", "README.md", "--check"]) == 0
+    readme = root / "README.md"
+    readme.write_text(readme.read_text().replace("| 0.750 |", "| 0.751 |"))  # a figure edited by hand
+    assert gemmrl(["report", "--readme", "README.md", "--check"]) == 1
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("unindexed", "no row in benchmarks/results/h100/INDEX.csv"),
+    ("no_pair", "no stock/patched pair"),
+    ("not_hf", "no column mode"),
+    ("unclosed", "has no '<!-- hf-generate end -->' line"),
+    ("no_block", "nor '<!-- hf-generate GPU: FILE... -->'"),
+])
+def test_hf_bad_blocks_say_what_to_do(tmp_path, monkeypatch, capsys, case, needle):
+    cells = [c for c in HF_CELLS if c[0].startswith("stock")] if case == "no_pair" else HF_CELLS
+    root, name = _hf_repo(tmp_path, cells=cells, drop=("mode",) if case == "not_hf" else ())
+    readme = root / "README.md"
+    if case == "unindexed":
+        readme.write_text(readme.read_text().replace(name, "h100_hf-generate_other_2026-11-26.csv"))
+    elif case == "unclosed":
+        readme.write_text(readme.read_text().replace(RM.HF_END, ""))
+    elif case == "no_block":
+        readme.write_text("# x\n")
+    monkeypatch.chdir(root)
+    before = readme.read_text()
+    assert gemmrl(["report", "--readme", "README.md"]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+    assert readme.read_text() == before
+
+
+def test_gpu_results_blocks_beside_an_hf_block_render_as_before(tmp_path):
+    root, _ = _hf_repo(tmp_path, gpu_block=True)
+    text = (root / "README.md").read_text()
+    both = RM.render(root, text)
+    alone = text[text.index("## Results"):]
+    assert RM.render(root, alone) in both                       # the gpu-results block: the same text as on its own
+    assert "| 1 | graph | fp16 | 2 |" in both and "| 1 | eager | 1 | 8 |" in both and "stale" not in both
+    assert [b.gpu for b in RM.blocks(both)] == ["h100"] and [b.gpu for b in RM.hf_blocks(both)] == ["h100"]
+    assert RM.render(root, both) == both
+
+
+def test_readme_hf_block_is_what_the_indexed_files_give():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = RM.hf_blocks(text)
+    assert found and text.index("## Quick start") < found[0].head < text.index("## Results")
+    assert RM.render(ROOT, text) == text, "README.md's tables differ: run `gemmrl report --readme README.md`"
