@@ -57,6 +57,14 @@ def test_entries_from_columns_names_and_docs(tmp_path):
     assert (log["gpu"], log["date"], log["cited_by"]) == ("NVIDIA H100", "2026-11-26", "docs/findings.md#Timing")
 
 
+def test_a_comment_in_a_code_block_is_not_a_heading(tmp_path):
+    r = _repo(tmp_path)
+    (r / "README.md").write_text("# gemmrl\n\n## Quick start\n```bash\n# measure it\ngemmrl bench\n```\nFrom "
+                                 "`h100_grid2_vendor_graph-cold_abc1234_2026-11-26.csv.gz`.\n")
+    (_, text), = index.build(r).items()
+    assert _rows(text)["h100_grid2_vendor_graph-cold_abc1234_2026-11-26.csv.gz"]["cited_by"] == "README.md#Quick start"
+
+
 def test_a_result_added_without_reindexing_is_stale(tmp_path, capsys):
     r = _repo(tmp_path)
     assert index.run(r) == 0 and index.stale(r) == []

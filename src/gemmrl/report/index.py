@@ -98,10 +98,12 @@ def _citations(docs: list[Path], root: Path) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     token = re.compile(r"[A-Za-z0-9_.+-]+\.(?:csv|md|log|txt|json|sqlite|tgz)(?:\.gz)?")
     for doc in docs:
-        heading = ""
+        heading, fenced = "", False
         rel = doc.relative_to(root).as_posix()
         for line in doc.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("#"):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced  # inside a code block a '#' line is a comment, not a heading
+            elif line.startswith("#") and not fenced:
                 heading = line.lstrip("#").strip()
                 continue
             for name in token.findall(line):
