@@ -564,3 +564,29 @@ def test_a_neighbour_its_family_refuses_at_this_m_is_no_contender(M, expect):
     (60.0, 200.0, 4), (250.0, 200.0, 1), (8000.0, 1000.0, 1), (120.0, 1000.0, 9)])
 def test_a_sample_holds_calls_for_its_batch_and_a_long_call_needs_no_company(per_call_us, batch_us, calls):
     assert VC.batch_calls(per_call_us, batch_us) == calls
+
+
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_the_reference_check_reads_b_in_slices_and_catches_a_wrong_column_or_nan(monkeypatch, layout):
+    monkeypatch.setattr(dispatch, "REFERENCE_CHUNK", 64 * 8)  # 8 columns per slice at K = 64: 5 slices at N = 40
+    p = GemmProblem(7, 40, 64, "fp16", "fp32", layout)
+    bufs = make_buffers(p, "cpu", seed=2)
+
+    def right(a, b, out):
+        out.copy_((a.float() @ b.float()).half())
+
+    dispatch._reference_check(right, bufs, p)
+
+    def wrong_last_slice(a, b, out):
+        right(a, b, out)
+        out[3, 37] += 0.5
+
+    with pytest.raises(RuntimeError, match="against an fp32 reference"):
+        dispatch._reference_check(wrong_last_slice, bufs, p)
+
+    def unwritten(a, b, out):
+        right(a, b, out)
+        out[0, 20] = float("nan")
+
+    with pytest.raises(RuntimeError, match="max error nan"):
+        dispatch._reference_check(unwritten, bufs, p)
