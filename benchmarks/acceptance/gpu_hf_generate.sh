@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Hugging Face transformers generation on the GPU in front of you: examples/hf_generate.py on Llama-3-8B's config
-# (random weights, built on the GPU in bf16), stock and gemmrl.patch, eager and torch.compile(mode="reduce-overhead"),
+# (random weights, built on the GPU in bf16), stock and gemmrl.patch, eager and compiled (generate's own compile:
+# decode steps in CUDA graphs, mode="reduce-overhead", a graph per batch; prefill eager),
 # generate with a static cache at batch 1, 8 and 32 and prompts of 512 and 2048 tokens: prefill and decode tokens/s,
 # peak memory, tokens equal, and what serves each GEMM (gemmrl.served_by), as CSVs under $GEMMRL_OUT.
 #   GEMMRL_GIT_SHA=$(git rev-parse HEAD) bash benchmarks/acceptance/gpu_hf_generate.sh                 (carry .whl/hf)
@@ -16,9 +17,10 @@
 # PATCH_CHECK=llama-3-8b,qwen2.5-7b,mixtral-8x7b first runs benchmarks/acceptance/hf_patch_check.py on those models
 # (CHECK_DTYPES, fp16,bf16; CHECK_S, 300: its time limit): outputs, unpatch, state_dict and peak memory patched / stock.
 # GENERATE=0 leaves the generate runs out.
-# One call has 10 minutes; compiling the 8B model per shape takes minutes, so split the grid over calls, e.g.
-#   MODES=stock-eager,patched-eager;  MODES=stock-compiled,patched-compiled PROMPTS=512;  ... PROMPTS=2048
-# each call's files are named by its modes, batches, prompts, sha and day.
+# One call has 10 minutes: the eager grid (6 cells, REPEATS=5) with the patch check took 449 s on an H200, the compiled
+# modes at BATCHES=1,8 PROMPTS=512 231 s (a decode compile per batch and mode, ~25-35 s each); split the grid, e.g.
+#   MODES=stock-eager,patched-eager;  MODES=stock-compiled,patched-compiled BATCHES=32;  ... PROMPTS=2048
+# each call's files are named by its modes, batches, prompts, sha and day. GEMMRL_GRAPH_RACE=cold passes through.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck shell=bash disable=SC1091
