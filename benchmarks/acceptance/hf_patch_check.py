@@ -31,7 +31,6 @@ preset) it runs the same checks without the memory figures.
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import importlib.util
 import io
@@ -297,13 +296,6 @@ def _kinds(skipped) -> list[tuple[str, str]]:
     return [(f"{k} ({n} module{'s' * (n != 1)})", why) for (k, why), n in groups.items()]
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-
-
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     gen = hf_generate()
@@ -327,8 +319,8 @@ def main(argv=None) -> int:
             r, lr = check_model(gen, preset, dtype, args, dev, meta)
             rows += r
             layer_rows += lr
-            write_csv(out / f"hf_patch_{args.tag}.csv", rows)  # after each model: a run cut off keeps what it did
-            write_csv(out / f"hf_patch_layers_{args.tag}.csv", layer_rows)
+            gen.write_csv(out / f"hf_patch_{args.tag}.csv", rows)  # after each model: a run cut off keeps what it did
+            gen.write_csv(out / f"hf_patch_layers_{args.tag}.csv", layer_rows)
     bad = [r for r in layer_rows if not r["gemmrl_passed"]]
     for r in bad:
         print(f"  GEMM outside the battery's bounds: {r['model']} {r['dtype']} {r['layer']} {r['mnk']}: {r['reason']}")

@@ -23,14 +23,12 @@ The quick start's transformers table is a second kind of block, rebuilt by the s
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results import ResultsError
+from ..results import ResultsError, open_text
 from ..summary import Stats, speed
 from . import index
 from .data import PROTO_ORDER, shape_table
@@ -131,11 +129,8 @@ def _ratios(tab, proto: str, dtype: str, den: str) -> list[float]:
 
 
 def _machine(rows) -> str:
-    def one(col: str) -> str:
-        return ", ".join(sorted({r[col] for r in rows if r.get(col)}))
-
-    parts = [one("gpu"), f"driver {one('driver')}" if one("driver") else "", f"torch {one('torch')}" if one("torch")
-             else "", f"CUDA {one('cuda')}" if one("cuda") else ""]
+    parts = (_values(rows, "gpu"), _labelled(rows, "driver", "driver {}"), _labelled(rows, "torch", "torch {}"),
+             _labelled(rows, "cuda", "CUDA {}"))
     return ", ".join(p for p in parts if p)
 
 
@@ -171,17 +166,11 @@ def table(root: Path, gpu: str, files: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
-def _open(path: Path) -> io.TextIOBase:
-    if path.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path), encoding="utf-8", newline="")
-    return open(path, newline="", encoding="utf-8")
-
-
 def _hf_rows(path: Path, name: str) -> list[dict[str, str]]:
     """An examples/hf_generate.py CSV's rows; ReadmeError where it lacks a column the table needs."""
     if not path.is_file():
         raise ReadmeError(f"{path}: no such file (the index names it: commit it, or run `gemmrl report --index`)")
-    with _open(path) as fh:
+    with open_text(path) as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in HF_NEEDS if c not in (reader.fieldnames or ())]
         rows = list(reader)
@@ -245,7 +234,8 @@ def _values(rows, col: str) -> str:
 
 
 def _labelled(rows, col: str, fmt: str) -> str:
-    return fmt.format(_values(rows, col)) if _values(rows, col) else ""
+    v = _values(rows, col)
+    return fmt.format(v) if v else ""
 
 
 def _ms_per_token(pairs: list[Pair]) -> str:

@@ -479,7 +479,7 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
         if key not in made:
             if race and not found:
                 found.append(_contenders(lib, gpu, problem))
-            made[key] = _vendor_fallback(problem, device, gpu, found[0] if race else (), protocol, buffers)
+            made[key] = _vendor_fallback(problem, device, gpu, buffers, found[0] if race else (), protocol)
         return made[key]
 
     def serve(order, raced_in: str) -> tuple[Callable, str, tuple]:
@@ -584,9 +584,8 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
         return type(ex).__name__
 
 
-def _vendor_fallback(problem: GemmProblem, device, gpu: str, contenders: tuple[Entry, ...] = (),
-                     protocol: str = "graph", buffers: Callable[[], Buffers] | None = None
-                     ) -> tuple[Callable, str, tuple]:
+def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[], Buffers],
+                     contenders: tuple[Entry, ...] = (), protocol: str = "graph") -> tuple[Callable, str, tuple]:
     """What serves a problem not measured here: the plan raced best in ``protocol`` (graph for graph replays, cold
     for eager calls) on this GPU for its bucket of M among the vendor plans and the generated ``contenders``
     (serve/vendor_choice.py). A generated winner serves once it passes the
@@ -599,7 +598,7 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, contenders: tuple[E
     gen = _by_name(contenders)
     names = tuple(sorted(gen))
     try:
-        bufs = buffers() if buffers is not None else make_buffers(problem, device, seed=1234, on_device=True)
+        bufs = buffers()
         launched: dict[str, launchers.Launch] = {}
 
         def plans() -> dict[str, Callable[[], Any]]:
