@@ -6,6 +6,8 @@
 #     bash benchmarks/acceptance/gpu_anyshape.sh
 # SETS: space-separated <file in benchmarks/shapes, no .txt>:<dtype>[:<protocols>]; PROTOCOLS (graph,cold) is the
 # default; offline/server sets take WARMUP_S/BENCH_S/QPS. TESTS=0 skips the tests; LIBRARY=empty serves an empty one.
+# PROBE: space-separated <file>:<dtype>, run first: lt_splits_probe.py (cuBLASLt's listed plans against the split-K
+# configurations its heuristic does not list, as the race times them), PROBE_S seconds per set.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck shell=bash disable=SC1091
@@ -15,9 +17,16 @@ DAY=$(date -u +%F)
 status=0
 if [ "${TESTS:-1}" != 0 ]; then
   timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider tests/serve/test_dispatch.py \
-    -k "unseen_shape or never_seen or capture or between_tuned" 2>&1 | tail -6 \
+    tests/kernels/test_vendor_configs.py -k "unseen_shape or never_seen or capture or between_tuned or split_variants" \
+    2>&1 | tail -6 \
     | tee "$GEMMRL_OUT/h200_gpu-tests_fallback-race_${SHA:0:12}_${DAY}.txt" || status=1
 fi
+for set in ${PROBE:-}; do  # cuBLASLt's listed plans against the split-K configurations it does not list
+  IFS=: read -r name dtype <<<"$set"
+  timeout "${PROBE_TIMEOUT:-300}" python3 benchmarks/acceptance/lt_splits_probe.py --shapes "benchmarks/shapes/${name}.txt" \
+    --dtype "$dtype" --git "${SHA:0:12}" --budget-s "${PROBE_S:-240}" \
+    --out "$GEMMRL_OUT/h200_lt-splits-probe_${name}_${dtype}_graph-cold_${SHA:0:12}_${DAY}.csv" 2>&1 | tail -45 || status=1
+done
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 if [ "${LIBRARY:-as-gpu}" = empty ]; then
   python3 -c "from gemmrl.library import Library; Library().save('/tmp/served_library.json')"; LIBTAG=empty-library
@@ -26,7 +35,7 @@ else
     /tmp/served_library.json || status=1
   LIBTAG=h100-models-library-as-h200
 fi
-for set in ${SETS:?give SETS=<shapes file>:<dtype>[:<protocols>] ...}; do
+for set in ${SETS:-}; do
   IFS=: read -r name dtype protos <<<"$set"
   protos=${protos:-${PROTOCOLS:-graph,cold}}
   extra=()

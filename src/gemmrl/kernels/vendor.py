@@ -321,6 +321,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "vb_run": (_I, [_P, _P, _P, _P, _P]),
     "vb_run_index": (_I, [_P, _I, _P, _P, _P, _P]),
     "vb_describe": (_I, [_P, _I, ctypes.c_char_p, _I]),
+    "vb_lt_plan_add_config": (_I, [_P, ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(_I)]),
+    "vb_lt_splitk_support": (_I, [_P, _I, ctypes.POINTER(_I)]),
 }
 
 
@@ -374,6 +376,48 @@ class VendorLib:
         buf = ctypes.create_string_buffer(512)
         self.check(self.describe_raw(plan, index, buf, len(buf)), "vb_describe")
         return pretty_algo(buf.value.decode(errors="replace"), self.names)
+
+
+CONFIG_FIELDS = ("id", "tile", "stages", "splitk", "reduction", "swizzle", "custom", "inner", "cluster")
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # split-K factors tried beside the heuristic's own (split_variants)
+MIN_SPLIT_K = 128   # a split shorter than this along K is not tried
+SPLIT_BASES = 4     # distinct heuristic kernels whose split-K factor is varied
+
+
+def config_key(desc: str) -> str:
+    """A cuBLASLt algorithm's description without what depends on the problem's M (its workspace and wave count):
+    the same configuration at another M of a bucket has the same key."""
+    return " ".join(item for item in desc.split() if item.partition("=")[0] in CONFIG_FIELDS)
+
+
+def parse_config(desc: str, names: Mapping[str, Mapping[str, str]]) -> list[int] | None:
+    """vb_describe's attributes of ``desc`` as numbers in CONFIG_FIELDS order (names read back through ``names``),
+    or None where one is missing or unknown."""
+    got = dict(item.partition("=")[::2] for item in desc.split())
+    out = []
+    for k in CONFIG_FIELDS:
+        v = got.get(k)
+        if v is None:
+            return None
+        if v.lstrip("-").isdigit():
+            out.append(int(v))
+            continue
+        back = {name: val for val, name in names.get(k, {}).items()}
+        if v not in back:
+            return None
+        out.append(int(back[v]))
+    return out
+
+
+def tile_dims(desc: str) -> tuple[int, int] | None:
+    """(rows, cols) of a description's tile (``tile=256x8``): rows along N, cols along M (cuBLAS computes C^T)."""
+    for item in desc.split():
+        k, _, v = item.partition("=")
+        if k == "tile":
+            a, _, b = v.partition("x")
+            if a.isdigit() and b.isdigit():
+                return int(a), int(b)
+    return None
 
 
 def pretty_algo(raw: str, names: Mapping[str, Mapping[str, str]]) -> str:
@@ -568,6 +612,53 @@ class CtypesCandidate:
             if st:
                 raise VendorError(f"{self.name} algorithm {index}: {lib.message(st)} (status {st})")
         return call
+
+    def add_config(self, desc: str) -> int | None:
+        """The index of the cuBLASLt configuration described by ``desc`` in the prepared plan: among its results
+        (compared without workspace and wave count, which depend on M), else built from its attributes and
+        appended where cuBLASLt says it runs this problem (another M's race chose it, or a split-K factor the
+        heuristic did not list); None where it cannot be built or does not run here."""
+        descs = [config_key(d) for d in self.algorithms()]
+        if config_key(desc) in descs:
+            return descs.index(config_key(desc))
+        attrs = parse_config(desc, self._lib.names)
+        if attrs is None or self.align_mask != MAX_ALIGN - 1:
+            return None
+        idx = _I(-1)
+        st = self._lib.lt_plan_add_config(self._ptr, (ctypes.c_longlong * len(attrs))(*attrs), ctypes.byref(idx))
+        return idx.value if st == 0 and idx.value >= 0 else None
+
+    def split_variants(self, problem: GemmProblem, sms: int, bases: Sequence[int] | None = None) -> list[int]:
+        """Indices of split-K configurations the heuristic did not list, appended to the prepared plan: the first
+        SPLIT_BASES distinct kernels among results ``bases`` (default all) that take a split-K factor, each with the
+        factors of SPLITS that keep a split at least MIN_SPLIT_K long and the grid within two waves of ``sms``
+        (shapes whose tiles fill the GPU get none). Factors > 1 reduce in fp32."""
+        descs = self.algorithms()
+        seen, out = set(), []
+        for i in (range(len(descs)) if bases is None else bases):
+            d = descs[i]
+            attrs = parse_config(d, self._lib.names)
+            tile = tile_dims(d)
+            if attrs is None or tile is None:
+                continue
+            kernel = tuple(attrs[:3]) + tuple(attrs[5:])  # everything but the split and its reduction
+            if kernel in seen:
+                continue
+            ok = _I(0)
+            if self._lib.lt_splitk_support(self._ptr, i, ctypes.byref(ok)) != 0 or not ok.value:
+                continue
+            seen.add(kernel)
+            tiles = -(-problem.N // tile[0]) * -(-problem.M // tile[1])
+            for k in SPLITS:
+                if k == attrs[3] or problem.K // k < MIN_SPLIT_K or tiles * k > max(2 * sms, tiles):
+                    continue
+                j = self.add_config(" ".join(f"{f}={v}" for f, v in zip(CONFIG_FIELDS, attrs[:3] + [k] +
+                                                                          attrs[4:])))
+                if j is not None and j >= len(descs) and j not in out:
+                    out.append(j)
+            if len(seen) >= SPLIT_BASES:
+                break
+        return out
 
     def select_algorithm(self, index: int) -> None:
         """Run heuristic result ``index`` of the prepared plan from now on."""

@@ -203,8 +203,9 @@ def _vendor(e: Entry, problem: GemmProblem, bufs: Buffers) -> Launch:
 
 def vendor_plan(kind: str, algo: str, problem: GemmProblem, bufs: Buffers) -> Launch:
     """The lean vendor call of a vendor-fallback choice (serve/vendor_choice.py) at ``problem``: torch.matmul,
-    cublasGemmEx, or cuBLASLt with the algorithm described by ``algo`` where this shape's heuristic list offers it
-    (else its first; the note says which)."""
+    cublasGemmEx, or cuBLASLt with the configuration described by ``algo``: from this shape's heuristic list
+    (compared without what depends on M), else built from its description where it runs here (a split-K factor
+    the heuristic does not list, or another M's pick), else the heuristic's first (the note says which)."""
     if kind == "torch":
         tc = vendor.TorchCandidate()
         tc.prepare(problem.with_(layout="nn"), bufs, "graph", None)
@@ -216,9 +217,12 @@ def vendor_plan(kind: str, algo: str, problem: GemmProblem, bufs: Buffers) -> La
     cand.prepare(problem, bufs, "graph", None)
     note = ""
     if kind == "cublaslt" and algo:
-        descs = cand.algorithms()
-        if algo in descs:
-            cand.select_algorithm(descs.index(algo))
+        n = len(cand.algorithms())
+        idx = cand.add_config(algo)  # listed at this M, else built from its description
+        if idx is not None:
+            cand.select_algorithm(idx)
+            if idx >= n:
+                note = " [raced configuration, built at this M]"
         else:
-            note = f" [raced algorithm not among this shape's {len(descs)}: the heuristic's first]"
+            note = f" [raced algorithm does not run at this shape (heuristic lists {n}): the heuristic's first]"
     return wrap(_Named(cand, f"vendor:{kind}", problem.layout), problem, bufs, note)

@@ -23,8 +23,13 @@ faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4
   driver or cuBLAS version races again; another set of generated contenders (a library tuned since) is another key.
   A file that cannot be read is set aside with one warning (nothing raises); one that cannot be written costs a race
   per process, not a failure.
-- Another M of a raced bucket takes the bucket's choice: a cuBLASLt algorithm is pinned by its description where
-  this shape's heuristic list offers it, else the heuristic's first.
+- **Configurations the heuristic does not list.** cuBLASLt runs more configurations of its kernels than its heuristic
+  returns; where a shape's tiles leave SMs idle (small M x N, long K) the race also times other split-K factors of
+  the heuristic's first few kernels (fp32 partial sums; ``GEMMRL_VENDOR_SPLITS=0`` turns this off). The baselines'
+  autotune times the heuristic's list only, so these are plans no vendor path runs by itself.
+- Another M of a raced bucket takes the bucket's choice: a cuBLASLt configuration is pinned by its description
+  without its workspace and wave count (which depend on M), taken from that M's heuristic list or built from the
+  description where it runs there, else the heuristic's first.
 - ``GEMMRL_VENDOR_FALLBACK``: ``race`` (default), ``heuristic`` (no race: the heuristic's first plan through the lean
   call), ``off`` (torch.matmul, as before this fallback existed).
 
@@ -56,6 +61,7 @@ MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
 RACE_MS_ENV = "GEMMRL_VENDOR_RACE_MS"
 GRAPH_RACE_ENV = "GEMMRL_GRAPH_RACE"
+SPLITS_ENV = "GEMMRL_VENDOR_SPLITS"
 GRAPH_RACES = {"warm": "graph", "cold": "cold"}  # setting -> the protocol a call inside a CUDA graph is raced in
 RACE_MS = 200.0
 RACE_ALGOS = 32    # cuBLASLt heuristic results raced (its first is one of them)
@@ -481,8 +487,10 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
 
 
 def plans_for(problem: GemmProblem, bufs: Any) -> dict[str, Callable[[], None]]:
-    """The vendor plans raced at ``problem`` on the prepared buffers ``bufs`` (CUDA): torch.matmul, cublasGemmEx and
-    the first RACE_ALGOS cuBLASLt heuristic results, each a call in the problem's layout."""
+    """The vendor plans raced at ``problem`` on the prepared buffers ``bufs`` (CUDA): torch.matmul, cublasGemmEx,
+    the first RACE_ALGOS cuBLASLt heuristic results and split-K configurations of their kernels that the heuristic
+    does not list (``CtypesCandidate.split_variants``: where the tiles leave the GPU part idle), each a call in the
+    problem's layout."""
     from ..kernels import vendor  # the vendor extension: built or loaded on first use
 
     a, b, bt, c = bufs.args()
@@ -494,9 +502,28 @@ def plans_for(problem: GemmProblem, bufs: Any) -> dict[str, Callable[[], None]]:
     out["cublas"] = lambda: cb(a, b, bt, c)
     lt = vendor.CtypesCandidate("vendor:cublaslt", problem.layout, "fp32", "heuristic")
     lt.prepare(problem, bufs, "graph", None)
-    for i, d in enumerate(lt.algorithms()[:RACE_ALGOS]):
-        out[f"cublaslt#{i} {d}"] = (lambda f=lt.algorithm_call(i): f(a, b, bt, c))
+    listed = lt.algorithms()[:RACE_ALGOS]
+    extra = lt.split_variants(problem, _sm_count(), range(len(listed))) if split_variants() else []
+    descs = lt.algorithms()
+    for i in [*range(len(listed)), *extra]:
+        out[f"cublaslt#{i} {descs[i]}"] = (lambda f=lt.algorithm_call(i): f(a, b, bt, c))
     return out
+
+
+def split_variants() -> bool:
+    """``GEMMRL_VENDOR_SPLITS``: whether the race also times split-K configurations of cuBLASLt's kernels that its
+    heuristic does not list (default on; ``0`` races the heuristic's list alone)."""
+    v = os.environ.get(SPLITS_ENV, "1").strip().lower() or "1"
+    if v not in ("0", "1"):
+        raise VendorChoiceError(f"{SPLITS_ENV}={v!r}: use 1 (race split-K configurations beside the heuristic's "
+                                "list) or 0 (the heuristic's list alone)")
+    return v == "1"
+
+
+def _sm_count() -> int:
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
 def vendor_torch(a, b, c) -> None:
@@ -507,4 +534,4 @@ def vendor_torch(a, b, c) -> None:
 
 __all__ = ["GEN", "Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "graph_race",
            "m_bucket",
-           "mode", "plan_of", "plans_for", "race", "race_budget_s", "PROTOCOLS", "cold_timer"]
+           "mode", "split_variants", "plan_of", "plans_for", "race", "race_budget_s", "PROTOCOLS", "cold_timer"]

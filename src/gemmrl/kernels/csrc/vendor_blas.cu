@@ -347,6 +347,8 @@ fail:
 
 VB_API int vb_plan_count(const vb_plan* p) { return p ? p->n_algos : 0; }
 
+
+
 VB_API int vb_plan_select(vb_plan* p, int index) {
   if (!p) return VB_ERR_ARG;
   if (index < 0 || index >= p->n_algos) return VB_ERR_INDEX;
@@ -429,5 +431,93 @@ VB_API int vb_describe(const vb_plan* p, int index, char* buf, int len) {
            config_attr(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), config_attr(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
            config_attr(a, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION), config_attr(a, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID),
            config_attr(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), r.workspaceSize, (double)r.wavesCount);
+  return VB_OK;
+}
+
+// ---- configurations outside the heuristic's list ---------------------------------------------------
+// The heuristic returns a short, ranked list; cuBLASLt runs more configurations of the same kernels than it lists
+// (another split-K factor, a rebuilt algorithm another M's list does not offer). vb_lt_plan_add_config builds one
+// from its attributes, asks cuBLASLt whether it runs this problem (cublasLtMatmulAlgoCheck: the operands' layouts,
+// the workspace it needs) and appends it to the plan's results, so vb_run_index / vb_plan_select serve it like a
+// heuristic result. Only for plans made for 256-byte-aligned operands: the check assumes the widest alignment,
+// and a call less aligned than its plan goes elsewhere before it gets here (the caller's align_mask).
+// attrs: id, tile, stages, splitk, reduction, swizzle, custom, inner, cluster (vb_describe's order); < 0 keeps
+// what cublasLtMatmulAlgoInit set. A split-K factor > 1 always reduces in the compute type (fp32 partial sums).
+static int set_config_attr(cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t attr, long long v) {
+  if (v < 0) return VB_OK;
+  size_t need = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, nullptr, 0, &need) != CUBLAS_STATUS_SUCCESS || need == 0 ||
+      need > 8)
+    return VB_ERR_ARG;
+  unsigned char raw[8];
+  memset(raw, 0, sizeof raw);
+  switch (need) {
+    case 1: { uint8_t x = (uint8_t)v; memcpy(raw, &x, 1); break; }
+    case 2: { uint16_t x = (uint16_t)v; memcpy(raw, &x, 2); break; }
+    case 4: { int32_t x = (int32_t)v; memcpy(raw, &x, 4); break; }
+    default: { int64_t x = (int64_t)v; memcpy(raw, &x, 8); break; }
+  }
+  VB_CUBLAS(cublasLtMatmulAlgoConfigSetAttribute(algo, attr, raw, need));
+  return VB_OK;
+}
+
+static const cublasLtMatmulAlgoConfigAttributes_t kConfigAttrs[9] = {
+    CUBLASLT_ALGO_CONFIG_ID,           CUBLASLT_ALGO_CONFIG_TILE_ID,        CUBLASLT_ALGO_CONFIG_STAGES_ID,
+    CUBLASLT_ALGO_CONFIG_SPLITK_NUM,   CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING,
+    CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID};
+
+static bool same_config(const cublasLtMatmulAlgo_t* a, const cublasLtMatmulAlgo_t* b) {
+  for (int i = 0; i < 9; ++i)
+    if (config_attr(a, kConfigAttrs[i]) != config_attr(b, kConfigAttrs[i])) return false;
+  return true;
+}
+
+VB_API int vb_lt_plan_add_config(vb_plan* p, const long long* attrs, int* index_out) {
+  if (!p || !attrs || !index_out) return VB_ERR_ARG;
+  *index_out = -1;
+  if (p->kind != VB_KIND_LT) return VB_ERR_KIND;
+  if (p->align_mask != 255 || attrs[0] < 0) return VB_ERR_ARG;
+  long long want[9];
+  memcpy(want, attrs, sizeof want);
+  if (want[3] > 1) want[4] = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;  // fp32 partial sums, never the output type
+  if (want[3] == 1) want[4] = CUBLASLT_REDUCTION_SCHEME_NONE;
+  if (want[3] == 0 || want[3] > 1024) return VB_ERR_ARG;
+  cublasLtMatmulAlgo_t algo;
+  memset(&algo, 0, sizeof algo);
+  const cudaDataType_t scale = p->ct == CUBLAS_COMPUTE_32F ? CUDA_R_32F : CUDA_R_16F;
+  VB_CUBLAS(cublasLtMatmulAlgoInit(p->ctx->lt, p->ct, scale, p->dt, p->dt, p->dt, p->dt, (int)want[0], &algo));
+  for (int i = 1; i < 9; ++i) {
+    int st = set_config_attr(&algo, kConfigAttrs[i], want[i]);
+    if (st != VB_OK) return st;
+  }
+  for (int i = 0; i < p->n_algos; ++i)
+    if (same_config(&p->results[i].algo, &algo)) {
+      *index_out = i;
+      return VB_OK;
+    }
+  if (p->n_algos >= kMaxAlgos) return VB_ERR_INDEX;
+  cublasLtMatmulHeuristicResult_t r;
+  memset(&r, 0, sizeof r);
+  VB_CUBLAS(cublasLtMatmulAlgoCheck(p->ctx->lt, p->desc, p->lb, p->la, p->lc, p->lc, &algo, &r));
+  if (r.state != CUBLAS_STATUS_SUCCESS) return VB_CUBLAS_BASE + (int)r.state;
+  if (r.workspaceSize > p->ctx->workspace_bytes) return VB_ERR_NO_ALGO;
+  r.algo = algo;
+  p->results[p->n_algos] = r;
+  *index_out = p->n_algos++;
+  return VB_OK;
+}
+
+// Whether result `index` can take another split-K factor (its algorithm's capabilities) and the most K-splits
+// it takes; 0 where it cannot be split.
+VB_API int vb_lt_splitk_support(const vb_plan* p, int index, int* supported) {
+  if (!p || !supported) return VB_ERR_ARG;
+  *supported = 0;
+  if (p->kind != VB_KIND_LT) return VB_ERR_KIND;
+  if (index < 0 || index >= p->n_algos) return VB_ERR_INDEX;
+  int32_t v = 0;
+  size_t wrote = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&p->results[index].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &v, sizeof v,
+                                        &wrote) == CUBLAS_STATUS_SUCCESS)
+    *supported = v ? 1 : 0;
   return VB_OK;
 }
