@@ -52,7 +52,7 @@ python3 - "$GEMMRL_OUT" <<'PY'
 import csv, glob, math, sys
 from collections import defaultdict
 print(f"{'file':<78} {'protocol':<8} {'n':>3} {'geomean':>8} {'min':>6} {'<0.97':>5}")
-for f in sorted(glob.glob(sys.argv[1] + "/*anyshape*.csv")):
+for f in sorted(glob.glob(sys.argv[1] + "/h200_anyshape_*.csv")):
     t = defaultdict(dict)
     for r in csv.DictReader(open(f)):
         if r["candidate"] in ("gemmrl", "vendor_best") and not r.get("recheck") and r["time_ms"]:
