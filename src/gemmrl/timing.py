@@ -644,10 +644,14 @@ def measure(fns: Mapping[str, Callable[[], None]], bufs: Buffers, protocol: str,
 SELECT_OUTPUT_CHECKS = 1  # algorithm selection: one checked call per alternative and round
 
 
-def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
+def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None,
+               layouts: Mapping[str, str] | None = None):
     """A ``Timer`` (see candidate.py) for algorithm selection inside ``protocol``: each callable gets at
     least ``min_calls`` interleaved calls in that protocol; returns {name: median time_ms} (inf on failure, and for
-    an alternative whose output was wrong). Every call draws a fresh seed, so repeated calls are independent rounds."""
+    an alternative whose output was wrong). Every call draws a fresh seed, so repeated calls are independent rounds.
+    ``layouts`` ({name: 'nn'|'tn'}) says which form of B each callable reads, so a graph sample refills only that
+    form, as the bench does for a path of one layout (without it both forms are written and the copy between them
+    stays in the sample's L2)."""
     cfg = cfg or TimingConfig()
 
     rounds = iter(range(1, 1 << 30))
@@ -662,7 +666,7 @@ def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
                         output_checks=min(cfg.output_checks, SELECT_OUTPUT_CHECKS))
         if protocol == "graph":
             # min_calls replays of graphs of >= 1 call each: every callable runs >= min_calls times.
-            res = time_graph(fns, bufs, cfg_r, replays=min_calls)
+            res = time_graph(fns, bufs, cfg_r, replays=min_calls, layouts=layouts)
         elif protocol == "cold":
             res = time_cold(fns, bufs, cfg_r, calls=min_calls)
         else:
@@ -672,6 +676,7 @@ def make_timer(bufs: Buffers, protocol: str, cfg: TimingConfig | None = None):
         # swayed by one preempted call)
         return {k: (v.extra.get("median_ms", v.time_ms) if v.ok else math.inf) for k, v in res.items()}
 
+    timer.for_layouts = lambda lay: make_timer(bufs, protocol, cfg, lay)  # the same timer, told each path's form
     return timer
 
 

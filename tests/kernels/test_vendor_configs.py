@@ -9,7 +9,7 @@ matches an fp64 product; one cuBLASLt refuses is not added.
 
 from __future__ import annotations
 
-import ctypes
+import statistics
 
 import pytest
 
@@ -217,3 +217,26 @@ def test_gpu_split_variants_run_and_match_fp64(mnk, dtype, monkeypatch, tmp_path
     assert c.add_config(descs[extra[0]].replace("waves=", "waves=9")) == extra[0]
     bogus = descs[0].replace(descs[0].split()[0], "id=999999")
     assert c.add_config(bogus) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_gpu_fresh_timer_takes_the_refill_out(layout):
+    """The graph race's timer refills A and the form of B the layout reads before each call and takes the refill's
+    time out: what is left is one GEMM's time, near the bench's graph protocol's for the same call and nowhere near
+    GEMM + refill."""
+    import torch
+
+    from gemmrl.timing import TimingConfig, time_graph
+
+    p = GemmProblem(39, 6144, 4096, dtype="fp16", layout=layout)
+    bufs = make_buffers(p, torch.device("cuda"), seed=5, on_device=True)
+    a, b, bt, c = bufs.args()
+    w = bt.t() if layout == "tn" else b
+    fn = lambda: torch.matmul(a, w, out=c)  # noqa: E731
+    t = VCH.fresh_timer(bufs, layout)
+    got = statistics.median([t(fn) for _ in range(5)])
+    refill = t._prelude_off()
+    bench = time_graph({"torch": fn}, bufs, TimingConfig(), layouts={"torch": layout})["torch"].time_ms
+    assert refill > 0.2 * got, (refill, got)  # the refill writes 50 MB: not a negligible part of a sample
+    assert 0.85 * bench < got < 1.15 * bench, (got, bench)

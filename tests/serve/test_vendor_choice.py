@@ -267,6 +267,8 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(VC, "plans_for", plans_for)
     monkeypatch.setattr(VC, "event_timer", _timer(times))
     monkeypatch.setattr(VC, "cold_timer", _timer(times))
+    fresh = []  # the layouts the graph races' fresh-input timers were made for
+    monkeypatch.setattr(VC, "fresh_timer", lambda bufs, layout, seed=1: (fresh.append(layout), VC.event_timer)[1])
     monkeypatch.setenv(VC.RACE_MS_ENV, "0.001")  # the minimum rounds only
     monkeypatch.setattr(launchers, "vendor_plan", vendor_plan)
     dev = types.SimpleNamespace(type="cuda", index=0)
@@ -275,7 +277,7 @@ def fake_gpu(monkeypatch):
     def build(M):
         return dispatch._build(M, N, K, torch.float16, "tn", dev)
 
-    build.drawn, build.host = drawn, host
+    build.drawn, build.host, build.fresh = drawn, host, fresh
     yield build, raced, made
     dispatch.use_library(Library())
 
@@ -287,6 +289,7 @@ def test_a_shape_with_no_entry_is_served_by_the_raced_vendor_plan(fake_gpu):
     assert raced == [37, 37] and made == [("cublaslt", "algo=9", 37)] * 2  # the eager and the graph race
     assert len(build.drawn) == 2 and len(set(build.drawn)) == 1  # both races time one set of operands,
     assert build.host == [False]  # drawn once, on the device
+    assert build.fresh == ["tn"]  # the graph race refills the operands its layout reads before each call
     assert build(50).eager_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=37]") and raced == [37, 37]
     build(64)
     assert raced == [37, 37, 64, 64]

@@ -615,7 +615,8 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
             return out
 
         cache = _choice_cache(device, gpu)
-        choice = vendor_choice.choose(problem, cache, plans, generated=names, protocol=protocol)
+        choice = vendor_choice.choose(problem, cache, plans, timer=_race_timer(bufs, problem, protocol),
+                                      generated=names, protocol=protocol)
         if choice.kind == "gen":
             won = _generated_winner(choice, gen, launched, problem, bufs)
             if won is not None:
@@ -630,6 +631,17 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
         _warn(f"gemmrl: the vendor fallback cannot serve {problem.mnk} {problem.layout} here ({type(ex).__name__}: "
               f"{ex}); torch.matmul serves it (GEMMRL_VENDOR_FALLBACK=off says so without trying)")
         return launchers.torch_mm, f"torch.matmul (vendor fallback unavailable: {type(ex).__name__})", ()
+
+
+def _race_timer(bufs, problem: GemmProblem, protocol: str):
+    """The graph race's timer (fresh inputs before each call, as the bench's graph protocol), or None for the
+    protocol's default (cold; and graph where Triton, which writes the fresh inputs, cannot be loaded)."""
+    if protocol != "graph":
+        return None
+    try:
+        return vendor_choice.fresh_timer(bufs, problem.layout)
+    except ImportError:
+        return None
 
 
 def _generated_winner(choice: vendor_choice.Choice, gen: dict[str, Entry], launched: dict[str, launchers.Launch],

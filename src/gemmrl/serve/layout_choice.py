@@ -95,6 +95,8 @@ def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mappi
         dispatch.served_by(a, ops[lay])  # built now: nothing builds while timed or captured
     mm = dispatch.mm
     fns = {lay: (lambda w=ops[lay]: mm(a, w, c)) for lay in LAYOUTS}
+    if hasattr(timer, "for_layouts"):  # each layout's samples refill only the form of B it reads, as the bench's
+        timer = timer.for_layouts({lay: lay for lay in LAYOUTS})  # paths of one layout (not both, nor the copy)
     if timed_in(protocol, a.device.type) == "cold":
         min_calls = max(min_calls, COLD_CALLS)
     times = dict(timer(fns, min_calls))

@@ -15,10 +15,11 @@ faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4
   The race stops when ``GEMMRL_VENDOR_RACE_MS`` (default 200 ms of wall time) is spent, after at least
   ``MIN_ROUNDS`` samples: the cap on what a first call costs. A generated winner is run through the correctness
   battery before it serves (dispatch.py); the fastest vendor plan is kept beside it (``Choice.fallback``).
-- **Two races, one per way of calling**: what serves inside a CUDA graph is raced as above (``graph``: operands warm in
-  L2, as graph replays of one GEMM leave them); what serves an eager call is raced ``cold``, each call of a sample
-  after 2x L2 written (the bench's cold protocol; a model's eager call reads weights no earlier call left in L2),
-  the flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold.
+- **Two races, one per way of calling**: what serves inside a CUDA graph is raced as above (``graph``: each call
+  after its operands were rewritten with new numbers, the bench's graph protocol, ``fresh_timer``: the operands are
+  in L2 as their writer left them); what serves an eager call is raced ``cold``, each call of a sample after 2x L2
+  written (the bench's cold protocol; a model's eager call reads weights no earlier call left in L2), the refills'
+  and flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold.
 - **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version: another
   driver or cuBLAS version races again; another set of generated contenders (a library tuned since) is another key.
   A file that cannot be read is set aside with one warning (nothing raises); one that cannot be written costs a race
@@ -328,8 +329,10 @@ class GraphTimer:
     host's round trip between them, the race's samples on an H200 read 4-15% slower than the bench's and ranked two
     near-equal cuBLASLt plans the other way round."""
 
-    def __init__(self, batch_us: float, flushed: bool = False):
-        self.batch_us, self.flushed = batch_us, flushed
+    def __init__(self, batch_us: float, flushed: bool = False, prelude: Callable[[], None] | None = None):
+        self.batch_us, self.flushed, self.prelude = batch_us, flushed, prelude
+        self._forms: "weakref.WeakKeyDictionary[Callable, Callable]" = weakref.WeakKeyDictionary()
+        self._prelude_ms: float | None = None
 
     def __call__(self, fn: Callable[[], None]) -> float:
         return self.many([fn])[0]
@@ -338,15 +341,31 @@ class GraphTimer:
         forms = [self._form(fn) for fn in fns]
         graphs = [_graph_of(f, self.batch_us) for f in forms]  # captured first: nothing syncs inside the round
         works = [g.replay if g is not None else functools.partial(_calls, f, n) for f, (g, n) in zip(forms, graphs)]
-        off = _flush_ms() if self.flushed else 0.0
+        off = _flush_ms() if self.flushed else self._prelude_off()
         return [max(ms / n - off, 0.0) for ms, (_, n) in zip(_elapsed_many(works), graphs)]
 
     def _form(self, fn: Callable[[], None]) -> Callable[[], None]:
+        if self.prelude is not None:
+            if fn not in self._forms:
+                self._forms[fn] = _after(self.prelude, fn)
+            return self._forms[fn]
         if not self.flushed:
             return fn
         if fn not in _COLD:
             _COLD[fn] = _flushed_form(fn)
         return _COLD[fn]
+
+    def _prelude_off(self) -> float:
+        """Device time of one ``prelude`` (ms), taken out of every sample: the faster of two samples of a graph of
+        MIN_BATCH of them, measured once per timer."""
+        if self.prelude is None:
+            return 0.0
+        if self._prelude_ms is None:
+            got = _capture(self.prelude, MIN_BATCH)
+            g, n = got if got is not None else (None, MIN_BATCH)
+            work = g.replay if g is not None else functools.partial(_calls, self.prelude, n)
+            self._prelude_ms = min(_elapsed_many([work, work])) / n
+        return self._prelude_ms
 
 
 def _calls(fn: Callable[[], None], n: int) -> None:
@@ -366,6 +385,30 @@ def _flushed_form(fn: Callable[[], None]) -> Callable[[], None]:
         if plan is not None:
             plan()
     return flushed
+
+
+def _after(prelude: Callable[[], None], fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` after ``prelude``, holding ``fn`` weakly (as ``_flushed_form``)."""
+    ref = weakref.ref(fn)
+
+    def both() -> None:
+        prelude()
+        plan = ref()
+        if plan is not None:
+            plan()
+    return both
+
+
+def fresh_timer(bufs: Any, layout: str, seed: int = 1) -> GraphTimer:
+    """The graph race's timer on the race's buffers: each call after A and the form of B that ``layout`` reads are
+    rewritten with new numbers (the bench's graph protocol, whose every call sees fresh inputs: ``timing._fill``),
+    the refill's own time taken out. Timed on operands it only re-read, the race ranked plans otherwise than the
+    bench: on an H200 it served 39_6144_4096 a plan 8% slower in the bench's graph protocol, and 114_4096_4096 the
+    nn order where every nn path ran 4% slower there."""
+    from ..fill import Refill  # Triton: loaded on first use
+    from ..timing import _fill
+
+    return GraphTimer(BATCH_US, prelude=_fill(bufs, layout, Refill(bufs.a.device, seed)))
 
 
 def _flush_ms() -> float:
@@ -534,4 +577,4 @@ def vendor_torch(a, b, c) -> None:
 
 __all__ = ["GEN", "Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "graph_race",
            "m_bucket",
-           "mode", "split_variants", "plan_of", "plans_for", "race", "race_budget_s", "PROTOCOLS", "cold_timer"]
+           "mode", "split_variants", "fresh_timer", "plan_of", "plans_for", "race", "race_budget_s", "PROTOCOLS", "cold_timer"]
