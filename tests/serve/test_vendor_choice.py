@@ -593,3 +593,18 @@ def test_the_reference_check_reads_b_in_slices_and_catches_a_wrong_column_or_nan
 
     with pytest.raises(RuntimeError, match="max error nan"):
         dispatch._reference_check(unwritten, bufs, p)
+
+
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_the_reference_check_reads_the_form_of_b_the_call_reads(layout):
+    """After the graph race the form of B it refilled holds other numbers than the other form: the check's product
+    reads the form the call reads (on an H200 every tn shape failed it against the stale nn form and fell back to
+    torch.matmul)."""
+    p = GemmProblem(5, 24, 32, "fp16", "fp32", layout)
+    bufs = make_buffers(p, "cpu", seed=4)
+    (bufs.bt if layout == "tn" else bufs.b).normal_(0.0, 32 ** -0.25)  # refilled: the forms no longer agree
+
+    def right(a, b, out):
+        out.copy_((a.float() @ b.float()).half())
+
+    dispatch._reference_check(right, bufs, p)
