@@ -29,6 +29,7 @@ _GPU_NAME = {"h100": "NVIDIA H100", "h200": "NVIDIA H200", "cpu": "CPU"}
 # the command that writes a file of this kind, by a word of its name (first match wins)
 _KIND = (("hf-generate", "benchmarks/acceptance/gpu_hf_generate.sh (examples/hf_generate.py)"),
          ("hf-patch", "benchmarks/acceptance/gpu_hf_generate.sh PATCH_CHECK=... (benchmarks/acceptance/hf_patch_check.py)"),
+         ("lt-splits-probe", "benchmarks/acceptance/gpu_anyshape.sh PROBE=... (benchmarks/acceptance/lt_splits_probe.py)"),
          ("-select", "gemmrl select"), ("_select", "gemmrl select"),
          ("remeasure", "gemmrl bench --triton-from/--cutlass-from"),
          ("tune", "gemmrl tune"), ("headroom", "gemmrl headroom"), ("library", "gemmrl bench --library"),

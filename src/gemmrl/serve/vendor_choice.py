@@ -56,7 +56,7 @@ from typing import Any, Callable, Mapping
 from ..clocks import max_sm_mhz
 from ..paths import cache_dir, write_json_atomic
 from ..problem import GemmProblem
-from ..timing import _flush_buffer, _sm_clock_reader, capture_stream
+from ..timing import _fill, _flush_buffer, _sm_clock_reader, capture_stream
 
 MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
@@ -406,7 +406,6 @@ def fresh_timer(bufs: Any, layout: str, seed: int = 1) -> GraphTimer:
     bench: on an H200 it served 39_6144_4096 a plan 8% slower in the bench's graph protocol, and 114_4096_4096 the
     nn order where every nn path ran 4% slower there."""
     from ..fill import Refill  # Triton: loaded on first use
-    from ..timing import _fill
 
     return GraphTimer(BATCH_US, prelude=_fill(bufs, layout, Refill(bufs.a.device, seed)))
 
