@@ -6,6 +6,7 @@ device says it is CUDA; the GPU tier's test of the real plans is in test_dispatc
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import types
@@ -608,3 +609,43 @@ def test_the_reference_check_reads_the_form_of_b_the_call_reads(layout):
         out.copy_((a.float() @ b.float()).half())
 
     dispatch._reference_check(right, bufs, p)
+
+
+TILE_A, TILE_B, TILE_C = "id=66 tile=128x256 splitk=1", "id=66 tile=256x152 splitk=1", "id=66 tile=64x64 splitk=1"
+
+
+def test_another_large_m_of_a_bucket_confirms_its_plan_at_its_own_m():
+    """From CONFIRM_M rows up a bucket's vendor plan is raced again at another M against the three defaults alone
+    (a tile's wave count changes inside the bucket), and the winner is kept for that M."""
+    cache = VC.ChoiceCache(IDENT)
+    at6137 = {"torch": 0.30, "cublas": 0.29, f"cublaslt#0 {TILE_A}": 0.28, f"cublaslt#1 {TILE_B}": 0.26}
+    c = VC.choose(P(6137), cache, lambda: _plans(at6137, {}), timer=_timer(at6137), budget_s=0)
+    assert (c.algo, c.measured_m) == (TILE_B, 6137)
+    # at 5401 this M's list holds the bucket's tile at another index, its wave count elsewhere; it is slower there
+    at5401 = {"torch": 0.26, "cublas": 0.255, f"cublaslt#0 {TILE_A}": 0.249, f"cublaslt#2 {TILE_C}": 0.2,
+              f"cublaslt#3 {TILE_B} waves=4.970": 0.273}
+    built = []
+
+    def plans():
+        built.append(5401)
+        return _plans(at5401, {})
+    c2 = VC.choose(P(5401), cache, plans, timer=_timer(at5401), budget_s=0)
+    assert (c2.kind, c2.algo, c2.measured_m) == ("cublaslt", TILE_A, 5401)
+    assert {k for k, _ in c2.times_us} == {"torch", "cublas", f"cublaslt#0 {TILE_A}", f"cublaslt#3 {TILE_B} waves=4.970"}
+    assert VC.choose(P(5401), cache, plans, timer=_timer(at5401), budget_s=0) == c2 and built == [5401]  # kept
+    assert cache.get(P(6137)) == c and cache.get(P(7000)) == c  # the bucket's choice is unchanged
+    again = VC.ChoiceCache(IDENT)  # and both are in the file
+    assert again.get(P(5401)) == c2 and again.get(P(4096)) == c
+
+
+def test_small_ms_generated_winners_and_plans_missing_here_are_not_confirmed():
+    cache = VC.ChoiceCache(IDENT)
+    at37 = {"torch": 0.03, "cublas": 0.02, f"cublaslt#0 {TILE_A}": 0.015, f"cublaslt#1 {TILE_B}": 0.01}
+    c = VC.choose(P(37), cache, lambda: _plans(at37, {}), timer=_timer(at37), budget_s=0)
+    nothing = lambda: pytest.fail("no race expected")  # noqa: E731
+    assert VC.choose(P(50), cache, nothing, timer=_timer(at37), budget_s=0) == c  # below CONFIRM_M
+    gen = VC.Choice("gen", "triton:cfg", "raced", 3000, (), "cublas")
+    assert not VC.confirms(gen, P(2500)) and VC.confirms(dataclasses.replace(gen, kind="cublas"), P(2500))
+    cache.put(P(3000), VC.Choice("cublaslt", TILE_B, "raced", 3000, ()))
+    at2500 = {"torch": 0.1, "cublas": 0.1, f"cublaslt#0 {TILE_A}": 0.1}  # the bucket's tile is not listed here
+    assert VC.choose(P(2500), cache, lambda: _plans(at2500, {}), timer=_timer(at2500), budget_s=0).measured_m == 3000

@@ -616,7 +616,8 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
 
         cache = _choice_cache(device, gpu)
         choice = vendor_choice.choose(problem, cache, plans, timer=_race_timer(bufs, problem, protocol),
-                                      generated=names, protocol=protocol)
+                                      generated=names, protocol=protocol,
+                                      vendor_plans=lambda: vendor_choice.plans_for(problem, bufs))
         if choice.kind == "gen":
             won = _generated_winner(choice, gen, launched, problem, bufs)
             if won is not None:

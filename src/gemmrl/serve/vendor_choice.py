@@ -30,7 +30,9 @@ faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4
   autotune times the heuristic's list only, so these are plans no vendor path runs by itself.
 - Another M of a raced bucket takes the bucket's choice: a cuBLASLt configuration is pinned by its description
   without its workspace and wave count (which depend on M), taken from that M's heuristic list or built from the
-  description where it runs there, else the heuristic's first.
+  description where it runs there, else the heuristic's first. From ``CONFIRM_M`` rows up, where a tile's wave count
+  changes inside a bucket, another M first races the bucket's plan against the three defaults at its own M (a few
+  ms at such sizes) and keeps the winner for that M (``confirms``).
 - ``GEMMRL_VENDOR_FALLBACK``: ``race`` (default), ``heuristic`` (no race: the heuristic's first plan through the lean
   call), ``off`` (torch.matmul, as before this fallback existed).
 
@@ -78,6 +80,7 @@ COLD_BATCH_US = 1000.0  # cold: longer samples (each call also pays the L2 flush
 PROTOCOLS = ("graph", "cold")  # what serves graph replays, what serves eager calls
 MIN_BATCH, MAX_BATCH = 8, 128
 LONG_CALL_US = 50.0  # a call at least this long is timed in samples of fewer than MIN_BATCH calls
+CONFIRM_M = 1024   # from here up another M of a raced bucket confirms the bucket's vendor plan at its own M
 GEN = "gen#"       # the race's name prefix of a generated contender: gen#<family>:<impl>
 
 
@@ -184,15 +187,17 @@ def _check_protocol(protocol: str) -> None:
         raise VendorChoiceError(f"a vendor choice is raced in {' or '.join(PROTOCOLS)}, not {protocol!r}")
 
 
-def choice_key(problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph") -> str:
+def choice_key(problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph",
+               exact: bool = False) -> str:
     """The cache key: dtype, layout, N, K, the bucket of M, (where generated kernels race) a digest of their names,
-    so a library with other contenders races again, and the protocol raced in (``|cold``; graph's keys name none)."""
+    so a library with other contenders races again, and the protocol raced in (``|cold``; graph's keys name none).
+    ``exact``: the key of a choice confirmed at this M alone (``|at=<M>``, see ``confirms``)."""
     _check_protocol(protocol)
     lo, hi = m_bucket(problem.M)
     key = f"{problem.dtype}|{problem.layout}|N={problem.N}|K={problem.K}|M={lo}-{hi}"
     if generated:
         key += "|gen=" + hashlib.sha256("\n".join(sorted(generated)).encode()).hexdigest()[:12]
-    return key + ("|cold" if protocol == "cold" else "")
+    return key + ("|cold" if protocol == "cold" else "") + (f"|at={problem.M}" if exact else "")
 
 
 class ChoiceCache:
@@ -225,13 +230,15 @@ class ChoiceCache:
             self.choices = {}
 
     def get(self, problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph") -> Choice | None:
-        return self.choices.get(choice_key(problem, generated, protocol))
+        """The choice confirmed at this M, else its bucket's."""
+        return (self.choices.get(choice_key(problem, generated, protocol, exact=True))
+                or self.choices.get(choice_key(problem, generated, protocol)))
 
-    def put(self, problem: GemmProblem, choice: Choice, generated: tuple[str, ...] = (), protocol: str = "graph"
-            ) -> bool:
-        """Record ``choice`` and write the file (merged with what another process wrote meanwhile); False where it
-        cannot be written (the choice still serves this process)."""
-        self.choices[choice_key(problem, generated, protocol)] = choice
+    def put(self, problem: GemmProblem, choice: Choice, generated: tuple[str, ...] = (), protocol: str = "graph",
+            exact: bool = False) -> bool:
+        """Record ``choice`` (for the bucket, or ``exact``: for this M alone) and write the file (merged with what
+        another process wrote meanwhile); False where it cannot be written (the choice still serves this process)."""
+        self.choices[choice_key(problem, generated, protocol, exact)] = choice
         try:
             on_disk = ChoiceCache.__new__(ChoiceCache)
             on_disk.ident, on_disk.path, on_disk.choices = self.ident, self.path, {}
@@ -502,17 +509,23 @@ def gpu_timer(protocol: str) -> Callable[[Callable[[], None]], float]:
 
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
            timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = (),
-           protocol: str = "graph") -> Choice:
+           protocol: str = "graph", vendor_plans: Callable[[], Mapping[str, Callable[[], None]]] | None = None
+           ) -> Choice:
     """The bucket's cached choice in ``protocol`` (graph: what serves graph replays; cold: eager calls), else (mode
     'race') a race of ``plans()`` timed in it and recorded in ``cache``, else the heuristic's first cuBLASLt plan.
     Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>' and, for the ``generated`` contenders
-    ('<family>:<impl>', part of the cache key), 'gen#<family>:<impl>'."""
+    ('<family>:<impl>', part of the cache key), 'gen#<family>:<impl>'. Another M of a bucket raced elsewhere
+    confirms the bucket's vendor plan at its own M where ``confirms`` says so, among ``vendor_plans()`` (default
+    ``plans()``: the vendor plans alone spare building the generated contenders)."""
     _check_protocol(protocol)
     m = mode()
     if m == "off":
         return Choice("torch", how="off")
     got = cache.get(problem, generated, protocol) if cache is not None else None
     if got is not None:
+        if m == "race" and confirms(got, problem):
+            return _confirm(problem, cache, vendor_plans or plans, got, timer or gpu_timer(protocol), budget_s,
+                            generated, protocol)
         return got
     if m == "heuristic":
         return Choice("cublaslt", how="heuristic")
@@ -525,6 +538,39 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
     c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())), fallback)
     if cache is not None:
         cache.put(problem, c, generated, protocol)
+    return c
+
+
+def confirms(choice: Choice, problem: GemmProblem) -> bool:
+    """Whether another M of a raced bucket confirms the bucket's vendor plan at its own M before it serves: from
+    CONFIRM_M rows up, where a tile's wave count changes inside a bucket (on an H200, 5401_4096_4096 took the cold
+    choice raced at M = 6137, a 256x152 tile at 273 us, where the heuristic's first ran 249 us at 5401). A generated
+    winner is not confirmed (its battery ran at the M it serves)."""
+    return (choice.how == "raced" and choice.kind != "gen" and choice.measured_m != problem.M
+            and problem.M >= CONFIRM_M)
+
+
+def _confirm(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
+             got: Choice, timer: Callable, budget_s: float | None, generated: tuple[str, ...],
+             protocol: str) -> Choice:
+    """The bucket's vendor plan ``got`` raced at this M against the three defaults alone (a few ms at such sizes),
+    recorded for this M; ``got`` itself where its configuration does not run here as listed."""
+    from ..kernels.vendor import config_key  # the vendor module: loaded on first use
+
+    everything = plans()
+    keep = {k: f for k, f in everything.items() if k.split(" ", 1)[0] in DEFAULTS}
+    if got.kind == "cublaslt" and got.algo:
+        mine = [k for k in everything if k.startswith("cublaslt#") and " " in k
+                and config_key(k.split(" ", 1)[1]) == config_key(got.algo)]
+        if not mine:
+            return got
+        keep[mine[0]] = everything[mine[0]]
+    winner, med = race(keep, timer, race_budget_s() if budget_s is None else budget_s,
+                       settle=settle if isinstance(timer, GraphTimer) else None)
+    kind, algo = plan_of(winner)
+    c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())))
+    if cache is not None:
+        cache.put(problem, c, generated, protocol, exact=True)
     return c
 
 
