@@ -381,21 +381,18 @@ def _calls(fn: Callable[[], None], n: int) -> None:
 
 
 def _flushed_form(fn: Callable[[], None]) -> Callable[[], None]:
-    """``fn`` after a 2x-L2 write. It holds ``fn`` weakly: the cache of flushed forms (and the timing graphs kept
-    with them) must not keep a race's plans, and the operands they close over, alive after the race (a strong
-    reference kept every cold race's buffers: +12.5 GiB over a Llama-3-8B's generate on an H200)."""
-    ref = weakref.ref(fn)
+    """``fn`` after a 2x-L2 write."""
+    return _after(_flush_l2, fn)
 
-    def flushed() -> None:
-        _flush_buffer().fill_(1)
-        plan = ref()
-        if plan is not None:
-            plan()
-    return flushed
+
+def _flush_l2() -> None:
+    _flush_buffer().fill_(1)
 
 
 def _after(prelude: Callable[[], None], fn: Callable[[], None]) -> Callable[[], None]:
-    """``fn`` after ``prelude``, holding ``fn`` weakly (as ``_flushed_form``)."""
+    """``fn`` after ``prelude``. It holds ``fn`` weakly: the caches of these forms (and the timing graphs kept with
+    them) must not keep a race's plans, and the operands they close over, alive after the race (a strong reference
+    kept every cold race's buffers: +12.5 GiB over a Llama-3-8B's generate on an H200)."""
     ref = weakref.ref(fn)
 
     def both() -> None:
