@@ -43,6 +43,7 @@ at once.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import threading
 import warnings
@@ -636,13 +637,10 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
 
 def _race_timer(bufs, problem: GemmProblem, protocol: str):
     """The graph race's timer (fresh inputs before each call, as the bench's graph protocol), or None for the
-    protocol's default (cold; and graph where Triton, which writes the fresh inputs, cannot be loaded)."""
-    if protocol != "graph":
+    protocol's default (cold; and graph where Triton, whose kernel writes the fresh inputs, is not installed)."""
+    if protocol != "graph" or importlib.util.find_spec("triton") is None:
         return None
-    try:
-        return vendor_choice.fresh_timer(bufs, problem.layout)
-    except ImportError:
-        return None
+    return vendor_choice.fresh_timer(bufs, problem.layout)
 
 
 def _generated_winner(choice: vendor_choice.Choice, gen: dict[str, Entry], launched: dict[str, launchers.Launch],
