@@ -115,7 +115,7 @@ def test_add_config_finds_a_listed_configuration_at_another_m_else_builds_it():
     assert _cand(_FakeLib([D0], runs=lambda a: False)).add_config(D0.replace("splitk=1", "splitk=2")) is None
 
 
-_REAL_ADD_CONFIG = V.CtypesCandidate.add_config
+_REAL_ADD_CONFIG, _REAL_ADD_ATTRS = V.CtypesCandidate.add_config, V.CtypesCandidate._add_attrs
 
 
 class _FakeLt:
@@ -136,6 +136,9 @@ class _FakeLt:
 
     def add_config(self, desc):
         return _REAL_ADD_CONFIG(self, desc)
+
+    def _add_attrs(self, attrs):
+        return _REAL_ADD_ATTRS(self, attrs)
 
     @property
     def _lib(self):

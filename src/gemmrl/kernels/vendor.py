@@ -622,7 +622,12 @@ class CtypesCandidate:
         if config_key(desc) in descs:
             return descs.index(config_key(desc))
         attrs = parse_config(desc, self._lib.names)
-        if attrs is None or self.align_mask != MAX_ALIGN - 1:
+        return None if attrs is None else self._add_attrs(attrs)
+
+    def _add_attrs(self, attrs: list[int]) -> int | None:
+        """vb_lt_plan_add_config on CONFIG_FIELDS values: the index of that configuration in the plan (an equal one
+        already there, else appended where cuBLASLt says it runs), None where it does not."""
+        if self.align_mask != MAX_ALIGN - 1:
             return None
         idx = _I(-1)
         st = self._lib.lt_plan_add_config(self._ptr, (ctypes.c_longlong * len(attrs))(*attrs), ctypes.byref(idx))
@@ -652,8 +657,7 @@ class CtypesCandidate:
             for k in SPLITS:
                 if k == attrs[3] or problem.K // k < MIN_SPLIT_K or tiles * k > max(2 * sms, tiles):
                     continue
-                j = self.add_config(" ".join(f"{f}={v}" for f, v in zip(CONFIG_FIELDS, attrs[:3] + [k] +
-                                                                          attrs[4:])))
+                j = self._add_attrs(attrs[:3] + [k] + attrs[4:])  # the C side finds an equal one already there
                 if j is not None and j >= len(descs) and j not in out:
                     out.append(j)
             if len(seen) >= SPLIT_BASES:
