@@ -513,6 +513,44 @@ def test_an_unseen_shape_is_served_by_the_raced_vendor_plan_gpu(lib, layout, tmp
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_an_unseen_shape_at_large_m_confirms_its_buckets_plan_at_its_own_m_gpu(lib, layout, tmp_path, monkeypatch):
+    """From CONFIRM_M rows up, another M of a raced bucket races the bucket's vendor plan against the three defaults
+    at its own M (graph and cold), keeps the winner for that M alone and serves it with torch's result; the next call
+    at that M, and a capture of it, race nothing."""
+    from gemmrl.serve import vendor_choice
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    raced = []
+    real = vendor_choice.race
+    monkeypatch.setattr(vendor_choice, "race",
+                        lambda plans, *a, **k: (raced.append(len(plans)), real(plans, *a, **k))[1])
+    lib()
+    dev = torch.device("cuda")
+    N, K = 1000, 776
+    M0, M1 = 1100, 1900  # one bucket (1024..2047), both >= CONFIRM_M
+    assert vendor_choice.m_bucket(M0) == vendor_choice.m_bucket(M1) and M0 >= vendor_choice.CONFIRM_M
+    gemmrl.warmup([(M0, N, K)], layouts=(layout,))
+    assert len(raced) == 2 and min(raced) > 4, raced  # the full race, graph and cold
+    a = torch.randn(M1, K, device=dev).half()
+    b = torch.randn(K, N, device=dev).half() if layout == "nn" else torch.randn(N, K, device=dev).half().t()
+    got = gemmrl.served_by(a, b)
+    assert len(raced) == 4 and max(raced[2:]) <= 4, raced  # the confirms: the defaults and the bucket's plan
+    assert f"raced at M={M1}" in got["eager"] and f"raced at M={M1}" in got["graph"], got
+    text = next((tmp_path / "vendor-choice").glob("*.json")).read_text()
+    assert f"|at={M1}" in text and f"|at={M0}" not in text
+    assert (gemmrl.mm(a, b).float() - a.float() @ b.float()).abs().max() <= tol(K)
+    out = torch.empty(M1, N, device=dev, dtype=torch.half)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gemmrl.mm(a, b, out=out)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert (out.float() - a.float() @ b.float()).abs().max() <= tol(K) and len(raced) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["tn", "nn"])
 def test_an_m_between_tuned_shapes_races_their_kernels_against_the_vendor_plans_gpu(lib, layout, tmp_path,
                                                                                     monkeypatch):
     """Triton entries measured here at M=16 and M=64: M=37 races both configs against the vendor plans (one race for
