@@ -7,7 +7,8 @@
 # SETS: space-separated <file in benchmarks/shapes, no .txt>:<dtype>[:<protocols>]; PROTOCOLS (graph,cold) is the
 # default; offline/server sets take WARMUP_S/BENCH_S/QPS. TESTS=0 skips the tests; LIBRARY=empty serves an empty one.
 # PROBE: space-separated <file>:<dtype>, run first: lt_splits_probe.py (cuBLASLt's listed plans against the split-K
-# configurations its heuristic does not list, as the race times them), PROBE_S seconds per set.
+# configurations its heuristic does not list, as the race times them), PROBE_S seconds per set. HOSTCOST=1 adds the
+# dispatch's host cost per call (dispatch_host_cost.py) after the sets.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck shell=bash disable=SC1091
@@ -46,6 +47,10 @@ for set in ${SETS:-}; do
     --library /tmp/served_library.json --protocol "$protos" --timing quick "${extra[@]}" --no-progress --out "$out" \
     2>&1 | tail -4 || status=1
 done
+if [ "${HOSTCOST:-0}" != 0 ]; then  # the host cost of a seen shape's lookup (mm(out) less the served kernel's call)
+  timeout "${HOSTCOST_TIMEOUT:-150}" python3 benchmarks/acceptance/dispatch_host_cost.py 2>&1 | tail -18 \
+    && mv "$GEMMRL_OUT/dispatch_host_cost.csv" "$GEMMRL_OUT/h200_dispatch-host-cost_${SHA:0:12}_${DAY}.csv" || status=1
+fi
 [ -d "$GEMMRL_CACHE_DIR/vendor-choice" ] && tar czf "$GEMMRL_OUT/h200_vendor-choices_${LIBTAG}_${SHA:0:12}_${DAY}.tgz" \
   -C "$GEMMRL_CACHE_DIR" vendor-choice  # every race's plans and median times, for the findings
 python3 - "$GEMMRL_OUT" <<'PY'

@@ -245,7 +245,7 @@ def fake_gpu(monkeypatch):
     raced, made = [], []
     times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 algo=1": 0.015, "cublaslt#1 algo=9": 0.01}
 
-    def plans_for(problem, bufs):
+    def plans_for(problem, bufs, include=""):
         raced.append(problem.M)
         drawn.append(id(bufs))
         return _plans(times, {})
@@ -455,7 +455,7 @@ def fake_gen(fake_gpu, monkeypatch):
     times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 algo=1": 0.015, "cublaslt#1 algo=9": 0.01}
     launched, verdicts = [], {}
 
-    def plans_for(problem, bufs):
+    def plans_for(problem, bufs, include=""):
         raced.append(problem.M)
         return _plans(times, {})
 
@@ -649,3 +649,22 @@ def test_small_ms_generated_winners_and_plans_missing_here_are_not_confirmed():
     cache.put(P(3000), VC.Choice("cublaslt", TILE_B, "raced", 3000, ()))
     at2500 = {"torch": 0.1, "cublas": 0.1, f"cublaslt#0 {TILE_A}": 0.1}  # the bucket's tile is not listed here
     assert VC.choose(P(2500), cache, lambda: _plans(at2500, {}), timer=_timer(at2500), budget_s=0).measured_m == 3000
+
+
+def test_a_bucket_plan_missing_from_another_ms_list_is_built_there_and_raced():
+    """The bucket's cuBLASLt configuration is not among this M's listed plans (a split-K factor offered at the
+    bucket's M, not here): the confirm asks for it by description, races it against the defaults and keeps the
+    winner for this M."""
+    cache = VC.ChoiceCache(IDENT)
+    cache.put(P(3000), VC.Choice("cublaslt", TILE_B, "raced", 3000, ()))
+    at2500 = {"torch": 0.1, "cublas": 0.1, f"cublaslt#0 {TILE_A}": 0.1, f"cublaslt#40 {TILE_B} waves=0.9": 0.08}
+    asked = []
+
+    def vendor_plans(desc):
+        asked.append(desc)
+        return _plans({k: v for k, v in at2500.items() if desc or "#40" not in k}, {})
+    c = VC.choose(P(2500), cache, lambda: pytest.fail("the confirm builds the vendor plans alone"),
+                  timer=_timer(at2500), budget_s=0, vendor_plans=vendor_plans)
+    assert asked == [TILE_B] and (c.algo, c.measured_m) == (f"{TILE_B} waves=0.9", 2500)
+    assert {k for k, _ in c.times_us} == set(at2500)
+    assert VC.ChoiceCache(IDENT).get(P(2500)) == c and VC.ChoiceCache(IDENT).get(P(3000)).measured_m == 3000

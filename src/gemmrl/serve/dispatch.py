@@ -618,7 +618,7 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
         cache = _choice_cache(device, gpu)
         choice = vendor_choice.choose(problem, cache, plans, timer=_race_timer(bufs, problem, protocol),
                                       generated=names, protocol=protocol,
-                                      vendor_plans=lambda: vendor_choice.plans_for(problem, bufs))
+                                      vendor_plans=lambda desc: vendor_choice.plans_for(problem, bufs, desc))
         if choice.kind == "gen":
             won = _generated_winner(choice, gen, launched, problem, bufs)
             if won is not None:

@@ -506,14 +506,15 @@ def gpu_timer(protocol: str) -> Callable[[Callable[[], None]], float]:
 
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
            timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = (),
-           protocol: str = "graph", vendor_plans: Callable[[], Mapping[str, Callable[[], None]]] | None = None
+           protocol: str = "graph", vendor_plans: Callable[[str], Mapping[str, Callable[[], None]]] | None = None
            ) -> Choice:
     """The bucket's cached choice in ``protocol`` (graph: what serves graph replays; cold: eager calls), else (mode
     'race') a race of ``plans()`` timed in it and recorded in ``cache``, else the heuristic's first cuBLASLt plan.
     Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>' and, for the ``generated`` contenders
     ('<family>:<impl>', part of the cache key), 'gen#<family>:<impl>'. Another M of a bucket raced elsewhere
-    confirms the bucket's vendor plan at its own M where ``confirms`` says so, among ``vendor_plans()`` (default
-    ``plans()``: the vendor plans alone spare building the generated contenders)."""
+    confirms the bucket's vendor plan at its own M where ``confirms`` says so, among ``vendor_plans(description)``
+    (the vendor plans with that cuBLASLt configuration built at this M where its list lacks it; default ``plans()``:
+    the vendor plans alone spare building the generated contenders)."""
     _check_protocol(protocol)
     m = mode()
     if m == "off":
@@ -521,8 +522,8 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
     got = cache.get(problem, generated, protocol) if cache is not None else None
     if got is not None:
         if m == "race" and confirms(got, problem):
-            return _confirm(problem, cache, vendor_plans or plans, got, timer or gpu_timer(protocol), budget_s,
-                            generated, protocol)
+            return _confirm(problem, cache, vendor_plans or (lambda _desc: plans()), got,
+                            timer or gpu_timer(protocol), budget_s, generated, protocol)
         return got
     if m == "heuristic":
         return Choice("cublaslt", how="heuristic")
@@ -547,14 +548,15 @@ def confirms(choice: Choice, problem: GemmProblem) -> bool:
             and problem.M >= CONFIRM_M)
 
 
-def _confirm(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
-             got: Choice, timer: Callable, budget_s: float | None, generated: tuple[str, ...],
-             protocol: str) -> Choice:
+def _confirm(problem: GemmProblem, cache: ChoiceCache | None,
+             plans: Callable[[str], Mapping[str, Callable[[], None]]], got: Choice, timer: Callable,
+             budget_s: float | None, generated: tuple[str, ...], protocol: str) -> Choice:
     """The bucket's vendor plan ``got`` raced at this M against the three defaults alone (a few ms at such sizes),
-    recorded for this M; ``got`` itself where its configuration does not run here as listed."""
+    recorded for this M; ``got`` itself where its configuration cannot be built here (``plans(got.algo)`` builds it
+    where this M's list lacks it: a split-K factor offered at the bucket's M and not at this one, say)."""
     from ..kernels.vendor import config_key  # the vendor module: loaded on first use
 
-    everything = plans()
+    everything = plans(got.algo if got.kind == "cublaslt" else "")
     keep = {k: f for k, f in everything.items() if k.split(" ", 1)[0] in DEFAULTS}
     if got.kind == "cublaslt" and got.algo:
         mine = [k for k in everything if k.startswith("cublaslt#") and " " in k
@@ -571,11 +573,12 @@ def _confirm(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[]
     return c
 
 
-def plans_for(problem: GemmProblem, bufs: Any) -> dict[str, Callable[[], None]]:
+def plans_for(problem: GemmProblem, bufs: Any, include: str = "") -> dict[str, Callable[[], None]]:
     """The vendor plans raced at ``problem`` on the prepared buffers ``bufs`` (CUDA): torch.matmul, cublasGemmEx,
     the first RACE_ALGOS cuBLASLt heuristic results and split-K configurations of their kernels that the heuristic
     does not list (``CtypesCandidate.split_variants``: where the tiles leave the GPU part idle), each a call in the
-    problem's layout."""
+    problem's layout; and the cuBLASLt configuration described by ``include`` (another M's choice), built here
+    where it runs and is not among them."""
     from ..kernels import vendor  # the vendor extension: built or loaded on first use
 
     a, b, bt, c = bufs.args()
@@ -589,8 +592,11 @@ def plans_for(problem: GemmProblem, bufs: Any) -> dict[str, Callable[[], None]]:
     lt.prepare(problem, bufs, "graph", None)
     listed = lt.algorithms()[:RACE_ALGOS]
     extra = lt.split_variants(problem, _sm_count(), range(len(listed))) if split_variants() else []
+    pinned = lt.add_config(include) if include else None
+    if pinned is not None and (pinned < len(listed) or pinned in extra):
+        pinned = None
     descs = lt.algorithms()
-    for i in [*range(len(listed)), *extra]:
+    for i in [*range(len(listed)), *extra, *([] if pinned is None else [pinned])]:
         out[f"cublaslt#{i} {descs[i]}"] = (lambda f=lt.algorithm_call(i): f(a, b, bt, c))
     return out
 
