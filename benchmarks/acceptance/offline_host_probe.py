@@ -66,7 +66,13 @@ def batch_us(fns: dict, n: int = 2000, rounds: int = 7) -> dict:
 
 def vendor_for(desc: str, problem, bufs):
     """The bench's vendor candidate named in a served description ('vendor:cublaslt_heuristic_nn (...)')."""
-    impl = desc.split(":", 1)[1].split(" ", 1)[0] if desc.startswith("vendor:") else "cublaslt_heuristic_" + problem.layout
+    if desc.startswith("vendor: "):  # the vendor fallback's raced plan: the bench's candidate of its kind
+        kind = desc.split(" ", 2)[1]
+        impl = {"torch.matmul": "torch", "cublasGemmEx": "cublas_" + problem.layout}.get(
+            kind, "cublaslt_heuristic_" + problem.layout)
+    else:
+        impl = desc.split(":", 1)[1].split(" ", 1)[0] if desc.startswith("vendor:") else \
+            "cublaslt_heuristic_" + problem.layout
     if impl == "torch":
         c = TorchCandidate()
         c.prepare(problem.with_(layout="nn"), bufs, "offline", None)
@@ -160,13 +166,14 @@ def crowd(spec: str) -> list[dict]:
     loops = [("2 candidates", two), ("8 candidates", more), ("2 candidates again", two)]
     if os.environ.get("PROBE_CROWD") == "2":
         loops += [("8, gemmrl in 6 slots", heavy), ("8, hot path direct", direct), ("8, dispatcher launcher", launcher)]
+    proto = os.environ.get("PROBE_PROTOCOL", "offline")  # server: the same loops with Poisson gaps (QPS 100)
     for label, fns in loops:
-        t = time_host(fns, bufs, cfg, "offline")
+        t = time_host(fns, bufs, cfg, proto)
         gap = (t["candidate"].time_ms - t["vendor"].time_ms) * 1e3
         gap20 = (t["candidate"].p20_ms - t["vendor"].p20_ms) * 1e3
         print(f"  {label:18} vendor {t['vendor'].time_ms * 1e3:.2f}  gemmrl {t['candidate'].time_ms * 1e3:.2f}  "
               f"gap mean {gap:+.2f} us, p20 {gap20:+.2f} us", flush=True)
-        rows.append({"mnk": mnk, "layout": layout, "loop": label, "vendor_mean_us": round(t["vendor"].time_ms * 1e3, 3),
+        rows.append({"mnk": mnk, "layout": layout, "protocol": proto, "loop": label, "vendor_mean_us": round(t["vendor"].time_ms * 1e3, 3),
                      "gemmrl_mean_us": round(t["candidate"].time_ms * 1e3, 3), "gap_mean_us": round(gap, 3),
                      "gap_p20_us": round(gap20, 3), "served": served.eager_desc[:80]})
     return rows

@@ -344,6 +344,61 @@ def test_the_protocol_is_part_of_the_key_and_graphs_keep_their_old_keys():
         VC.choice_key(P(5), protocol="offline")
 
 
+def test_plans_in_turn_are_the_choice_its_races_next_fastest_then_the_defaults():
+    times = (("cublaslt#1 algo=9", 10.0), ("cublaslt#0 algo=1", 15.0), ("gen#triton:cfg", 5.0), ("cublas", 20.0),
+             ("cublaslt#7 algo=4", 12.0), ("cublaslt#5 algo=6", 13.0))
+    c = VC.Choice("cublaslt", "algo=9", "raced", 37, times)
+    got = [(x.kind, x.algo) for x in VC.in_turn(c, most=2)]
+    assert got == [("cublaslt", "algo=9"), ("cublaslt", "algo=4"), ("cublaslt", "algo=6"), ("torch", ""),
+                   ("cublas", ""), ("cublaslt", "")]  # a generated kernel is no vendor plan; the defaults last
+    assert all(x.measured_m == 37 and x.times_us == times for x in VC.in_turn(c))
+    assert [(x.kind, x.algo) for x in VC.in_turn(VC.Choice("cublas"))] == [("cublas", ""), ("torch", ""),
+                                                                           ("cublaslt", "")]
+
+
+@pytest.mark.parametrize("algo, built, want", [("id=66 tile=64x8 splitk=16 reduction=COMPUTE_TYPE", False, True),
+                                               ("id=66 tile=64x8 splitk=1 reduction=NONE", False, False),
+                                               ("id=66 tile=64x8 splitk=1 reduction=NONE", True, True),
+                                               ("", False, False)])
+def test_split_k_and_unlisted_configurations_pass_the_battery_before_they_serve(algo, built, want):
+    assert VC.checks_battery(VC.Choice("cublaslt", algo), built) is want
+    assert not VC.checks_battery(VC.Choice("cublas", algo), built)
+
+
+def test_a_raced_plan_that_does_not_compute_right_hands_over_to_the_next(fake_gpu, monkeypatch):
+    """The race's winner (algo=9) writes a wrong product and the next fastest (algo=1, split K) fails the battery:
+    cublasGemmEx, the next, serves, is recorded for the bucket in place of the winner and a warning says why."""
+    build, raced, made = fake_gpu
+    times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 id=1 splitk=2": 0.015, "cublaslt#1 algo=9": 0.01}
+    monkeypatch.setattr(VC, "event_timer", _timer(times))
+    monkeypatch.setattr(VC, "cold_timer", _timer(times))
+    monkeypatch.setattr(VC, "plans_for", lambda problem, bufs, include="": (raced.append(problem.M),
+                                                                           _plans(times, {}))[1])
+    tried = []
+
+    def vendor_plan(kind, algo, problem, bufs):
+        tried.append((kind, algo))
+        if algo == "algo=9":
+            return launchers.Launch(lambda a, b, out: out.zero_(), "wrong", (), " [stand-in]")
+        return launchers.Launch(launchers.torch_mm, algo or kind, (), f" [{kind} stand-in]")
+    monkeypatch.setattr(launchers, "vendor_plan", vendor_plan)
+    checked = []
+
+    def battery(cand, problem, where):
+        checked.append(cand)
+        return types.SimpleNamespace(passed=cand != "id=1 splitk=2", reason="error 1.43x the correctly rounded")
+    monkeypatch.setattr(dispatch, "verify", battery)
+    with pytest.warns(RuntimeWarning, match=r"algo=9 \[raced at M=37\] \(RuntimeError: max error.*id=1 splitk=2.*"
+                                            r"battery.*cublasGemmEx \[raced at M=37\] serves instead"):
+        s = build(37)
+    assert s.eager_desc == s.graph_desc == "vendor: cublasGemmEx [raced at M=37] [cublas stand-in]"
+    assert tried[:3] == [("cublaslt", "algo=9"), ("cublaslt", "id=1 splitk=2"), ("cublas", "")]
+    assert checked[0] == "id=1 splitk=2" and "cublas" not in checked  # the battery for the split-K plan alone
+    for protocol in VC.PROTOCOLS:  # recorded: the next process serves it without trying the others
+        got = VC.ChoiceCache(IDENT).get(GemmProblem(37, N, K, "fp16", "fp32", "tn"), protocol=protocol)
+        assert got.kind == "cublas"
+
+
 def test_off_serves_torch_matmul_and_heuristic_the_first_plan(fake_gpu, monkeypatch):
     build, raced, made = fake_gpu
     monkeypatch.setenv(VC.MODE_ENV, "off")

@@ -626,13 +626,41 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
             choice = choice.vendor()
             if cache is not None:  # the battery said no here: the bucket's vendor plan from now on
                 cache.put(problem, choice, names, protocol)
-        got = launchers.vendor_plan(choice.kind, choice.algo, problem, bufs)
-        _reference_check(got.call, bufs, problem)
+        got, choice = _checked_plan(choice, problem, bufs, cache, names, protocol)
         return got.call, f"vendor: {choice.describe()}{got.note}", got.spec
     except Exception as ex:  # noqa: BLE001 - no vendor extension here (no nvcc, no cuBLASLt): torch serves
         _warn(f"gemmrl: the vendor fallback cannot serve {problem.mnk} {problem.layout} here ({type(ex).__name__}: "
               f"{ex}); torch.matmul serves it (GEMMRL_VENDOR_FALLBACK=off says so without trying)")
         return launchers.torch_mm, f"torch.matmul (vendor fallback unavailable: {type(ex).__name__})", ()
+
+
+def _checked_plan(choice: vendor_choice.Choice, problem: GemmProblem, bufs, cache, names: tuple[str, ...],
+                  protocol: str) -> tuple[launchers.Launch, vendor_choice.Choice]:
+    """The launch of the vendor plan ``choice`` once it computes right here: against an fp32 product, and through
+    the correctness battery where ``checks_battery`` says so. Where it does not, the next plan of ``in_turn`` (the
+    race's next fastest, then the defaults), the first that passes recorded in ``cache`` in place of ``choice``
+    (with a warning saying why); raises where none does."""
+    failed: list[str] = []
+    exact = cache is not None and cache.choices.get(
+        vendor_choice.choice_key(problem, names, protocol, exact=True)) == choice
+    for c in vendor_choice.in_turn(choice):
+        try:
+            got = launchers.vendor_plan(c.kind, c.algo, problem, bufs)
+            _reference_check(got.call, bufs, problem)
+            if vendor_choice.checks_battery(c, got.built):
+                v = verify(got.candidate, problem, "cuda")
+                if not v.passed:
+                    raise RuntimeError(f"failed the correctness battery: {v.reason}")
+        except Exception as ex:  # noqa: BLE001 - a plan that does not compute right here: the next one
+            failed.append(f"{c.describe()} ({type(ex).__name__}: {str(ex)[:160]})")
+            continue
+        if failed:
+            _warn(f"gemmrl: at {problem.mnk} {problem.layout} ({protocol}) {'; '.join(failed)}; "
+                  f"{c.describe()} serves instead")
+            if cache is not None:
+                cache.put(problem, c, names, protocol, exact=exact)
+        return got, c
+    raise RuntimeError("no vendor plan computes right here: " + "; ".join(failed))
 
 
 def _race_timer(bufs, problem: GemmProblem, protocol: str):

@@ -60,6 +60,7 @@ class Launch:
     candidate: Any
     spec: tuple = ()
     note: str = field(default="")
+    built: bool = False  # a cuBLASLt configuration its heuristic does not list at this shape, built here
 
 
 def launch(e: Entry, problem: GemmProblem, bufs: Buffers) -> Launch:
@@ -215,14 +216,15 @@ def vendor_plan(kind: str, algo: str, problem: GemmProblem, bufs: Buffers) -> La
     cand = vendor.CtypesCandidate(f"vendor:{kind}", problem.layout, "fp32", "cublas" if kind == "cublas" else
                                   "heuristic")
     cand.prepare(problem, bufs, "graph", None)
-    note = ""
+    note, built = "", False
     if kind == "cublaslt" and algo:
         n = len(cand.algorithms())
         idx = cand.add_config(algo)  # listed at this M, else built from its description
         if idx is not None:
             cand.select_algorithm(idx)
             if idx >= n:
-                note = " [raced configuration, built at this M]"
+                note, built = " [raced configuration, built at this M]", True
         else:
             note = f" [raced algorithm does not run at this shape (heuristic lists {n}): the heuristic's first]"
-    return wrap(_Named(cand, f"vendor:{kind}", problem.layout), problem, bufs, note)
+    got = wrap(_Named(cand, f"vendor:{kind}", problem.layout), problem, bufs, note)
+    return Launch(got.call, got.candidate, got.spec, got.note, built)

@@ -47,6 +47,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import time
 import warnings
@@ -73,6 +74,7 @@ KEEP = 6           # plans kept after screening
 SETTLE_MS = (20.0, 200.0)  # replays before the first timed sample, until the SM clock is near its ceiling
 DEFAULTS = ("torch", "cublas", "cublaslt#0")  # what a plan must beat by TIE_BAND to be chosen over them
 TIE_BAND = 0.01
+NEXT_PLANS = 3     # a raced plan that does not compute right here: its race's next fastest, in turn, then DEFAULTS
 MIN_ROUNDS = 3     # timed samples per kept plan the race takes whatever its budget
 MAX_ROUNDS = 15
 BATCH_US = 200.0   # a timed sample is a graph of back-to-back calls this long (its launch amortised)
@@ -172,6 +174,31 @@ class Choice:
         if self.how == "raced":
             return f"{what} [raced at M={self.measured_m}]"
         return f"{what} [{self.how}]"
+
+
+def in_turn(choice: Choice, most: int = NEXT_PLANS) -> list[Choice]:
+    """What serves where ``choice`` (a vendor plan) does not compute right here, in turn: ``choice``, the ``most``
+    fastest other vendor plans of its race, then the defaults not among them (torch.matmul, cublasGemmEx, the
+    heuristic's first cuBLASLt plan), each with the race's record."""
+    names = [n for n, _ in sorted(choice.times_us, key=lambda t: t[1]) if not n.startswith(GEN)]
+    out, seen = [choice], {(choice.kind, choice.algo)}
+    for name in [*names[:most + 1], *DEFAULTS]:
+        kind, algo = plan_of(name)
+        if name == "cublaslt#0":
+            algo = ""  # the heuristic's first at this M
+        if (kind, algo) not in seen and (len(out) <= most or name in DEFAULTS):
+            seen.add((kind, algo))
+            out.append(Choice(kind, algo, choice.how, choice.measured_m, choice.times_us))
+    return out
+
+
+def checks_battery(choice: Choice, built: bool) -> bool:
+    """Whether a vendor plan passes the correctness battery before it serves (a cuBLASLt result is otherwise only
+    compared with an fp32 product once): a configuration the heuristic does not list at this shape, or one that
+    splits K (on an H200 a split-K configuration raced best at 654_65_957 failed the battery: 1.43x the error of the
+    correctly rounded product)."""
+    m = re.search(r"\bsplitk=(\d+)", choice.algo)
+    return choice.kind == "cublaslt" and (built or (m is not None and int(m.group(1)) > 1))
 
 
 def plan_of(name: str) -> tuple[str, str]:
@@ -623,6 +650,6 @@ def vendor_torch(a, b, c) -> None:
     torch.matmul(a, b, out=c)
 
 
-__all__ = ["GEN", "Choice", "ChoiceCache", "Identity", "VendorChoiceError", "choice_key", "choose", "graph_race",
+__all__ = ["GEN", "Choice", "ChoiceCache", "checks_battery", "in_turn", "Identity", "VendorChoiceError", "choice_key", "choose", "graph_race",
            "m_bucket",
            "mode", "split_variants", "fresh_timer", "plan_of", "plans_for", "race", "race_budget_s", "PROTOCOLS", "cold_timer"]
