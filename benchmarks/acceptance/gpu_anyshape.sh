@@ -8,7 +8,8 @@
 # default; offline/server sets take WARMUP_S/BENCH_S/QPS. TESTS=0 skips the tests; LIBRARY=empty serves an empty one.
 # PROBE: space-separated <file>:<dtype>, run first: lt_splits_probe.py (cuBLASLt's listed plans against the split-K
 # configurations its heuristic does not list, as the race times them), PROBE_S seconds per set. HOSTCOST=1 adds the
-# dispatch's host cost per call (dispatch_host_cost.py) after the sets.
+# dispatch's host cost per call (dispatch_host_cost.py) after the sets. TUNABLEOP=1 also times, after each graph/cold
+# set, torch.matmul with PyTorch's TunableOp on in its own process, and compares (tunableop_beside.py).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck shell=bash disable=SC1091
@@ -46,6 +47,16 @@ for set in ${SETS:-}; do
   timeout "${BENCH_TIMEOUT:-400}" gemmrl bench --shapes "benchmarks/shapes/${name}.txt" --dtype "$dtype" \
     --library /tmp/served_library.json --protocol "$protos" --timing quick "${extra[@]}" --no-progress --out "$out" \
     2>&1 | tail -4 || status=1
+  if [ "${TUNABLEOP:-0}" != 0 ] && [ "${protos//offline/}" = "$protos" ] && [ "${protos//server/}" = "$protos" ]; then
+    # torch.matmul with TunableOp on, in a process of its own (it changes torch.matmul process-wide), the same shapes
+    tun="$GEMMRL_OUT/h200_tunableop-beside_${name}_${protos//,/-}_${SHA:0:12}_${DAY}.csv"
+    PYTORCH_TUNABLEOP_ENABLED=1 PYTORCH_TUNABLEOP_TUNING=1 PYTORCH_TUNABLEOP_VERBOSE=0 \
+      PYTORCH_TUNABLEOP_FILENAME="$GEMMRL_OUT/h200_tunableop-results_${name}_${SHA:0:12}_${DAY}.csv" \
+      timeout "${BENCH_TIMEOUT:-400}" gemmrl bench --shapes "benchmarks/shapes/${name}.txt" --dtype "$dtype" \
+      --baselines torch --protocol "$protos" --timing quick --no-progress --out "$tun" 2>&1 | tail -2 || status=1
+    python3 benchmarks/acceptance/tunableop_beside.py --ours "$out" --tunableop "$tun" \
+      --out "${tun%.csv}.beside.md" || status=1
+  fi
 done
 if [ "${HOSTCOST:-0}" != 0 ]; then  # the host cost of a seen shape's lookup (mm(out) less the served kernel's call)
   timeout "${HOSTCOST_TIMEOUT:-150}" python3 benchmarks/acceptance/dispatch_host_cost.py 2>&1 | tail -18 \

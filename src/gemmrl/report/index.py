@@ -31,6 +31,8 @@ _KIND = (("hf-generate", "benchmarks/acceptance/gpu_hf_generate.sh (examples/hf_
          ("hf-patch", "benchmarks/acceptance/gpu_hf_generate.sh PATCH_CHECK=... (benchmarks/acceptance/hf_patch_check.py)"),
          ("lt-splits-probe", "benchmarks/acceptance/gpu_anyshape.sh PROBE=... (benchmarks/acceptance/lt_splits_probe.py)"),
          ("dispatch-host-cost", "benchmarks/acceptance/gpu_anyshape.sh HOSTCOST=1 (benchmarks/acceptance/dispatch_host_cost.py)"),
+         ("tunableop", "benchmarks/acceptance/gpu_anyshape.sh TUNABLEOP=1 (gemmrl bench --baselines torch with "
+                       "PYTORCH_TUNABLEOP_ENABLED=1; benchmarks/acceptance/tunableop_beside.py)"),
          ("host-probe-crowd", "PROBE_CROWD=2 [PROBE_PROTOCOL=server] python benchmarks/acceptance/offline_host_probe.py"),
          ("-select", "gemmrl select"), ("_select", "gemmrl select"),
          ("remeasure", "gemmrl bench --triton-from/--cutlass-from"),
