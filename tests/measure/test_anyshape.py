@@ -4,13 +4,16 @@ holds; random shapes stay in [1, 16384] with a third off multiples of 8."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gemmrl.library import Entry, Library
 from gemmrl.measure import anyshape as A
-from gemmrl.models import MODELS
+from gemmrl.models import MODELS, TOKENS, model_shapes
 
 GPU = "NVIDIA H200"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -81,3 +84,26 @@ def test_the_committed_shape_files_are_what_the_generator_draws(tmp_path):
     for f in sorted(tmp_path.iterdir()):
         body = f.read_text().split("\n", 1)[1]
         assert body == (root / "benchmarks/shapes" / f.name).read_text().split("\n", 1)[1], f.name
+
+
+@pytest.mark.parametrize("model, per_band", [("qwen2.5-7b", 2), ("llama3-8b", 1), ("deepseek-v2-lite", 3)])
+def test_a_journeys_ladder_is_the_tuned_token_counts_and_the_rest_lies_between(model, per_band):
+    ladder, off = A.journey_shapes(model, seed=0, per_band=per_band)
+    assert ladder == [p.with_(layout="tn") for p in model_shapes(model)] and {p.M for p in ladder} == set(TOKENS)
+    assert len(off) == per_band * len(A.M_BANDS) and len(set(off)) == len(off)
+    assert not {p.M for p in off} & set(TOKENS) and all(p.layout == "tn" and p.dtype == "fp16" for p in off)
+    for i, p in enumerate(off):  # per_band in each band, in order
+        lo, hi = A.M_BANDS[i // per_band]
+        assert lo <= p.M <= hi and (p.N, p.K) in {(q.N, q.K) for q in ladder}
+    assert A.journey_shapes(model, seed=0, per_band=per_band) == (ladder, off)  # seeded
+    assert A.journey_shapes(model, seed=1, per_band=per_band)[1] != off
+
+
+def test_the_journey_files_are_written_and_an_unknown_model_is_a_one_line_error(tmp_path, capsys):
+    assert A.main(["--journey", "qwen2.5", "--seed", "0", "--out", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["journey_qwen2.5-7b_ladder.txt", "journey_qwen2.5-7b_off-ladder_seed0.txt"]
+    assert (tmp_path / names[1]).read_text() == (ROOT / "benchmarks" / "shapes" / names[1]).read_text()
+    with pytest.raises(SystemExit):
+        A.main(["--journey", "nope", "--out", str(tmp_path)])
+    assert "unknown model 'nope'" in capsys.readouterr().err

@@ -6,8 +6,11 @@
   to the first bands), the models in turn; none an exact entry or a measured bucket member of the library under test for that GPU.
 - **Random shapes**: M, N and K log-uniform in [1, 16384]; two thirds rounded up to multiples of 8 in every dim, a
   third with N or K (or both) not a multiple of 8.
+- **A new user's journey** (``--journey MODEL``): the model's layers at the token counts ``gemmrl tune --model`` tunes
+  (its ladder, ``models.TOKENS``), and off the ladder: ``--per-band`` shapes per band of M, its layers in turn.
 
     python -m gemmrl.measure.anyshape --seed 0 --out benchmarks/shapes   # writes the files and prints what it drew
+    python -m gemmrl.measure.anyshape --journey qwen2.5-7b --seed 0       # the journey's two files
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import random
 from pathlib import Path
 
 from ..library import Library
-from ..models import MODELS
+from ..models import ALIASES, MODELS, model_shapes as ladder_shapes
 from ..problem import GemmProblem
 
 M_BANDS = ((2, 7), (9, 15), (17, 63), (65, 255), (257, 1023), (1025, 4095), (4097, 8192))
@@ -76,6 +79,26 @@ def random_shapes(n: int, seed: int, dtype: str = "fp16") -> list[GemmProblem]:
     return out
 
 
+def journey_shapes(model: str, seed: int, per_band: int = 2, dtype: str = "fp16"
+                   ) -> tuple[list[GemmProblem], list[GemmProblem]]:
+    """(the ladder, off the ladder) of ``model`` (see the module), layout tn, seeded: off the ladder ``per_band``
+    shapes in each band of M, the model's layers in turn, none at a ladder M."""
+    name = ALIASES.get(model.strip().lower(), model.strip().lower())
+    ladder = [p.with_(layout="tn") for p in ladder_shapes(name, dtype=dtype)]  # ValueError for an unknown model
+    rng = random.Random(f"journey|{name}|{seed}|{dtype}")
+    layers = sorted(MODELS[name].values())
+    off: list[GemmProblem] = []
+    for lo, hi in M_BANDS:
+        for _ in range(per_band):
+            N, K = layers[len(off) % len(layers)]
+            while True:
+                p = GemmProblem(_log_uniform(rng, lo, hi), N, K, dtype=dtype, acc="fp32", layout="tn")
+                if p not in off and p not in ladder:
+                    break
+            off.append(p)
+    return ladder, off
+
+
 def fewest_flops(by_dtype: dict[str, list[GemmProblem]], n: int) -> dict[str, list[GemmProblem]]:
     """The ``n`` problems of fewest FLOPs over all dtypes together (ties by dtype, then M, N, K), kept per dtype in
     their drawn order: the server mode's set (small calls, where host cost shows)."""
@@ -95,10 +118,27 @@ def main(argv: list[str] | None = None) -> int:
                     help="also write the model shapes of fewest FLOPs over both dtypes, per dtype (the server set)")
     ap.add_argument("--library", help="the library under test (its held shapes are left out)")
     ap.add_argument("--gpu", default="NVIDIA H200", help="the GPU model whose entries are left out")
+    ap.add_argument("--journey", metavar="MODEL", help="write only a new user's journey files for MODEL (its ladder and "
+                                                      "shapes off it)")
+    ap.add_argument("--per-band", type=int, default=2, help="--journey: shapes off the ladder per band of M")
     args = ap.parse_args(argv)
-    lib = Library.load(args.library) if args.library else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.journey:
+        try:
+            ladder, off = journey_shapes(args.journey, args.seed, args.per_band)
+        except ValueError as e:
+            ap.error(str(e))
+        name = ALIASES.get(args.journey.strip().lower(), args.journey.strip().lower())
+        for fname, ps, what in ((f"journey_{name}_ladder.txt", ladder, "at the token counts tune tunes"),
+                                (f"journey_{name}_off-ladder_seed{args.seed}.txt", off,
+                                 f"{args.per_band} per band of M off them")):
+            (out / fname).write_text(f"# {fname}: python -m gemmrl.measure.anyshape --journey {name} --seed {args.seed}"
+                                     f" --per-band {args.per_band} ({name}'s layers {what}; layout tn)\n"
+                                     + "".join(f"{p.mnk}\n" for p in ps))
+            print(f"{out / fname}: {len(ps)} shapes")
+        return 0
+    lib = Library.load(args.library) if args.library else None
     drawn = {dt: model_shapes(args.models, args.seed, dt, lib, args.gpu) for dt in ("fp16", "bf16")}
     files = {f"anyshape_models{args.models}_{dt}_seed{args.seed}.txt": ps for dt, ps in drawn.items()}
     notes: dict[str, str] = {}

@@ -29,6 +29,9 @@ _GPU_NAME = {"h100": "NVIDIA H100", "h200": "NVIDIA H200", "cpu": "CPU"}
 # the command that writes a file of this kind, by a word of its name (first match wins)
 _KIND = (("hf-generate", "benchmarks/acceptance/gpu_hf_generate.sh (examples/hf_generate.py)"),
          ("hf-patch", "benchmarks/acceptance/gpu_hf_generate.sh PATCH_CHECK=... (benchmarks/acceptance/hf_patch_check.py)"),
+         ("journey-tune", "benchmarks/acceptance/gpu_journey.sh STAGE=tune (gemmrl tune --model --budget-gpu-minutes)"),
+         ("journey-library", "benchmarks/acceptance/gpu_journey.sh STAGE=tune (gemmrl tune --library-out)"),
+         ("journey", "benchmarks/acceptance/gpu_journey.sh STAGE=bench (gemmrl bench --library default)"),
          ("lt-splits-probe", "benchmarks/acceptance/gpu_anyshape.sh PROBE=... (benchmarks/acceptance/lt_splits_probe.py)"),
          ("dispatch-host-cost", "benchmarks/acceptance/gpu_anyshape.sh HOSTCOST=1 (benchmarks/acceptance/dispatch_host_cost.py)"),
          ("tunableop", "benchmarks/acceptance/gpu_anyshape.sh TUNABLEOP=1 (gemmrl bench --baselines torch with "
