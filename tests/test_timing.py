@@ -1,10 +1,12 @@
 """Timing protocols: statistics and floors on the CPU; every protocol on the GPU."""
 
 import math
+import os
 
 import pytest
 import torch
 
+from gemmrl import timing
 from gemmrl.candidate import make_buffers, refill
 from gemmrl.problem import GemmProblem, parse_mnk
 from gemmrl.timing import (TimingConfig, TimingError, _quantile, _summary, below_floor, floor_ms, make_timer,
@@ -55,6 +57,35 @@ def test_host_protocol_on_cpu_records_failures_and_timer():
     assert not res["bad"].ok and "boom" in res["bad"].reason and math.isinf(res["bad"].time_ms)
     t = make_timer(b, "offline", cfg)({"good": good}, 20)
     assert 0 < t["good"] < math.inf
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+@pytest.mark.parametrize("protocol", ["offline", "server"])
+def test_a_pinned_host_loop_runs_on_one_cpu_and_gives_the_others_back(protocol):
+    b = make_buffers(GemmProblem(8, 8, 8), "cpu")
+    before, seen = os.sched_getaffinity(0), []
+
+    def good():
+        seen.append(frozenset(os.sched_getaffinity(0)))
+        b.c.copy_((b.a.float() @ b.b.float()).to(b.c.dtype))
+
+    cfg = TimingConfig(warmup_s=0.0, benchmark_s=0.01, qps=1e4, pin_cpu=True)
+    res = measure({"good": good}, b, protocol, cfg)
+    assert res["good"].ok and set(seen) == {frozenset({max(before)})}
+    assert res["good"].extra["pinned_cpu"] == max(before) and os.sched_getaffinity(0) == before
+    seen.clear()
+    res = measure({"good": good}, b, protocol, TimingConfig(warmup_s=0.0, benchmark_s=0.01, qps=1e4))
+    assert "pinned_cpu" not in res["good"].extra and set(seen) == {frozenset(before)}
+
+
+def test_a_pinned_loop_that_raises_still_gives_the_cpus_back(monkeypatch):
+    b = make_buffers(GemmProblem(8, 8, 8), "cpu")
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    monkeypatch.setattr(timing, "refill", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        measure({"x": lambda: None}, b, "offline", TimingConfig(warmup_s=0.0, benchmark_s=0.01, pin_cpu=True))
+    if before is not None:
+        assert os.sched_getaffinity(0) == before
 
 
 @pytest.mark.parametrize("mnk", ["1_7_13", "33_65_129"])

@@ -5,7 +5,7 @@
 #   GEMMRL_GIT_SHA=$(git rev-parse HEAD) SETS="anyshape_models30_fp16_seed0:fp16 anyshape_models30_bf16_seed0:bf16" \
 #     bash benchmarks/acceptance/gpu_anyshape.sh
 # SETS: space-separated <file in benchmarks/shapes, no .txt>:<dtype>[:<protocols>]; PROTOCOLS (graph,cold) is the
-# default; offline/server sets take WARMUP_S/BENCH_S/QPS. TESTS=0 skips the tests; LIBRARY=empty serves an empty one.
+# default; offline/server sets take WARMUP_S/BENCH_S/QPS (PIN_CPU=1: the timing thread held on one CPU). TESTS=0 skips the tests; LIBRARY=empty serves an empty one.
 # PROBE: space-separated <file>:<dtype>, run first: lt_splits_probe.py (cuBLASLt's listed plans against the split-K
 # configurations its heuristic does not list, as the race times them), PROBE_S seconds per set. HOSTCOST=1 adds the
 # dispatch's host cost per call (dispatch_host_cost.py) after the sets. TUNABLEOP=1 also times, after each graph/cold
@@ -43,6 +43,7 @@ for set in ${SETS:-}; do
   extra=()
   case $protos in *offline*|*server*) extra=(--warmup-seconds "${WARMUP_S:-0.25}" --benchmark-seconds "${BENCH_S:-1}");; esac
   case $protos in *server*) extra+=(--target-qps "${QPS:-100}");; esac
+  case $protos in *offline*|*server*) [ "${PIN_CPU:-0}" != 0 ] && extra+=(--pin-cpu);; esac
   out="$GEMMRL_OUT/h200_anyshape_${LIBTAG}_${name}_${protos//,/-}_${SHA:0:12}_${DAY}.csv"
   timeout "${BENCH_TIMEOUT:-400}" gemmrl bench --shapes "benchmarks/shapes/${name}.txt" --dtype "$dtype" \
     --library /tmp/served_library.json --protocol "$protos" --timing quick "${extra[@]}" --no-progress --out "$out" \

@@ -92,6 +92,9 @@ class TimingConfig:
     # it leaves (benchmarks/acceptance/fresh_inputs_cost.py); rows say fresh_inputs=0 then
     fresh_inputs: bool = True
     output_checks: int = 3  # timed calls per path whose C is checked (outputs.py), drawn at random
+    # offline/server: hold the timing thread on one CPU for the loop (its rows say pinned_cpu=N): after a server
+    # sleep the thread otherwise wakes wherever the scheduler puts it, with that core's caches cold for every path
+    pin_cpu: bool = False
 
     def for_sweep(self) -> "TimingConfig":
         """Short host-protocol durations for sweeps (recorded in the rows)."""
@@ -607,23 +610,41 @@ def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
                     checks.run(name, bufs, None, f"{protocol}, timed call {len(samples[name])}")
                     next_check[name] = clock() + chk_rng.expovariate(1.0 / mean_gap)
 
-    for phase, dur in (("warmup", cfg.warmup_s), ("bench", cfg.benchmark_s)):
-        start = clock()
-        count = 0
-        while live and (clock() - start < dur or (phase == "bench" and count < max(min_calls, 1))):
-            if protocol == "server":
-                time.sleep(exp.expovariate(cfg.qps))
-            one_iteration(record=phase == "bench")
-            count += 1
+    held = pin_one_cpu() if cfg.pin_cpu else None
+    try:
+        for phase, dur in (("warmup", cfg.warmup_s), ("bench", cfg.benchmark_s)):
+            start = clock()
+            count = 0
+            while live and (clock() - start < dur or (phase == "bench" and count < max(min_calls, 1))):
+                if protocol == "server":
+                    time.sleep(exp.expovariate(cfg.qps))
+                one_iteration(record=phase == "bench")
+                count += 1
+    finally:
+        if held is not None:
+            os.sched_setaffinity(0, held[0])
     qps = cfg.qps if protocol == "server" else None
+    pinned = {"pinned_cpu": held[1]} if held is not None else {}
     for name, xs in samples.items():
         if name in checks.wrong:
             out[name] = wrong_output(protocol, checks.wrong[name], seed)
             continue
         out[name] = _summary(protocol, xs, bufs.problem.flops, mean=True, qps=qps,
                              extra={"warmup_s": cfg.warmup_s, "benchmark_s": cfg.benchmark_s, "seed": seed,
-                                    "output_checks": checks.done[name]})
+                                    "output_checks": checks.done[name], **pinned})
     return out
+
+
+def pin_one_cpu() -> tuple[set[int], int] | None:
+    """Hold the calling thread on one CPU it may run on (the highest: CPU 0 takes most interrupts); (the CPUs it
+    held before, the CPU now), or None where the OS offers no affinity (the loop runs unpinned, its rows say so by
+    leaving pinned_cpu out)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    os.sched_setaffinity(0, {cpu})
+    return before, cpu
 
 
 def measure(fns: Mapping[str, Callable[[], None]], bufs: Buffers, protocol: str,

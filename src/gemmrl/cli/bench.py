@@ -37,6 +37,8 @@ def add_parser(sub) -> None:
     b.add_argument("--target-qps", type=float, default=100.0, help="server mode: mean arrivals per second")
     b.add_argument("--warmup-seconds", type=float, help="offline/server warm-up (default 5 for one shape, 0.25 in sweeps)")
     b.add_argument("--benchmark-seconds", type=float, help="offline/server duration (default 10 for one shape, 1 in sweeps)")
+    b.add_argument("--pin-cpu", action="store_true",
+                   help="offline/server: hold the timing thread on one CPU for each loop (rows say pinned_cpu=N)")
     b.add_argument("--repeat", type=int, default=1, help="measure every (shape, protocol) this many times (rep column)")
     b.add_argument("--baselines", metavar="LIST",
                    help="time only these vendor paths (comma list of torch, cublas_tn, cublas_nn, cublaslt_heuristic_tn, "
@@ -222,7 +224,7 @@ def cmd_bench(args) -> int:
     if args.shapes:
         labels = tuple(read_shape_labels(args.shapes).items())
     sweep = len(problems) > 1
-    base = TimingConfig(qps=args.target_qps)  # timing seeds: fresh per measurement, in the rows
+    base = TimingConfig(qps=args.target_qps, pin_cpu=args.pin_cpu)  # timing seeds: fresh per measurement, in the rows
     if getattr(args, "timing", "full") == "quick":
         base = base.quick()
     cfg = base.for_sweep() if sweep else base
