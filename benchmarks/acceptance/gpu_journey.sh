@@ -9,7 +9,7 @@
 # library, the vendor choices; not the compiled objects, which the next machine rebuilds); put that file at
 # .carry/journey/cache.tgz and carry .carry/journey in the next call. Each tune call appends its wall time and the
 # store's device time to $GEMMRL_OUT/..._journey-tune_*.log. MODEL (qwen2.5-7b), BUDGET_GPU_MIN (10), WALL_MIN (7:
-# one call's share), DTYPES (fp16).
+# one call's share), DTYPES (fp16); PRIORS=1 proposes the shipped H100 library's picks first (tune --priors).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export GEMMRL_CACHE_DIR=/tmp/journey_cache  # empty unless a carried cache continues an earlier call
@@ -25,13 +25,14 @@ case ${STAGE:-tune} in
   tune)
     resume=()
     [ -f "$GEMMRL_CACHE_DIR/trials.sqlite" ] && resume=(--resume)
+    [ "${PRIORS:-0}" != 0 ] && resume+=(--priors package --priors-gpu "NVIDIA H100 80GB HBM3")
     log="$GEMMRL_OUT/h200_journey-tune_${MODEL}_${SHA}_${DAY}.log"
     start=$SECONDS
     timeout "${TUNE_TIMEOUT:-540}" gemmrl tune --model "$MODEL" --dtypes "${DTYPES:-fp16}" --run journey "${resume[@]}" \
       --budget-gpu-minutes "${BUDGET_GPU_MIN:-10}" --budget-wall-minutes "${WALL_MIN:-7}" \
       --library-out "$GEMMRL_OUT/h200_journey-library_${MODEL}_${SHA}_${DAY}.json" 2>&1 | tail -12 | tee "$log" \
       || status=1
-    echo "journey call: ${#resume[@]} resumed, $((SECONDS - start)) s wall for this tune command" | tee -a "$log"
+    echo "journey call: ${resume[*]:-from the start}, $((SECONDS - start)) s wall for this tune command" | tee -a "$log"
     tar czf "$GEMMRL_OUT/journey_cache.tgz" -C "$GEMMRL_CACHE_DIR" --exclude=./build --exclude='./*.lock' . \
       || status=1
     ;;

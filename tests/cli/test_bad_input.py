@@ -294,6 +294,9 @@ FLAG_CASES = [
     ([*TUNE, "--policy", "{list_json}"], ["policy file {list_json} is not a gemmrl policy"]),
     ([*TUNE, "--policy", "{binary}"], ["policy file {binary} is not a gemmrl policy"]),
     ([*TUNE, "--policy", "{lib}"], ["policy file {lib}", "another version of gemmrl"]),
+    ([*TUNE, "--priors", "{missing}"], ["--priors: {missing}: no such library file"]),
+    ([*TUNE, "--priors", "{lib_truncated}"], ["--priors:", "not a usable gemmrl library"]),
+    ([*TUNE, "--priors", "package", "--priors-gpu", "NVIDIA H300"], ["--priors-gpu 'NVIDIA H300'", "it holds"]),
     # lib
     (["lib", "list", "--library", "{missing}"], ["{missing}: no such library file"]),
     (["lib", "list", "--library", "{tmp}"], ["{tmp} is not a usable gemmrl library"]),

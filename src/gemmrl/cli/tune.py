@@ -25,7 +25,7 @@ from pathlib import Path
 from ..kernels import cutlass_sm90 as cs
 from ..kernels.toolchain import arch_for
 from ..kernels.triton_gemm.configs import H100, parse_config
-from ..library import Library, TrialsStore, add_to_user_library
+from ..library import Library, LibraryError, TrialsStore, add_to_user_library, packaged
 from ..paths import cache_dir
 from ..problem import GemmProblem
 from ..results import ResultsWriter
@@ -76,6 +76,11 @@ def add_parser(sub) -> None:
     t.add_argument("--trials", help="trials store (SQLite; default: the user cache's trials.sqlite)")
     t.add_argument("--policy", help="policy file to start from and save to (default: the user cache's); a file "
                                     "that does not exist yet starts from the shipped H100 policy")
+    t.add_argument("--priors", metavar="LIBRARY|package",
+                   help="propose first, at each shape, the kernels this library measured best on another GPU (its "
+                        "generated entries at the shape's N and K, nearest M first; 'package': the shipped libraries)")
+    t.add_argument("--priors-gpu", help="with --priors: the GPU model whose entries are the priors (default: the "
+                                        "library's only one)")
     t.add_argument("--library-out", help="write the library built from this GPU's stored rows here (JSON)")
     t.add_argument("--no-user-library", action="store_true",
                    help="do not put the built library into the user cache (by default gemmrl.mm serves it from the "
@@ -156,6 +161,17 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
     if args.proposer == "random":
         out.append(RandomProposer(cands))
     return out, policy
+
+
+def primed(proposer, args):
+    """``proposer`` with ``--priors``' kernels proposed first (at most half of each group)."""
+    from ..search.priors import Primed, PriorsError, prior_gpu  # start-up cost: the evaluator, only with --priors
+
+    try:
+        lib = packaged() if args.priors == "package" else Library.load(args.priors)
+        return Primed(proposer, lib, prior_gpu(lib, args.priors_gpu), most=max(1, args.group // 2))
+    except (LibraryError, PriorsError) as e:
+        raise CliError(f"--priors: {e}") from None
 
 
 def make_executor(args, protocols: tuple[str, ...]):
@@ -294,6 +310,8 @@ def cmd_tune(args) -> int:
         proposers, policy = make_proposers(args, layouts)
     except TuneError as e:
         raise CliError(str(e)) from None
+    if args.priors:
+        proposers[0] = primed(proposers[0], args)
     executor = None
     if args.scheduler:
         executor = make_executor(args, protocols)
