@@ -15,24 +15,24 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
-import io
 import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+from gemmrl.results import open_text
+from gemmrl.summary import usable
+
 PROTOCOLS = ("graph", "cold")
 
 
 def first_runs(path: Path, candidates: tuple[str, ...]) -> dict[tuple[str, str], dict[str, float]]:
-    """{(protocol, mnk): {candidate: time_ms}} of the verified first-run rows of ``candidates`` in a results CSV."""
-    opener = gzip.open if path.name.endswith(".gz") else open
+    """{(protocol, mnk): {candidate: time_ms}} of the usable (verified, timed, first-run) rows of ``candidates`` in a
+    results CSV."""
     out: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    with opener(path, "rb") as raw:
-        for r in csv.DictReader(io.TextIOWrapper(raw, encoding="utf-8", newline="")):
-            if (r.get("candidate") in candidates and r.get("protocol") in PROTOCOLS and r.get("verified") == "true"
-                    and not r.get("recheck") and str(r.get("rep", "0") or "0") == "0" and r.get("time_ms")):
+    with open_text(path) as fh:
+        for r in csv.DictReader(fh):
+            if r.get("candidate") in candidates and r.get("protocol") in PROTOCOLS and usable(r):
                 out[(r["protocol"], r["mnk"])][r["candidate"]] = float(r["time_ms"])
     return out
 

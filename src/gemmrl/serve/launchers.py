@@ -19,7 +19,7 @@ torch.matmul. A vendor entry pins its cuBLASLt algorithm by description (``pin_a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -226,5 +226,4 @@ def vendor_plan(kind: str, algo: str, problem: GemmProblem, bufs: Buffers) -> La
                 note, built = " [raced configuration, built at this M]", True
         else:
             note = f" [raced algorithm does not run at this shape (heuristic lists {n}): the heuristic's first]"
-    got = wrap(_Named(cand, f"vendor:{kind}", problem.layout), problem, bufs, note)
-    return Launch(got.call, got.candidate, got.spec, got.note, built)
+    return replace(wrap(_Named(cand, f"vendor:{kind}", problem.layout), problem, bufs, note), built=built)

@@ -183,9 +183,7 @@ def in_turn(choice: Choice, most: int = NEXT_PLANS) -> list[Choice]:
     names = [n for n, _ in sorted(choice.times_us, key=lambda t: t[1]) if not n.startswith(GEN)]
     out, seen = [choice], {(choice.kind, choice.algo)}
     for name in [*names[:most + 1], *DEFAULTS]:
-        kind, algo = plan_of(name)
-        if name == "cublaslt#0":
-            algo = ""  # the heuristic's first at this M
+        kind, algo = plan_of(name)  # the default 'cublaslt#0' is the heuristic's first at this M (algo '')
         if (kind, algo) not in seen and (len(out) <= most or name in DEFAULTS):
             seen.add((kind, algo))
             out.append(Choice(kind, algo, choice.how, choice.measured_m, choice.times_us))
