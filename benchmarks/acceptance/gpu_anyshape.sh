@@ -9,7 +9,9 @@
 # PROBE: space-separated <file>:<dtype>, run first: lt_splits_probe.py (cuBLASLt's listed plans against the split-K
 # configurations its heuristic does not list, as the race times them), PROBE_S seconds per set. HOSTCOST=1 adds the
 # dispatch's host cost per call (dispatch_host_cost.py) after the sets. TUNABLEOP=1 also times, after each graph/cold
-# set, torch.matmul with PyTorch's TunableOp on in its own process, and compares (tunableop_beside.py).
+# set, torch.matmul with PyTorch's TunableOp on in its own process, and compares (tunableop_beside.py); TUNABLEOP=same
+# instead runs each set with TunableOp on in the bench's process (gemmrl.mm, every vendor path and TunableOp's
+# torch.matmul interleaved; only torch.matmul changes) and compares within that file.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck shell=bash disable=SC1091
@@ -44,11 +46,21 @@ for set in ${SETS:-}; do
   case $protos in *offline*|*server*) extra=(--warmup-seconds "${WARMUP_S:-0.25}" --benchmark-seconds "${BENCH_S:-1}");; esac
   case $protos in *server*) extra+=(--target-qps "${QPS:-100}");; esac
   case $protos in *offline*|*server*) [ "${PIN_CPU:-0}" != 0 ] && extra+=(--pin-cpu);; esac
-  out="$GEMMRL_OUT/h200_anyshape_${LIBTAG}_${name}_${protos//,/-}_${SHA:0:12}_${DAY}.csv"
-  timeout "${BENCH_TIMEOUT:-400}" gemmrl bench --shapes "benchmarks/shapes/${name}.txt" --dtype "$dtype" \
+  tag=$LIBTAG
+  tunable=()
+  if [ "${TUNABLEOP:-0}" = same ]; then  # TunableOp on in this process: torch.matmul is TunableOp's, beside gemmrl.mm
+    tag=${LIBTAG}_tunableop-on
+    tunable=(env PYTORCH_TUNABLEOP_ENABLED=1 PYTORCH_TUNABLEOP_TUNING=1 PYTORCH_TUNABLEOP_VERBOSE=0
+             "PYTORCH_TUNABLEOP_FILENAME=$GEMMRL_OUT/h200_tunableop-results_${name}_${SHA:0:12}_${DAY}.csv")
+  fi
+  out="$GEMMRL_OUT/h200_anyshape_${tag}_${name}_${protos//,/-}_${SHA:0:12}_${DAY}.csv"
+  timeout "${BENCH_TIMEOUT:-400}" "${tunable[@]}" gemmrl bench --shapes "benchmarks/shapes/${name}.txt" --dtype "$dtype" \
     --library /tmp/served_library.json --protocol "$protos" --timing quick "${extra[@]}" --no-progress --out "$out" \
     2>&1 | tail -4 || status=1
-  if [ "${TUNABLEOP:-0}" != 0 ] && [ "${protos//offline/}" = "$protos" ] && [ "${protos//server/}" = "$protos" ]; then
+  if [ "${TUNABLEOP:-0}" = same ]; then
+    python3 benchmarks/acceptance/tunableop_beside.py --ours "$out" --tunableop "$out" --out "${out%.csv}.beside.md" \
+      || status=1
+  elif [ "${TUNABLEOP:-0}" != 0 ] && [ "${protos//offline/}" = "$protos" ] && [ "${protos//server/}" = "$protos" ]; then
     # torch.matmul with TunableOp on, in a process of its own (it changes torch.matmul process-wide), the same shapes
     tun="$GEMMRL_OUT/h200_tunableop-beside_${name}_${protos//,/-}_${SHA:0:12}_${DAY}.csv"
     PYTORCH_TUNABLEOP_ENABLED=1 PYTORCH_TUNABLEOP_TUNING=1 PYTORCH_TUNABLEOP_VERBOSE=0 \
