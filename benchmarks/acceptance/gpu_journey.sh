@@ -9,7 +9,7 @@
 # library, the vendor choices; not the compiled objects, which the next machine rebuilds); put that file at
 # .carry/journey/cache.tgz and carry .carry/journey in the next call. Each tune call appends its wall time and the
 # store's device time to $GEMMRL_OUT/..._journey-tune_*.log. MODEL (qwen2.5-7b), BUDGET_GPU_MIN (10), WALL_MIN (7:
-# one call's share), DTYPES (fp16); PRIORS=1 proposes the shipped H100 library's picks first (tune --priors).
+# one call's share), DTYPES (fp16), JSETS (the bench's sets: ladder off-ladder_seed0); PRIORS=1 proposes the shipped H100 library's picks first (tune --priors).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export GEMMRL_CACHE_DIR=/tmp/journey_cache  # empty unless a carried cache continues an earlier call
@@ -37,7 +37,7 @@ case ${STAGE:-tune} in
       || status=1
     ;;
   bench)
-    for set in ladder off-ladder_seed0; do
+    for set in ${JSETS:-ladder off-ladder_seed0}; do  # JSETS: one of them (two GPUs: one set each)
       timeout "${BENCH_TIMEOUT:-270}" gemmrl bench --shapes "benchmarks/shapes/journey_${MODEL}_${set}.txt" \
         --library default --protocol graph,cold --timing quick --no-progress \
         --out "$GEMMRL_OUT/h200_journey_${MODEL}_${set}_user-library_graph-cold_${SHA}_${DAY}.csv" 2>&1 | tail -3 \
