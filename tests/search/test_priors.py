@@ -3,12 +3,15 @@ and in what order, the GPU they come from, and a proposer that puts them first."
 
 from __future__ import annotations
 
+import argparse
 import csv
 import random
 
 import pytest
 
+from gemmrl.cli import tune
 from gemmrl.cli.main import main
+from gemmrl.kernels.toolchain import CutlassNotFound
 from gemmrl.library import Entry, Library, packaged
 from gemmrl.measure.evaluate import CandidateSpec
 from gemmrl.problem import GemmProblem
@@ -113,3 +116,40 @@ def test_tune_with_the_packaged_h100_library_as_priors_proposes_its_picks_first(
     rows = list(csv.DictReader(open(out)))
     assert [r["candidate"] for r in rows[:len(want[:2])]] == [s.name for s in want[:2]]
     assert len(rows) == 4
+
+
+CUTLASS = "pingpong_64x32x128_c1x1_persistent_tn_bf16_swap:s1_rh_dheuristic_k1"
+
+
+@pytest.mark.parametrize("families, want", [(None, {"triton", "cutlass"}), ({"triton"}, {"triton"}),
+                                            ({"triton", "cutlass"}, {"triton", "cutlass"})])
+def test_primed_proposes_only_the_families_this_machine_builds(families, want):
+    lib = Library([entry(16, CUTLASS, N=3584, K=18944, family="cutlass", dtype="bf16", protocol="cold"),
+                   entry(16, SMALLM, N=3584, K=18944, dtype="bf16")])
+    p = GemmProblem(16, 3584, 18944, dtype="bf16")
+    assert {s.family for s in prior_specs(lib, H100, p)} == {"triton", "cutlass"}  # both valid at the shape
+    pr = Primed(Inner([]), lib, H100, most=2, families=families)
+    assert {x.spec.family for x in pr.propose(Context(p), 4)} == want
+
+
+def test_tune_without_cutlass_headers_leaves_the_family_out_and_says_so(monkeypatch, capsys):
+    def missing():
+        raise CutlassNotFound("CUTLASS headers not found: pip install nvidia-cutlass")
+
+    here = argparse.Namespace(scheduler=None, executor="sandbox")
+    monkeypatch.setattr(tune, "cutlass_include_dirs", missing)
+    assert tune.buildable_families(here) == {"triton"}
+    assert "the CUTLASS family is left out" in capsys.readouterr().out
+    # a dry run builds nothing and a scheduler's workers build elsewhere: neither asks this machine
+    assert tune.buildable_families(argparse.Namespace(scheduler=None, executor="model")) == {"triton", "cutlass"}
+    assert tune.buildable_families(argparse.Namespace(scheduler="tcp://h:1", executor="sandbox")) == {"triton",
+                                                                                                       "cutlass"}
+    monkeypatch.setattr(tune, "cutlass_include_dirs", lambda: [])
+    assert tune.buildable_families(here) == {"triton", "cutlass"}
+    ns = argparse.Namespace(proposer="rl", policy=None, policy_lr=0.0)
+    monkeypatch.setattr(tune, "user_policy", lambda: tune.Path("/nonexistent/policy.json"))
+    _, pol = tune.make_proposers(ns, ("tn",), frozenset({"triton"}))
+    specs, _ = pol.actions(GemmProblem(64, 4096, 4096))
+    assert specs and {s.family for s in specs} == {"triton"}
+    _, pol = tune.make_proposers(ns, ("tn",), frozenset({"triton", "cutlass"}))
+    assert "cutlass" in {s.family for s in pol.actions(GemmProblem(64, 4096, 4096))[0]}

@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from ..kernels import cutlass_sm90 as cs
-from ..kernels.toolchain import arch_for
+from ..kernels.toolchain import CutlassNotFound, arch_for, cutlass_include_dirs
 from ..kernels.triton_gemm.configs import H100, parse_config
 from ..library import Library, LibraryError, TrialsStore, add_to_user_library, packaged
 from ..paths import cache_dir
@@ -126,12 +126,13 @@ def problems_for(args) -> list[GemmProblem]:
     return out
 
 
-def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
-    """(proposers, the RL policy or None)."""
+def make_proposers(args, layouts: tuple[str, ...],
+                   families: frozenset[str] = frozenset({"triton", "cutlass"})) -> tuple[list, object]:
+    """(proposers, the RL policy or None); ``families``: the generated families built here (buildable_families)."""
     # start-up cost: the policy imports numpy
     from ..search.policy import LIVE_ADV_EPS, LIVE_LR, CostModelProposer, RandomProposer, RLPolicy, candidate_set
 
-    cands = partial(candidate_set, layouts=layouts)
+    cands = partial(candidate_set, layouts=layouts, cutlass="cutlass" in families)
     live = {"lr": LIVE_LR if args.policy_lr is None else args.policy_lr, "adv_eps": LIVE_ADV_EPS}
     out, policy = [], None
     if args.proposer in ("rl", "both"):
@@ -163,13 +164,28 @@ def make_proposers(args, layouts: tuple[str, ...]) -> tuple[list, object]:
     return out, policy
 
 
-def primed(proposer, args):
+def buildable_families(args) -> frozenset[str]:
+    """The generated families this tune can build: without CUTLASS's headers on the machine that builds (this one,
+    unless a scheduler's workers do), every CUTLASS proposal would end as a build failure (on an H200 without them,
+    93 of a journey's 212 candidates), so the CUTLASS family is left out, said once."""
+    if args.scheduler or args.executor == "model":   # workers elsewhere build; a dry run builds nothing
+        return frozenset({"triton", "cutlass"})
+    try:
+        cutlass_include_dirs()
+    except CutlassNotFound as e:
+        print(f"tune: {e}; the CUTLASS family is left out of the proposals (Triton only)", flush=True)
+        return frozenset({"triton"})
+    return frozenset({"triton", "cutlass"})
+
+
+def primed(proposer, args, families: frozenset[str] | None = None):
     """``proposer`` with ``--priors``' kernels proposed first (at most half of each group)."""
     from ..search.priors import Primed, PriorsError, prior_gpu  # start-up cost: the evaluator, only with --priors
 
     try:
         lib = packaged() if args.priors == "package" else Library.load(args.priors)
-        return Primed(proposer, lib, prior_gpu(lib, args.priors_gpu), most=max(1, args.group // 2))
+        return Primed(proposer, lib, prior_gpu(lib, args.priors_gpu), most=max(1, args.group // 2),
+                      families=families)
     except (LibraryError, PriorsError) as e:
         raise CliError(f"--priors: {e}") from None
 
@@ -307,11 +323,12 @@ def cmd_tune(args) -> int:
         raise CliError(f"--layouts takes tn and/or nn, got {args.layouts!r}")
     check_flags(args)
     try:
-        proposers, policy = make_proposers(args, layouts)
+        families = buildable_families(args)
+        proposers, policy = make_proposers(args, layouts, families)
     except TuneError as e:
         raise CliError(str(e)) from None
     if args.priors:
-        proposers[0] = primed(proposers[0], args)
+        proposers[0] = primed(proposers[0], args, families)
     executor = None
     if args.scheduler:
         executor = make_executor(args, protocols)

@@ -13,7 +13,7 @@ outcome its action set holds (the priors included: a prior the RL policy also of
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from ..kernels.registry import family
 from ..library import Entry, Library
@@ -77,19 +77,23 @@ def _valid(spec: CandidateSpec, problem: GemmProblem) -> bool:
 
 
 class Primed:
-    """``inner`` with the priors of each shape proposed first (at most ``most`` a group, untried ones)."""
+    """``inner`` with the priors of each shape proposed first (at most ``most`` a group, untried ones); with
+    ``families``, only priors of those families (the ones this machine can build)."""
 
-    def __init__(self, inner: Proposer, lib: Library, gpu: str, most: int = 2):
+    def __init__(self, inner: Proposer, lib: Library, gpu: str, most: int = 2,
+                 families: Collection[str] | None = None):
         if most < 1:
             raise PriorsError(f"priors per group must be >= 1, got {most}")
         self.inner, self.lib, self.gpu, self.most = inner, lib, gpu, most
+        self.families = None if families is None else frozenset(families)  # None: every family; else those built here
         self.name = inner.name
         self._specs: dict[tuple, list[CandidateSpec]] = {}
 
     def priors(self, problem: GemmProblem) -> list[CandidateSpec]:
         key = (problem.M, problem.N, problem.K, problem.dtype, problem.acc)
         if key not in self._specs:
-            self._specs[key] = prior_specs(self.lib, self.gpu, problem)
+            self._specs[key] = [s for s in prior_specs(self.lib, self.gpu, problem)
+                                if self.families is None or s.family in self.families]
         return self._specs[key]
 
     def propose(self, ctx: Context, k: int, rng: Any = None) -> list[Proposal]:
