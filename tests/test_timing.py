@@ -2,6 +2,9 @@
 
 import math
 import os
+import time
+from dataclasses import replace
+from typing import Callable
 
 import pytest
 import torch
@@ -286,3 +289,102 @@ def test_a_host_slower_than_the_busy_window_is_caught_not_timed():
     assert res["slow"].extra.get("late_kept") == res["slow"].n == 5
     assert res["slow"].time_ms > 4.0   # the host's sleep sits inside the timed region: counted, and now flagged
     assert not res["mm"].extra.get("late_kept")
+
+
+# -- offline/server: one loop per baseline (CUDA-L2's harness) ----------------------------------------------------
+
+def _spin(ms: float) -> None:
+    end = time.perf_counter() + ms * 1e-3
+    while time.perf_counter() < end:
+        pass
+
+
+def _paths(b, ms: dict[str, float], fail: Callable[[str], str] = lambda name: ""):
+    """Callables that compute C and take ``ms[name]`` ms; ``fail(name)`` -> "raise" or "wrong" breaks that call."""
+    def make(name):
+        def call():
+            _spin(ms[name])
+            how = fail(name)
+            if how == "raise":
+                raise RuntimeError(f"{name} broke")
+            b.c.copy_((b.a.float() @ b.b.float()).to(b.c.dtype))
+            if how == "wrong":
+                b.c.zero_()
+        return call
+    return {k: make(k) for k in ms}
+
+
+def _record_loops(monkeypatch):
+    """Every time_host loop as (names in it, its seed); ``now`` holds the names of the loop running."""
+    loops, now, real = [], [], timing.time_host
+
+    def spy(fns, bufs, cfg, protocol, min_calls=0):
+        loops.append((frozenset(fns), cfg.seed))
+        now[:] = [frozenset(fns)]
+        return real(fns, bufs, cfg, protocol, min_calls)
+
+    monkeypatch.setattr(timing, "time_host", spy)
+    return loops, now
+
+
+PAIR_MS = {"mine": 0.2, "slow": 1.2, "mid": 0.7, "fast": 0.3}
+PAIR_CFG = TimingConfig(warmup_s=0.0, benchmark_s=0.02, qps=1e4)
+
+
+@pytest.mark.parametrize("protocol", ["offline", "server"])
+def test_pairs_time_ours_against_each_baseline_in_a_loop_of_its_own(monkeypatch, protocol):
+    b = make_buffers(GemmProblem(8, 8, 8), "cpu")
+    loops, _ = _record_loops(monkeypatch)
+    res = measure(_paths(b, PAIR_MS), b, protocol, replace(PAIR_CFG, seed=11), ours=["mine"])
+    assert sorted(sorted(names) for names, _ in loops) == [["fast", "mine"], ["mid", "mine"], ["mine", "slow"]]
+    assert sorted(seed for _, seed in loops) == [11 + timing.PAIR_SEED_STEP * i for i in (1, 2, 3)]
+    assert all(t.ok and t.extra["host_loop"] == "pairs" for t in res.values()) and list(res) == list(PAIR_MS)
+    assert res["fast"].tflops > res["mid"].tflops > res["slow"].tflops
+    assert res["mine"].extra["paired_with"] == "fast"  # the loop of the baseline vendor_best picks
+    assert not any("paired_with" in res[k].extra for k in ("slow", "mid", "fast"))
+    # each baseline's Timing from its own loop: distinct seeds
+    assert len({res[k].extra["seed"] for k in ("slow", "mid", "fast")}) == 3
+    assert res["mine"].extra["seed"] == res["fast"].extra["seed"]
+
+
+def test_pairs_shuffle_the_order_of_the_loops(monkeypatch):
+    b = make_buffers(GemmProblem(4, 4, 4), "cpu")
+    loops, _ = _record_loops(monkeypatch)
+    ms = {"mine": 0.0, **{f"v{i}": 0.0 for i in range(6)}}
+    cfg = TimingConfig(warmup_s=0.0, benchmark_s=0.0)
+    firsts = set()
+    for _ in range(6):
+        loops.clear()
+        measure(_paths(b, ms), b, "offline", cfg, ours=["mine"])
+        firsts.add(next(iter(loops[0][0] - {"mine"})))
+    assert len(firsts) > 1  # the same first loop six times: once in 6^5
+
+
+@pytest.mark.parametrize("ours, loop", [(["mine"], "all"), (None, "pairs"), ([], "pairs"),
+                                        (list(PAIR_MS), "pairs")])
+def test_one_loop_with_host_loop_all_or_without_ours_or_baselines(monkeypatch, ours, loop):
+    b = make_buffers(GemmProblem(8, 8, 8), "cpu")
+    loops, _ = _record_loops(monkeypatch)
+    res = measure(_paths(b, PAIR_MS), b, "offline", replace(PAIR_CFG, host_loop=loop), ours=ours)
+    assert [names for names, _ in loops] == [frozenset(PAIR_MS)]
+    assert all(t.ok and t.extra["host_loop"] == "all" and "paired_with" not in t.extra for t in res.values())
+
+
+@pytest.mark.parametrize("how", ["raise", "wrong"])
+def test_ours_failing_in_one_loop_is_failed(monkeypatch, how):
+    b = make_buffers(GemmProblem(8, 8, 8), "cpu")
+    loops, now = _record_loops(monkeypatch)
+    res = measure(_paths(b, PAIR_MS, lambda name: how if name == "mine" and "mid" in now[0] else ""), b, "offline",
+                  PAIR_CFG, ours=["mine"])
+    t = res["mine"]
+    assert not t.ok and math.isinf(t.time_ms) and "paired_with" not in t.extra and t.extra["host_loop"] == "pairs"
+    assert ("mine broke" in t.reason) if how == "raise" else (t.extra["output_wrong"] and "timed_output" in t.reason)
+    assert all(res[k].ok for k in ("slow", "mid", "fast")) and len(loops) == 3
+    after = [names for names, _ in loops[[names for names, _ in loops].index(frozenset({"mine", "mid"})) + 1:]]
+    assert all("mine" not in names for names in after)  # left out of the loops after its failure
+
+
+def test_host_loop_is_checked():
+    assert TimingConfig().host_loop == "pairs" and TimingConfig(host_loop="all").host_loop == "all"
+    with pytest.raises(TimingError, match="host_loop must be one of pairs, all, got 'crowd'"):
+        TimingConfig(host_loop="crowd")

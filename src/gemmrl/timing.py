@@ -15,12 +15,20 @@
   behind the window and the sample is taken again with a 4x, then 16x longer one (rows say
   ``late_retaken`` / ``late_kept`` in info when any was).
 - ``offline`` CUDA-L2's offline mode: each iteration writes fresh random inputs and NaN into C outside
-              the timed region, shuffles the candidates, and times each with the host clock around one
-              call + synchronize. ``time_ms`` = mean per-call time, ``tflops`` = mean of per-call TFLOPS.
+              the timed region, shuffles the candidates of the loop, and times each with the host clock around
+              one call + synchronize. ``time_ms`` = mean per-call time, ``tflops`` = mean of per-call TFLOPS.
               The two forms of B are written in a random order each iteration (``candidate.refill``): the
               form written last sits dirty in L2, so writing bt last every time (as before) handed ``tn``
               candidates a head start whenever they ran first after the refill.
 - ``server``  as offline, with an exponential sleep of mean 1/QPS between iterations.
+  Which candidates share a loop (``TimingConfig.host_loop``, rows say ``host_loop=``): ``pairs`` (the default), as
+  CUDA-L2's harness, which runs its kernel and one baseline per process: one loop per baseline, holding ours (every
+  candidate the caller names in ``ours``) and that baseline, each loop with the full warm-up and benchmark time; ours
+  are reported from the loop of the baseline with the highest mean TFLOPS (``paired_with=``), so ours against
+  vendor_best is a ratio within one loop. ``all``: one loop of every candidate. In a crowd of eight vendor paths that
+  share one call path, a unique path's host code is cold every iteration: on the H200 gemmrl.mm served the same
+  cuBLASLt plan as ``cublaslt_heuristic_tn`` and measured ~8 us slower per call in ``server``, and tied or led with
+  two candidates in the loop.
 
 Every timed call sees new inputs, and what it wrote is checked (a kernel that remembers an output and replays it
 when its inputs look unchanged is right in every battery check and fast in any loop that reuses inputs):
@@ -34,10 +42,10 @@ inputs (outputs.py; ``output_checks`` calls per path, drawn at random, and the f
 that fails is rejected with a reason starting ``timed_output:``, never timed. The seed of inputs, order and checked
 rows is drawn fresh for every measurement unless one is given, and recorded (row info ``timing_seed``).
 
-Every protocol interleaves the candidates in a fresh random order on every round, on identical
-inputs. A candidate that fails (raises, cannot be captured) gets ``inf`` and a reason; it never stops
-the others. Floors: ``floor_ok`` flags a time under 0.95 x T_floor (a measurement or correctness
-error, never a result).
+Every protocol interleaves the candidates of a loop (in offline/server one loop per baseline, see above) in a fresh
+random order on every round, on identical inputs. A candidate that fails (raises, cannot be captured) gets ``inf``
+and a reason; it never stops the others. Floors: ``floor_ok`` flags a time under 0.95 x T_floor (a measurement or
+correctness error, never a result).
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from .candidate import Buffers, refill
 from .clocks import max_sm_mhz
@@ -60,6 +68,8 @@ from .problem import GemmProblem
 PROTOCOLS = ("graph", "cold", "offline", "server")
 DEVICE_PROTOCOLS = ("graph", "cold")
 HOST_PROTOCOLS = ("offline", "server")
+HOST_LOOPS = ("pairs", "all")  # TimingConfig.host_loop
+PAIR_SEED_STEP = 1009  # loop i of a paired measurement times with seed + PAIR_SEED_STEP * i
 FLOOR_SLACK = 0.95
 SELECT_SETTLE_MS = 50.0
 SETTLE_MAX_MS = 3000.0
@@ -95,6 +105,13 @@ class TimingConfig:
     # offline/server: hold the timing thread on one CPU for the loop (its rows say pinned_cpu=N): after a server
     # sleep the thread otherwise wakes wherever the scheduler puts it, with that core's caches cold for every path
     pin_cpu: bool = False
+    # offline/server: "pairs" times one loop per baseline (ours + that baseline, CUDA-L2's harness), "all" one loop of
+    # every candidate (see the module docstring); applies where the caller of measure() names ours
+    host_loop: str = "pairs"
+
+    def __post_init__(self) -> None:
+        if self.host_loop not in HOST_LOOPS:
+            raise TimingError(f"host_loop must be one of {', '.join(HOST_LOOPS)}, got {self.host_loop!r}")
 
     def for_sweep(self) -> "TimingConfig":
         """Short host-protocol durations for sweeps (recorded in the rows)."""
@@ -567,10 +584,11 @@ def time_cold(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
 
 def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingConfig, protocol: str,
               min_calls: int = 0) -> dict[str, Timing]:
-    """CUDA-L2's offline/server loop. Inputs are refreshed in place each iteration, so the zero-arg
-    callables (bound to ``bufs``) see fresh data; C is NaN-filled before every call. C is checked after the first
-    timed call of each path and then at random times (on average ``cfg.output_checks`` more over the timed phase),
-    right after the call, outside its timed window."""
+    """One CUDA-L2 offline/server loop over every callable in ``fns``, shuffled each iteration (``time_host_pairs``
+    splits a measurement into one such loop per baseline). Inputs are refreshed in place each iteration, so the
+    zero-arg callables (bound to ``bufs``) see fresh data; C is NaN-filled before every call. C is checked after the
+    first timed call of each path and then at random times (on average ``cfg.output_checks`` more over the timed
+    phase), right after the call, outside its timed window."""
     import torch  # start-up cost: torch loads on first use, not on import
 
     if protocol not in HOST_PROTOCOLS:
@@ -635,6 +653,41 @@ def time_host(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
     return out
 
 
+def time_host_pairs(fns: Mapping[str, Callable[[], None]], ours: Collection[str], bufs: Buffers, cfg: TimingConfig,
+                    protocol: str, min_calls: int = 0) -> dict[str, Timing]:
+    """CUDA-L2's harness: one ``time_host`` loop per baseline (every callable not named in ``ours``), holding ours and
+    that baseline, each with the full ``cfg.warmup_s`` and ``cfg.benchmark_s``, the loops in a shuffled order, loop i
+    with seed ``cfg.seed + PAIR_SEED_STEP * i`` (fresh ones when ``cfg.seed`` is None). Each baseline's Timing comes
+    from its own loop; each of ours' from the loop of the baseline with the highest mean TFLOPS (the one vendor_best
+    picks), with ``paired_with`` = that baseline in its extra. One of ours that fails in a loop (raises, or a wrong
+    output) is failed overall, reported with its first failure, and left out of the loops after it. Without ours or
+    without baselines: the single loop of ``time_host``. Every Timing's extra says ``host_loop``."""
+    mine = [k for k in fns if k in ours]
+    bases = [k for k in fns if k not in ours]
+    if not mine or not bases:
+        return _with_loop(time_host(fns, bufs, cfg, protocol, min_calls), "all")
+    order = _order(bases, random.Random(resolve_seed(cfg) + 5))
+    loops: dict[str, dict[str, Timing]] = {}
+    bad: dict[str, Timing] = {}  # ours -> its first failure
+    for i, base in enumerate(order, start=1):
+        cfg_i = replace(cfg, seed=None if cfg.seed is None else cfg.seed + PAIR_SEED_STEP * i)
+        group = {**{k: fns[k] for k in mine if k not in bad}, base: fns[base]}
+        loops[base] = time_host(group, bufs, cfg_i, protocol, min_calls)
+        for k in group:
+            if k != base and not loops[base][k].ok:
+                bad[k] = loops[base][k]
+    best = max(order, key=lambda b: (loops[b][b].ok, loops[b][b].tflops))  # ties: the loop that ran first
+    out = {b: loops[b][b] for b in bases}
+    for k in mine:
+        out[k] = bad[k] if k in bad else replace(loops[best][k], extra={**loops[best][k].extra, "paired_with": best})
+    return _with_loop({k: out[k] for k in fns}, "pairs")
+
+
+def _with_loop(res: dict[str, Timing], loop: str) -> dict[str, Timing]:
+    """``res`` with ``host_loop`` (which candidates shared the loop: ``HOST_LOOPS``) in every Timing's extra."""
+    return {k: replace(t, extra={**t.extra, "host_loop": loop}) for k, t in res.items()}
+
+
 def pin_one_cpu() -> tuple[set[int], int] | None:
     """Hold the calling thread on one CPU it may run on (the highest: CPU 0 takes most interrupts); (the CPUs it
     held before, the CPU now), or None where the OS offers no affinity (the loop runs unpinned, its rows say so by
@@ -648,17 +701,22 @@ def pin_one_cpu() -> tuple[set[int], int] | None:
 
 
 def measure(fns: Mapping[str, Callable[[], None]], bufs: Buffers, protocol: str,
-            cfg: TimingConfig | None = None, layouts: Mapping[str, str] | None = None) -> dict[str, Timing]:
+            cfg: TimingConfig | None = None, layouts: Mapping[str, str] | None = None,
+            ours: Collection[str] | None = None) -> dict[str, Timing]:
     """Time zero-arg callables (bound to ``bufs``) interleaved, in one protocol. ``layouts`` ({name: 'nn'|'tn'}) says
     which form of B each reads, so the graph protocol refills only that form before its calls (a path not named gets
-    both forms refilled)."""
+    both forms refilled). ``ours`` names the candidates measured against the rest (the baselines): in offline/server
+    with ``cfg.host_loop`` "pairs" they are timed in one loop per baseline (``time_host_pairs``, CUDA-L2's harness);
+    None, or host_loop "all": one loop of every callable. Host-protocol Timings say ``host_loop`` in their extra."""
     cfg = cfg or TimingConfig()
     if protocol == "graph":
         return time_graph(fns, bufs, cfg, layouts=layouts)
     if protocol == "cold":
         return time_cold(fns, bufs, cfg)
     if protocol in HOST_PROTOCOLS:
-        return time_host(fns, bufs, cfg, protocol)
+        if ours is not None and cfg.host_loop == "pairs":
+            return time_host_pairs(fns, ours, bufs, cfg, protocol)
+        return _with_loop(time_host(fns, bufs, cfg, protocol), "all")
     raise TimingError(f"unknown protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
 
 

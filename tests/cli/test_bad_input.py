@@ -189,6 +189,7 @@ def test_shape_flags(data, capsys, cmd, extra, needles):
     (["bench", "--mnk", "64_64_64", "--target-qps", "fast"], "argument --target-qps: invalid float value"),
     (["bench", "--mnk", "64_64_64", "--abi", "cuda"], "argument --abi: invalid choice"),
     (["bench", "--mnk", "64_64_64", "--timing", "fast"], "argument --timing: invalid choice: 'fast'"),
+    (["bench", "--mnk", "64_64_64", "--host-loop", "crowd"], "argument --host-loop: invalid choice: 'crowd'"),
     (["select", "--mnk", "64_64_64", "--family", "cublas"], "argument --family: invalid choice"),
     (["tune", "--mnk", "64_64_64", "--proposer", "gpt"], "argument --proposer: invalid choice: 'gpt'"),
     (["tune", "--mnk", "64_64_64", "--executor", "cloud"], "argument --executor: invalid choice"),

@@ -51,3 +51,22 @@ def test_unknown_dtype_rejected_by_argparse(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "--mnk", "64_64_64", "--dtype", "fp8"])
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("flags, sweep, want", [
+    ([], False, ("pairs", 5.0)), (["--host-loop", "all"], False, ("all", 5.0)),
+    (["--host-loop", "pairs", "--mode", "server", "--pin-cpu"], True, ("pairs", 0.25)),
+])
+def test_bench_host_loop_flag_reaches_the_timing_config(flags, sweep, want):
+    from gemmrl.cli.bench import timing_config
+    from gemmrl.cli.main import build_parser
+
+    cfg = timing_config(build_parser().parse_args(["bench", "--mnk", "64_64_64", *flags]), sweep)
+    assert (cfg.host_loop, cfg.warmup_s) == want and cfg.pin_cpu == ("--pin-cpu" in flags)
+
+
+def test_bench_host_loop_flag_refuses_other_values(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--mnk", "64_64_64", "--host-loop", "crowd"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "argument --host-loop: invalid choice: 'crowd' (choose from" in err

@@ -4,6 +4,7 @@ the vendor paths a measurement is restricted to, and one problem measured (host 
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 
@@ -136,6 +137,10 @@ def test_measure_problem_rows_on_cpu():
     info = dict(kv.split("=", 1) for kv in mine["info"].split(";"))
     assert int(info["timing_seed"]) >= 0 and int(info["output_checks"]) >= 1  # the seed drawn, outputs checked
     assert "prep_ms" in info and "verify_ms" in info
+    # offline: ours timed in one loop per vendor path, reported from the loop of the one vendor_best picks
+    assert info["host_loop"] == "pairs" and info["paired_with"] == _agg_of(first)["vendor_best"]["members"]
+    assert all("host_loop=pairs" in r["info"] and "paired_with" not in r["info"] for r in first
+               if r["candidate"].startswith("cublas") and not r.get("members"))
     assert (by["cublaslt_heuristic_nn"]["algo"], by["cublaslt_heuristic_nn"]["n_algos"]) == ("h1", 1)
     assert list(mine)[:len(base)] == list(base)  # every row starts with the base columns, in their order
     assert all(r["timestamp"] for r in rows)
@@ -155,6 +160,38 @@ def test_measure_problem_rows_on_cpu():
     want = (AGGREGATES["cublaslt_autotuned"] + AGGREGATES["cublaslt_heuristic"]) * core.RECHECKS if slower else ()
     assert sorted(r["candidate"] for r in rechecks) == sorted(want)
     assert sorted({r["recheck"] for r in rechecks}) == (list(range(1, core.RECHECKS + 1)) if slower else [])
+
+
+def _agg_of(rows):
+    return {r["candidate"]: r for r in rows if r.get("members")}
+
+
+@pytest.mark.parametrize("protocol", ["offline", "server"])
+@pytest.mark.parametrize("loop", ["pairs", "all"])
+def test_measure_problem_host_rows_say_the_loop(monkeypatch, protocol, loop):
+    from gemmrl import timing
+
+    p = GemmProblem(4, 8, 8, layout="nn")
+    bufs = make_buffers(p, "cpu", seed=0)
+    loops, real = [], timing.time_host
+    monkeypatch.setattr(timing, "time_host", lambda fns, *a, **k: (loops.append(sorted(fns)), real(fns, *a, **k))[1])
+    cands = [FnCandidate("cublas_tn", "tn", _mm), FnCandidate("cublas_nn", "nn", _mm), FnCandidate("mine", "nn", _mm),
+             FnCandidate("theirs", "nn", _mm)]
+    pin = hasattr(os, "sched_setaffinity")
+    cfg = TimingConfig(warmup_s=0.0, benchmark_s=0.01, qps=1e4, host_loop=loop, pin_cpu=pin)
+    rows = core.measure_problem(p, protocol, cands, bufs, cfg, lambda c, q: (True, ""), math.nan,
+                                {**core.base_row(p, protocol, {}, 0, cfg), "sm_clock_mhz": ""},
+                                baselines=("cublas_tn", "cublas_nn"))
+    first = {r["candidate"]: r for r in rows if not r.get("recheck") and not r.get("members")}
+    assert all(f"host_loop={loop}" in r["info"] and ("pinned_cpu=" in r["info"]) == pin for r in first.values())
+    if loop == "pairs":
+        assert loops[:2] in ([["cublas_tn", "mine", "theirs"], ["cublas_nn", "mine", "theirs"]],
+                             [["cublas_nn", "mine", "theirs"], ["cublas_tn", "mine", "theirs"]])
+        best = _agg_of(rows)["cublas"]["members"]  # the faster of the two: vendor_best without the others
+        assert all(f"paired_with={best}" in first[k]["info"] for k in ("mine", "theirs"))
+    else:
+        assert loops[0] == ["cublas_nn", "cublas_tn", "mine", "theirs"]
+        assert not any("paired_with" in r["info"] for r in first.values())
 
 
 def test_measure_problem_restricted_baselines_write_no_partial_aggregate():

@@ -24,7 +24,7 @@ from ..library import Library, LibraryError, load_default
 from ..problem import read_shape_labels
 from ..results import ResultsError
 from ..summary import BASELINES
-from ..timing import PROTOCOLS, TimingConfig
+from ..timing import HOST_LOOPS, PROTOCOLS, TimingConfig
 from . import cpu_bench
 from .common import CliError, check_out, comma_list, gpu_slug, parse_protocols, problems_from, shape_args
 
@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
     b.add_argument("--benchmark-seconds", type=float, help="offline/server duration (default 10 for one shape, 1 in sweeps)")
     b.add_argument("--pin-cpu", action="store_true",
                    help="offline/server: hold the timing thread on one CPU for each loop (rows say pinned_cpu=N)")
+    b.add_argument("--host-loop", default="pairs", choices=HOST_LOOPS,
+                   help="offline/server: pairs (default, CUDA-L2's harness) times one loop per vendor path, holding "
+                        "the kernels measured and that path; all: one loop of every candidate (rows say host_loop=)")
     b.add_argument("--repeat", type=int, default=1, help="measure every (shape, protocol) this many times (rep column)")
     b.add_argument("--baselines", metavar="LIST",
                    help="time only these vendor paths (comma list of torch, cublas_tn, cublas_nn, cublaslt_heuristic_tn, "
@@ -167,6 +170,21 @@ def _bench_sandboxed(args, sources, problems, protocols, cfg, what) -> int:
     return 0
 
 
+def timing_config(args, sweep: bool) -> TimingConfig:
+    """The TimingConfig of a bench run from its flags (``sweep``: more than one shape: short host-protocol
+    durations)."""
+    base = TimingConfig(qps=args.target_qps, pin_cpu=args.pin_cpu,  # timing seeds: fresh per measurement, in the rows
+                        host_loop=args.host_loop)
+    if getattr(args, "timing", "full") == "quick":
+        base = base.quick()
+    cfg = base.for_sweep() if sweep else base
+    if args.warmup_seconds is not None:
+        cfg = replace(cfg, warmup_s=args.warmup_seconds)
+    if args.benchmark_seconds is not None:
+        cfg = replace(cfg, benchmark_s=args.benchmark_seconds)
+    return cfg
+
+
 def cmd_bench(args) -> int:
     from ..measure.bench import (  # start-up cost
         BenchError, BenchSpec, require_cuda, run_bench, summary_text, write_summary)
@@ -223,15 +241,7 @@ def cmd_bench(args) -> int:
     labels = ()
     if args.shapes:
         labels = tuple(read_shape_labels(args.shapes).items())
-    sweep = len(problems) > 1
-    base = TimingConfig(qps=args.target_qps, pin_cpu=args.pin_cpu)  # timing seeds: fresh per measurement, in the rows
-    if getattr(args, "timing", "full") == "quick":
-        base = base.quick()
-    cfg = base.for_sweep() if sweep else base
-    if args.warmup_seconds is not None:
-        cfg = replace(cfg, warmup_s=args.warmup_seconds)
-    if args.benchmark_seconds is not None:
-        cfg = replace(cfg, benchmark_s=args.benchmark_seconds)
+    cfg = timing_config(args, sweep=len(problems) > 1)
     if sources:
         return _bench_sandboxed(args, sources, problems, protocols, cfg, what)
     out = Path(args.out)

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from ..kernels import vendor  # vendor.vendor_candidates looked up at call time: tests replace it
 from ..problem import GemmProblem
 from ..results import now, sm_clock_mhz
-from ..summary import AGGREGATES
+from ..summary import AGGREGATES, BASELINES
 from ..timing import TimingConfig, below_floor, make_timer, measure
 from ..verify import verify
 
@@ -104,7 +104,8 @@ def timing_fields(t) -> dict:
 def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg: TimingConfig,
                     verifier: Callable, floor: float, base: dict, baselines: tuple[str, ...] | None = None) -> list[dict]:
     """Rows of ``cands`` at ``problem`` in ``protocol`` on the inputs ``bufs``: each prepared and checked with
-    ``verifier(cand, problem) -> (ok, reason)``, the verified ones timed interleaved, then the aggregate rows
+    ``verifier(cand, problem) -> (ok, reason)``, the verified ones timed interleaved (in offline/server ours, every
+    candidate not in summary.BASELINES, in one loop per vendor path: timing.time_host_pairs), then the aggregate rows
     (restricted as in :func:`aggregate_rows`) and the noise rule's re-measurements. ``base`` (from :func:`base_row`,
     with ``sm_clock_mhz`` before the run) starts every row; ``floor`` is the roofline floor in ms (nan: none)."""
     timer = make_timer(bufs, protocol, cfg)
@@ -130,7 +131,9 @@ def measure_problem(problem: GemmProblem, protocol: str, cands: list, bufs, cfg:
             continue
         a, b, bt, c = bufs.args()
         live[cand.name] = (row, (lambda f=cand: f(a, b, bt, c)))
-    times = measure({k: v[1] for k, v in live.items()}, bufs, protocol, cfg, layouts=_layouts(cands, live))
+    # ours (every candidate that is not a vendor path) against each vendor path in a loop of its own in offline/server
+    times = measure({k: v[1] for k, v in live.items()}, bufs, protocol, cfg, layouts=_layouts(cands, live),
+                    ours=[k for k in live if k not in BASELINES])
     clk = sm_clock_mhz(bufs.a.device.index or 0) if bufs.a.is_cuda else ""
     for name, (row, _) in live.items():
         t = times[name]
@@ -170,7 +173,9 @@ def _layouts(cands: list, live: dict) -> dict[str, str]:
 
 def _fresh_info(t) -> str:
     """Row info on the inputs and outputs of the timed calls: the timing seed, how many outputs were checked, the
-    per-call refill time subtracted in graph (or fresh_inputs=0 where a measurement of that cost turned it off)."""
+    per-call refill time subtracted in graph (or fresh_inputs=0 where a measurement of that cost turned it off); in
+    offline/server the loop (host_loop=pairs: one loop per baseline, all: one loop of every candidate), for ours
+    under pairs the baseline whose loop gave its time (paired_with=), and the CPU a pinned loop ran on (pinned_cpu=)."""
     e = t.extra
     parts = [f"timing_seed={e['seed']}"] if "seed" in e else []
     if "output_checks" in e:
@@ -179,6 +184,7 @@ def _fresh_info(t) -> str:
         parts.append(f"fill_us={e['fill_ms'] * 1e3:.2f}")
     if "fresh_inputs" in e:
         parts.append(f"fresh_inputs={e['fresh_inputs']}")
+    parts += [f"{k}={e[k]}" for k in ("host_loop", "paired_with", "pinned_cpu") if k in e]
     return ";".join(parts)
 
 
@@ -204,7 +210,8 @@ def _recheck(rows: list[dict], live: dict, bufs, protocol: str, cfg: TimingConfi
             cfg_k = replace(cfg, seed=None if cfg.seed is None else cfg.seed + 100 * k, warmup_s=min(cfg.warmup_s, 0.25),
                             benchmark_s=min(cfg.benchmark_s, 1.0))
             ts = measure({m: live[m][1] for m in names}, bufs, protocol, cfg_k,
-                         layouts={m: by[m].get("layout", "") for m in names})
+                         layouts={m: by[m].get("layout", "") for m in names},
+                         ours=[m for m in names if m not in BASELINES])
             host = protocol in ("offline", "server")
             for m in names:
                 if ts[m].extra.get("output_wrong"):
