@@ -53,9 +53,12 @@ for set in ${SETS:-}; do
     tunable=(env PYTORCH_TUNABLEOP_ENABLED=1 PYTORCH_TUNABLEOP_TUNING=1 PYTORCH_TUNABLEOP_VERBOSE=0
              "PYTORCH_TUNABLEOP_FILENAME=$GEMMRL_OUT/h200_tunableop-results_${name}_${SHA:0:12}_${DAY}.csv")
   fi
+  part=()
+  if [ -n "${PART:-}" ]; then part=(--part "$PART"); tag=${tag}_part${PART//\//of}; fi  # PART=K/N: a like share of the set
   out="$GEMMRL_OUT/h200_anyshape_${tag}_${name}_${protos//,/-}_${SHA:0:12}_${DAY}.csv"
   timeout "${BENCH_TIMEOUT:-400}" "${tunable[@]}" gemmrl bench --shapes "benchmarks/shapes/${name}.txt" --dtype "$dtype" \
-    --library /tmp/served_library.json --protocol "$protos" --timing quick "${extra[@]}" --no-progress --out "$out" \
+    --library /tmp/served_library.json --protocol "$protos" --timing quick "${extra[@]}" "${part[@]}" --no-progress \
+    --out "$out" \
     2>&1 | tail -4 || status=1
   if [ "${TUNABLEOP:-0}" = same ]; then
     python3 benchmarks/acceptance/tunableop_beside.py --ours "$out" --tunableop "$out" --out "${out%.csv}.beside.md" \
