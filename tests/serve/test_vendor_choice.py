@@ -165,6 +165,70 @@ def test_a_plan_beats_the_defaults_only_by_more_than_the_tie_band(challenger, wi
     assert win == ("cublaslt#5 b" if wins else "cublaslt#0 a")
 
 
+@pytest.mark.parametrize("extra, want", [({}, "cublas"), ({"cublas": 4.0}, "cublaslt#0 a"),
+                                         ({"cublas": 0.05}, "cublas"), ({"cublas": 4.0, "torch": 9.0}, "cublaslt#0 a")])
+def test_the_host_charge_decides_between_plans_that_tie_on_the_gpu(extra, want):
+    """An eager call pays its host work before its kernel starts: cublasGemmEx ties cuBLASLt's plan in device time
+    (10.0 against 10.05 us, inside the tie band) and loses once its extra host time per call is added."""
+    times = {"torch": 0.0110, "cublas": 0.01000, "cublaslt#0 a": 0.01005, "cublaslt#3 b": 0.0120}
+    win, med = VC.race(_plans(times, {}), _timer(times), budget_s=1.0, clock=Clock(0.0), extra_us=extra)
+    assert win == want and med["cublas"] == pytest.approx(10.0, rel=0.01)  # the medians carry no charge
+
+
+class HostClock:
+    """perf_counter stand-in: each plan's call advances it by that plan's host time (us); sync advances nothing."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def _host_plans(host_us, clock, calls):
+    def make(name):
+        def fn():
+            calls.append(name)
+            clock.t += host_us[name] * 1e-6
+        return fn
+    return {n: make(n) for n in host_us}
+
+
+def test_the_host_charge_is_each_charged_plans_host_time_beyond_cublaslts_plan():
+    clock, calls, syncs = HostClock(), [], []
+    host = {"torch": 21.0, "cublas": 13.0, "cublaslt#0 a": 6.0, "cublaslt#4 b": 6.5, "gen#triton:x": 40.0}
+    got = VC.host_extra_us(_host_plans(host, clock, calls), sync=lambda: syncs.append(1), clock=clock, calls=5)
+    assert got == pytest.approx({"torch": 15.0, "cublas": 7.0})  # the cuBLASLt plans and generated kernels: none
+    assert calls[:3] == ["cublaslt#0 a", "torch", "cublas"] and len(calls) == 15  # interleaved, 5 calls each
+    assert len(syncs) == len(calls) + 1  # each call after a synchronize: it returns once its work is queued
+    host["cublas"] = 5.0  # leaner than the reference: never a credit
+    assert VC.host_extra_us(_host_plans(host, clock, []), sync=lambda: None, clock=clock, calls=3)["cublas"] == 0.0
+    no_ref = {k: v for k, v in host.items() if not k.startswith("cublaslt#0")}
+    assert VC.host_extra_us(_host_plans(no_ref, clock, []), sync=lambda: None, clock=clock) == {}
+
+    def boom():
+        raise RuntimeError("cannot run this shape")
+    assert VC.host_extra_us({"cublaslt#0 a": lambda: None, "cublas": boom}, sync=lambda: None, clock=clock) == {}
+
+
+def test_the_cold_race_charges_host_time_and_records_it_and_the_graph_race_does_not():
+    times = {"torch": 0.0110, "cublas": 0.01000, "cublaslt#0 algo=7": 0.01005}
+    asked = []
+
+    def host(plans):
+        asked.append(sorted(plans))
+        return {"cublas": 4.0, "torch": 9.0}
+    cache = VC.ChoiceCache(IDENT)
+    cold = VC.choose(P(37), cache, lambda: _plans(times, {}), _timer(times), budget_s=0.0, protocol="cold", host=host)
+    assert (cold.kind, cold.algo) == ("cublaslt", "algo=7") and dict(cold.host_us) == {"cublas": 4.0, "torch": 9.0}
+    assert asked == [sorted(times)]
+    assert VC.ChoiceCache(IDENT).get(P(40), protocol="cold") == cold  # host_us read back from the user cache
+    warm = VC.choose(P(37), cache, lambda: _plans(times, {}), _timer(times), budget_s=0.0, protocol="graph", host=host)
+    assert warm.kind == "cublas" and warm.host_us == () and len(asked) == 1  # a replay has no host work
+    ordered = [(x.kind, x.algo) for x in VC.in_turn(cold, most=1)]
+    assert ordered[:2] == [("cublaslt", "algo=7"), ("cublas", "")]  # next fastest with the charge: cublas (14 < 20)
+
+
 def test_choose_races_once_per_bucket_and_caches_per_identity():
     times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 algo=7 tile=128x64": 0.01}
     raced = []
@@ -334,8 +398,8 @@ def test_a_bad_graph_race_setting_is_a_one_line_error(fake_gpu, monkeypatch, val
 
 
 def test_the_protocol_is_part_of_the_key_and_graphs_keep_their_old_keys():
-    assert VC.choice_key(P(5), protocol="cold") == VC.choice_key(P(5)) + "|cold"
-    assert VC.choice_key(P(5), ("triton:x",), "cold").endswith("|cold") and "|gen=" in VC.choice_key(P(5), ("x",))
+    assert VC.choice_key(P(5), protocol="cold") == VC.choice_key(P(5)) + "|cold+host"
+    assert VC.choice_key(P(5), ("triton:x",), "cold").endswith("|cold+host") and "|gen=" in VC.choice_key(P(5), ("x",))
     assert VC.choice_key(P(5), protocol="graph") == "fp16|tn|N=4096|K=4096|M=4-7"  # as caches written before hold
     cache = VC.ChoiceCache(IDENT)
     cache.put(P(5), VC.Choice("cublas", how="raced", measured_m=5), protocol="cold")

@@ -19,7 +19,11 @@ faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4
   after its operands were rewritten with new numbers, the bench's graph protocol, ``fresh_timer``: the operands are
   in L2 as their writer left them); what serves an eager call is raced ``cold``, each call of a sample after 2x L2
   written (the bench's cold protocol; a model's eager call reads weights no earlier call left in L2), the refills'
-  and flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold.
+  and flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold. An eager call
+  also pays its host work before the kernel starts: the cold race charges torch.matmul and cublasGemmEx (which runs
+  cuBLAS's heuristic on every call) the host time per call they take beyond the prepared cuBLASLt plan's, measured
+  here (``host_extra_us``; on an H200 cublasGemmEx tied cuBLASLt in device time and ran 12-14 us slower per call in
+  ``server``, 1-4 us in ``offline``). Its keys say ``|cold+host``.
 - **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version: another
   driver or cuBLAS version races again; another set of generated contenders (a library tuned since) is another key.
   A file that cannot be read is set aside with one warning (nothing raises); one that cannot be written costs a race
@@ -78,6 +82,8 @@ NEXT_PLANS = 3     # a raced plan that does not compute right here: its race's n
 MIN_ROUNDS = 3     # timed samples per kept plan the race takes whatever its budget
 MAX_ROUNDS = 15
 BATCH_US = 200.0   # a timed sample is a graph of back-to-back calls this long (its launch amortised)
+HOST_CHARGED = ("torch", "cublas")  # eager race: charged their host time per call beyond the cuBLASLt plan's
+HOST_CALLS = 15    # calls per plan, interleaved, each after a synchronize, whose host time is measured
 COLD_BATCH_US = 1000.0  # cold: longer samples (each call also pays the L2 flush, the same for every plan)
 PROTOCOLS = ("graph", "cold")  # what serves graph replays, what serves eager calls
 MIN_BATCH, MAX_BATCH = 8, 128
@@ -157,13 +163,14 @@ class Choice:
     measured_m: int = 0
     times_us: tuple = ()
     fallback: str = ""
+    host_us: tuple = ()  # cold race: (name, us) each charged plan's host time per call beyond the cuBLASLt plan's
 
     def vendor(self) -> "Choice":
         """The vendor plan of this choice: itself, or for a generated winner the fastest vendor plan of its race."""
         if self.kind != "gen":
             return self
         kind, algo = plan_of(self.fallback or "cublaslt")
-        return Choice(kind, algo, self.how, self.measured_m, self.times_us)
+        return Choice(kind, algo, self.how, self.measured_m, self.times_us, host_us=self.host_us)
 
     def describe(self) -> str:
         if self.kind == "gen":
@@ -179,14 +186,16 @@ class Choice:
 def in_turn(choice: Choice, most: int = NEXT_PLANS) -> list[Choice]:
     """What serves where ``choice`` (a vendor plan) does not compute right here, in turn: ``choice``, the ``most``
     fastest other vendor plans of its race, then the defaults not among them (torch.matmul, cublasGemmEx, the
-    heuristic's first cuBLASLt plan), each with the race's record."""
-    names = [n for n, _ in sorted(choice.times_us, key=lambda t: t[1]) if not n.startswith(GEN)]
+    heuristic's first cuBLASLt plan), each with the race's record (ranked as the race ranked them: its medians plus
+    the host time it charged)."""
+    host = dict(choice.host_us)
+    names = [n for n, _ in sorted(choice.times_us, key=lambda t: t[1] + host.get(t[0], 0.0)) if not n.startswith(GEN)]
     out, seen = [choice], {(choice.kind, choice.algo)}
     for name in [*names[:most + 1], *DEFAULTS]:
         kind, algo = plan_of(name)  # the default 'cublaslt#0' is the heuristic's first at this M (algo '')
         if (kind, algo) not in seen and (len(out) <= most or name in DEFAULTS):
             seen.add((kind, algo))
-            out.append(Choice(kind, algo, choice.how, choice.measured_m, choice.times_us))
+            out.append(Choice(kind, algo, choice.how, choice.measured_m, choice.times_us, host_us=choice.host_us))
     return out
 
 
@@ -215,14 +224,15 @@ def _check_protocol(protocol: str) -> None:
 def choice_key(problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph",
                exact: bool = False) -> str:
     """The cache key: dtype, layout, N, K, the bucket of M, (where generated kernels race) a digest of their names,
-    so a library with other contenders races again, and the protocol raced in (``|cold``; graph's keys name none).
+    so a library with other contenders races again, and the protocol raced in (``|cold+host``: the eager race, host
+    time charged; graph's keys name none).
     ``exact``: the key of a choice confirmed at this M alone (``|at=<M>``, see ``confirms``)."""
     _check_protocol(protocol)
     lo, hi = m_bucket(problem.M)
     key = f"{problem.dtype}|{problem.layout}|N={problem.N}|K={problem.K}|M={lo}-{hi}"
     if generated:
         key += "|gen=" + hashlib.sha256("\n".join(sorted(generated)).encode()).hexdigest()[:12]
-    return key + ("|cold" if protocol == "cold" else "") + (f"|at={problem.M}" if exact else "")
+    return key + ("|cold+host" if protocol == "cold" else "") + (f"|at={problem.M}" if exact else "")
 
 
 class ChoiceCache:
@@ -243,7 +253,8 @@ class ChoiceCache:
             raw = json.loads(text)
             if raw.get("identity") != asdict(self.ident):
                 raise ValueError("written for another GPU, driver or cuBLASLt")
-            self.choices = {k: Choice(**{**v, "times_us": tuple(tuple(t) for t in v.get("times_us", ()))})
+            self.choices = {k: Choice(**{**v, "times_us": tuple(tuple(t) for t in v.get("times_us", ())),
+                                         "host_us": tuple(tuple(t) for t in v.get("host_us", ()))})
                             for k, v in raw["choices"].items()}
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             aside = self.path.with_name(self.path.name + f".unreadable-{int(time.time())}")
@@ -281,16 +292,17 @@ class ChoiceCache:
 
 
 def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], None]], float], budget_s: float,
-         clock: Callable[[], float] = time.perf_counter, settle: Callable[[Callable[[], None]], None] | None = None
-         ) -> tuple[str, dict[str, float]]:
+         clock: Callable[[], float] = time.perf_counter, settle: Callable[[Callable[[], None]], None] | None = None,
+         extra_us: Mapping[str, float] | None = None) -> tuple[str, dict[str, float]]:
     """The fastest of ``plans`` (name -> a call on prepared buffers) by median ``timer`` time (ms) over interleaved
     rounds, at least MIN_ROUNDS, more while ``budget_s`` of wall time lasts (at most MAX_ROUNDS). A plan that
     raises is out. ``settle(fn)`` runs before the first timed sample (the clocks leave idle on the first plan's
     calls: screened at idle clocks, the plans timed first read slow and were dropped). The first SCREEN_ROUNDS rounds
     (one in each order) screen: the KEEP fastest by their faster sample race on. A plan other than the defaults
     (torch.matmul, cublasGemmEx, cuBLASLt's first heuristic result) wins only if it beats the fastest default by
-    TIE_BAND (a near-tie is noise). A timer with a ``many`` method times each round's plans in one go
-    (``GraphTimer``). Returns (winner, {name: median us})."""
+    TIE_BAND (a near-tie is noise). ``extra_us`` ({name: us}) is added to a plan's median before the winner is picked
+    (the eager race's host charge, ``host_extra_us``). A timer with a ``many`` method times each round's plans in one
+    go (``GraphTimer``). Returns (winner, {name: median us}) (the medians without ``extra_us``)."""
     t0 = clock()
     samples: dict[str, list[float]] = {}
     live = dict(plans)
@@ -316,13 +328,44 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
             live = {n: live[n] for n in live if n in kept}
             samples = {n: samples[n] for n in live}
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    best = min(med, key=med.get)
-    defaults = [k for k in med if k.split(" ", 1)[0] in DEFAULTS]
+    score = {k: v + (extra_us or {}).get(k, 0.0) for k, v in med.items()}
+    best = min(score, key=score.get)
+    defaults = [k for k in score if k.split(" ", 1)[0] in DEFAULTS]
     if defaults and best not in defaults:
-        d = min(defaults, key=med.get)
-        if med[best] * (1 + TIE_BAND) > med[d]:
+        d = min(defaults, key=score.get)
+        if score[best] * (1 + TIE_BAND) > score[d]:
             best = d
     return best, med
+
+
+def host_extra_us(plans: Mapping[str, Callable[[], None]], sync: Callable[[], None] | None = None,
+                  clock: Callable[[], float] = time.perf_counter, calls: int = HOST_CALLS) -> dict[str, float]:
+    """What an eager call of each HOST_CHARGED plan (torch.matmul, cublasGemmEx) costs on the host beyond the prepared
+    cuBLASLt plan's call (the heuristic's first, ``cublaslt#0``), in us, >= 0: the median over ``calls`` interleaved
+    calls of the time the call takes to return, each after ``sync()`` (an idle GPU: the call returns once its work
+    is queued). The cuBLASLt plans share one call path and generated kernels are launched directly, so only these two
+    are charged. {} where cuBLASLt's first plan or every charged plan is missing, or a call raises."""
+    ref = next((k for k in plans if k.split(" ", 1)[0] == "cublaslt#0"), None)
+    names = [k for k in plans if k.split(" ", 1)[0] in HOST_CHARGED]
+    if ref is None or not names:
+        return {}
+    if sync is None:
+        import torch  # start-up cost: loaded on first use
+
+        sync = torch.cuda.synchronize
+    took: dict[str, list[float]] = {k: [] for k in (ref, *names)}
+    try:
+        for _ in range(calls):
+            for k in took:
+                sync()
+                t0 = clock()
+                plans[k]()
+                took[k].append(clock() - t0)
+        sync()
+    except Exception:  # noqa: BLE001 - a plan that raises here is out of the race anyway: nothing to charge
+        return {}
+    base = statistics.median(took[ref])
+    return {k: max(0.0, statistics.median(took[k]) - base) * 1e6 for k in names}
 
 
 def settle(fn: Callable[[], None], ms: tuple[float, float] = SETTLE_MS) -> None:
@@ -531,15 +574,16 @@ def gpu_timer(protocol: str) -> Callable[[Callable[[], None]], float]:
 
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
            timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = (),
-           protocol: str = "graph", vendor_plans: Callable[[str], Mapping[str, Callable[[], None]]] | None = None
-           ) -> Choice:
+           protocol: str = "graph", vendor_plans: Callable[[str], Mapping[str, Callable[[], None]]] | None = None,
+           host: Callable[[Mapping[str, Callable[[], None]]], dict[str, float]] | None = None) -> Choice:
     """The bucket's cached choice in ``protocol`` (graph: what serves graph replays; cold: eager calls), else (mode
     'race') a race of ``plans()`` timed in it and recorded in ``cache``, else the heuristic's first cuBLASLt plan.
     Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>' and, for the ``generated`` contenders
     ('<family>:<impl>', part of the cache key), 'gen#<family>:<impl>'. Another M of a bucket raced elsewhere
     confirms the bucket's vendor plan at its own M where ``confirms`` says so, among ``vendor_plans(description)``
     (the vendor plans with that cuBLASLt configuration built at this M where its list lacks it; default ``plans()``:
-    the vendor plans alone spare building the generated contenders)."""
+    the vendor plans alone spare building the generated contenders). The cold race charges each plan ``host(plans)``
+    us (default on the GPU: ``host_extra_us``; a stand-in timer charges nothing)."""
     _check_protocol(protocol)
     m = mode()
     if m == "off":
@@ -547,21 +591,35 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
     got = cache.get(problem, generated, protocol) if cache is not None else None
     if got is not None:
         if m == "race" and confirms(got, problem):
-            return _confirm(problem, cache, vendor_plans or (lambda _desc: plans()), got,
-                            timer or gpu_timer(protocol), budget_s, generated, protocol)
+            t = timer or gpu_timer(protocol)
+            return _confirm(problem, cache, vendor_plans or (lambda _desc: plans()), got, t, budget_s, generated,
+                            protocol, _host_charge(protocol, t, host))
         return got
     if m == "heuristic":
         return Choice("cublaslt", how="heuristic")
     t = timer or gpu_timer(protocol)
-    winner, med = race(plans(), t, race_budget_s() if budget_s is None else budget_s,
-                       settle=settle if isinstance(t, GraphTimer) else None)  # a stand-in timer needs none
+    ps = plans()
+    extra = _host_charge(protocol, t, host)(ps)
+    winner, med = race(ps, t, race_budget_s() if budget_s is None else budget_s,
+                       settle=settle if isinstance(t, GraphTimer) else None, extra_us=extra)  # stand-ins need none
     kind, algo = plan_of(winner)
-    vendors = {k: v for k, v in med.items() if not k.startswith(GEN)}
+    vendors = {k: v + extra.get(k, 0.0) for k, v in med.items() if not k.startswith(GEN)}
     fallback = min(vendors, key=vendors.get) if kind == "gen" and vendors else ""
-    c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())), fallback)
+    c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())), fallback,
+               tuple(sorted((k, round(v, 3)) for k, v in extra.items())))
     if cache is not None:
         cache.put(problem, c, generated, protocol)
     return c
+
+
+def _host_charge(protocol: str, timer: Callable, host: Callable | None) -> Callable[[Mapping], dict[str, float]]:
+    """What the race in ``protocol`` charges each plan on the host: nothing in graph (a replay has no host work);
+    in cold ``host``, else ``host_extra_us`` where the timer is the GPU's, else nothing (a stand-in timer)."""
+    if protocol != "cold":
+        return lambda _plans: {}
+    if host is not None:
+        return host
+    return host_extra_us if isinstance(timer, GraphTimer) else (lambda _plans: {})
 
 
 def confirms(choice: Choice, problem: GemmProblem) -> bool:
@@ -575,7 +633,8 @@ def confirms(choice: Choice, problem: GemmProblem) -> bool:
 
 def _confirm(problem: GemmProblem, cache: ChoiceCache | None,
              plans: Callable[[str], Mapping[str, Callable[[], None]]], got: Choice, timer: Callable,
-             budget_s: float | None, generated: tuple[str, ...], protocol: str) -> Choice:
+             budget_s: float | None, generated: tuple[str, ...], protocol: str,
+             host: Callable[[Mapping], dict[str, float]] = lambda _plans: {}) -> Choice:
     """The bucket's vendor plan ``got`` raced at this M against the three defaults alone (a few ms at such sizes),
     recorded for this M; ``got`` itself where its configuration cannot be built here (``plans(got.algo)`` builds it
     where this M's list lacks it: a split-K factor offered at the bucket's M and not at this one, say)."""
@@ -589,10 +648,12 @@ def _confirm(problem: GemmProblem, cache: ChoiceCache | None,
         if not mine:
             return got
         keep[mine[0]] = everything[mine[0]]
+    extra = host(keep)
     winner, med = race(keep, timer, race_budget_s() if budget_s is None else budget_s,
-                       settle=settle if isinstance(timer, GraphTimer) else None)
+                       settle=settle if isinstance(timer, GraphTimer) else None, extra_us=extra)
     kind, algo = plan_of(winner)
-    c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())))
+    c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())),
+               host_us=tuple(sorted((k, round(v, 3)) for k, v in extra.items())))
     if cache is not None:
         cache.put(problem, c, generated, protocol, exact=True)
     return c
