@@ -34,6 +34,9 @@ _KIND = (("hf-generate", "benchmarks/acceptance/gpu_hf_generate.sh (examples/hf_
          ("journey", "benchmarks/acceptance/gpu_journey.sh STAGE=bench (gemmrl bench --library default)"),
          ("lt-splits-probe", "benchmarks/acceptance/gpu_anyshape.sh PROBE=... (benchmarks/acceptance/lt_splits_probe.py)"),
          ("dispatch-host-cost", "benchmarks/acceptance/gpu_anyshape.sh HOSTCOST=1 (benchmarks/acceptance/dispatch_host_cost.py)"),
+         ("tunableop-on", "benchmarks/acceptance/gpu_anyshape.sh TUNABLEOP=same (gemmrl bench --library with "
+                          "PYTORCH_TUNABLEOP_ENABLED=1 in the bench's own process; "
+                          "benchmarks/acceptance/tunableop_beside.py)"),
          ("tunableop", "benchmarks/acceptance/gpu_anyshape.sh TUNABLEOP=1 (gemmrl bench --baselines torch with "
                        "PYTORCH_TUNABLEOP_ENABLED=1; benchmarks/acceptance/tunableop_beside.py)"),
          ("host-probe-crowd", "PROBE_CROWD=2 [PROBE_PROTOCOL=server] python benchmarks/acceptance/offline_host_probe.py"),
