@@ -273,14 +273,15 @@ def test_bad_settings_are_one_line_errors(monkeypatch, env, value, match):
 
 
 @pytest.mark.parametrize("content", ["{not json", json.dumps({"identity": {"gpu": "other"}, "choices": {}}),
-                                     json.dumps({"identity": None, "choices": []}), "[]"])
+                                     json.dumps({"identity": None, "choices": []}), "[]",
+                                     json.dumps({"identity": dataclasses.asdict(IDENT), "choices": {}, "passed": 5})])
 def test_an_unreadable_cache_is_set_aside_with_one_warning(content):
     cache = VC.ChoiceCache(IDENT)
     cache.path.write_text(content)
     with pytest.warns(RuntimeWarning, match="could not be read.*set aside") as rec:
         fresh = VC.ChoiceCache(IDENT)
     assert len([w for w in rec if issubclass(w.category, RuntimeWarning)]) == 1
-    assert fresh.choices == {} and not fresh.path.exists()
+    assert fresh.choices == {} and fresh.passed == set() and not fresh.path.exists()
     assert list(fresh.path.parent.glob(fresh.path.name + ".unreadable-*"))  # kept for a look, not deleted
     assert fresh.put(P(5), VC.Choice("cublas", how="raced", measured_m=5))
     with warnings.catch_warnings():
@@ -461,6 +462,32 @@ def test_a_raced_plan_that_does_not_compute_right_hands_over_to_the_next(fake_gp
     for protocol in VC.PROTOCOLS:  # recorded: the next process serves it without trying the others
         got = VC.ChoiceCache(IDENT).get(GemmProblem(37, N, K, "fp16", "fp32", "tn"), protocol=protocol)
         assert got.kind == "cublas"
+
+
+def test_a_plan_that_passed_the_battery_at_a_shape_skips_it_in_the_next_process(fake_gpu, monkeypatch):
+    """A split-K plan passes the battery before it serves; the pass is recorded with the choices (per identity and
+    exact shape), so the next process serves it without running the battery again; another M runs it."""
+    build, raced, made = fake_gpu
+    times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 algo=1": 0.015, "cublaslt#1 id=1 splitk=2": 0.01}
+    monkeypatch.setattr(VC, "event_timer", _timer(times))
+    monkeypatch.setattr(VC, "cold_timer", _timer(times))
+    monkeypatch.setattr(VC, "plans_for", lambda problem, bufs, include="": _plans(times, {}))
+    checked = []
+
+    def battery(cand, problem, where):
+        checked.append(problem.M)
+        return types.SimpleNamespace(passed=True, reason="")
+    monkeypatch.setattr(dispatch, "verify", battery)
+    s = build(37)
+    assert "id=1 splitk=2" in s.eager_desc and "id=1 splitk=2" in s.graph_desc
+    assert checked == [37]  # graph and cold chose the same plan: one battery for the shape
+    cache = VC.ChoiceCache(IDENT)
+    assert cache.has_passed(GemmProblem(37, N, K, "fp16", "fp32", "tn"), VC.Choice("cublaslt", "id=1 splitk=2"))
+    assert not cache.has_passed(GemmProblem(38, N, K, "fp16", "fp32", "tn"), VC.Choice("cublaslt", "id=1 splitk=2"))
+    build(37)  # the next process: the recorded pass, no battery
+    assert checked == [37]
+    build(38)  # another M of the bucket: the bucket's plan, checked at its own shape
+    assert checked == [37, 38]
 
 
 def test_off_serves_torch_matmul_and_heuristic_the_first_plan(fake_gpu, monkeypatch):

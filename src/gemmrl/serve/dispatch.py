@@ -637,7 +637,8 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
 def _checked_plan(choice: vendor_choice.Choice, problem: GemmProblem, bufs, cache, names: tuple[str, ...],
                   protocol: str) -> tuple[launchers.Launch, vendor_choice.Choice]:
     """The launch of the vendor plan ``choice`` once it computes right here: against an fp32 product, and through
-    the correctness battery where ``checks_battery`` says so. Where it does not, the next plan of ``in_turn`` (the
+    the correctness battery where ``checks_battery`` says so (once per shape and machine: a pass is recorded in
+    ``cache``). Where it does not, the next plan of ``in_turn`` (the
     race's next fastest, then the defaults), the first that passes recorded in ``cache`` in place of ``choice``
     (with a warning saying why); raises where none does."""
     failed: list[str] = []
@@ -647,10 +648,12 @@ def _checked_plan(choice: vendor_choice.Choice, problem: GemmProblem, bufs, cach
         try:
             got = launchers.vendor_plan(c.kind, c.algo, problem, bufs)
             _reference_check(got.call, bufs, problem)
-            if vendor_choice.checks_battery(c, got.built):
+            if vendor_choice.checks_battery(c, got.built) and not (cache is not None and cache.has_passed(problem, c)):
                 v = verify(got.candidate, problem, "cuda")
                 if not v.passed:
                     raise RuntimeError(f"failed the correctness battery: {v.reason}")
+                if cache is not None:
+                    cache.mark_passed(problem, c)  # once per machine: the next process serves it without the battery
         except Exception as ex:  # noqa: BLE001 - a plan that does not compute right here: the next one
             failed.append(f"{c.describe()} ({type(ex).__name__}: {str(ex)[:160]})")
             continue

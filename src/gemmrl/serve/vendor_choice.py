@@ -24,7 +24,8 @@ faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4
   cuBLAS's heuristic on every call) the host time per call they take beyond the prepared cuBLASLt plan's, measured
   here (``host_extra_us``; on an H200 cublasGemmEx tied cuBLASLt in device time and ran 12-14 us slower per call in
   ``server``, 1-4 us in ``offline``). Its keys say ``|cold+host``.
-- **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version: another
+- **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version (with the
+  shapes at which a plan passed the correctness battery, so a later process does not run it again): another
   driver or cuBLAS version races again; another set of generated contenders (a library tuned since) is another key.
   A file that cannot be read is set aside with one warning (nothing raises); one that cannot be written costs a race
   per process, not a failure.
@@ -242,6 +243,7 @@ class ChoiceCache:
         self.ident = ident
         self.path = (root or cache_dir("vendor-choice")) / f"{ident.digest()}.json"
         self.choices: dict[str, Choice] = {}
+        self.passed: set[str] = set()  # verdict keys (verdict_key) of plans that passed the battery here
         self._read()
 
     def _read(self) -> None:
@@ -256,6 +258,7 @@ class ChoiceCache:
             self.choices = {k: Choice(**{**v, "times_us": tuple(tuple(t) for t in v.get("times_us", ())),
                                          "host_us": tuple(tuple(t) for t in v.get("host_us", ()))})
                             for k, v in raw["choices"].items()}
+            self.passed = {str(k) for k in raw.get("passed", [])}
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             aside = self.path.with_name(self.path.name + f".unreadable-{int(time.time())}")
             with contextlib.suppress(OSError):
@@ -263,7 +266,7 @@ class ChoiceCache:
             warnings.warn(f"gemmrl: the vendor-choice cache {self.path} could not be read ({type(e).__name__}: "
                           f"{e}); set aside as {aside.name}, the vendor paths are raced again", RuntimeWarning,
                           stacklevel=3)
-            self.choices = {}
+            self.choices, self.passed = {}, set()
 
     def get(self, problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph") -> Choice | None:
         """The choice confirmed at this M, else its bucket's."""
@@ -275,20 +278,41 @@ class ChoiceCache:
         """Record ``choice`` (for the bucket, or ``exact``: for this M alone) and write the file (merged with what
         another process wrote meanwhile); False where it cannot be written (the choice still serves this process)."""
         self.choices[choice_key(problem, generated, protocol, exact)] = choice
+        return self._write()
+
+    def has_passed(self, problem: GemmProblem, choice: Choice) -> bool:
+        """Whether the vendor plan ``choice`` passed the correctness battery at exactly this shape on this identity."""
+        return verdict_key(problem, choice) in self.passed
+
+    def mark_passed(self, problem: GemmProblem, choice: Choice) -> bool:
+        """Record that ``choice`` passed the battery at this shape (the next process skips it); False where the
+        file cannot be written."""
+        self.passed.add(verdict_key(problem, choice))
+        return self._write()
+
+    def _write(self) -> bool:
         try:
             on_disk = ChoiceCache.__new__(ChoiceCache)
-            on_disk.ident, on_disk.path, on_disk.choices = self.ident, self.path, {}
+            on_disk.ident, on_disk.path, on_disk.choices, on_disk.passed = self.ident, self.path, {}, set()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 on_disk._read()
         except OSError:
             return False
         merged = {**on_disk.choices, **self.choices}
+        passed = on_disk.passed | self.passed
         if not write_json_atomic(self.path, {"identity": asdict(self.ident),
-                                             "choices": {k: asdict(v) for k, v in sorted(merged.items())}}):
+                                             "choices": {k: asdict(v) for k, v in sorted(merged.items())},
+                                             "passed": sorted(passed)}):
             return False
-        self.choices = merged
+        self.choices, self.passed = merged, passed
         return True
+
+
+def verdict_key(problem: GemmProblem, choice: Choice) -> str:
+    """The key of a battery verdict: the exact shape (dtype, layout, M, N, K) and the plan (kind and description),
+    on the cache's identity (GPU model, driver, cuBLASLt): the same plan computes the same way there."""
+    return f"{problem.dtype}|{problem.layout}|{problem.M}_{problem.N}_{problem.K}|{choice.kind}|{choice.algo}"
 
 
 def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], None]], float], budget_s: float,
