@@ -7,6 +7,7 @@ CUDA-graph capture of seen and unseen shapes, torch.compile, vendor entries, and
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
@@ -481,6 +482,9 @@ def test_an_unseen_shape_is_served_by_the_raced_vendor_plan_gpu(lib, layout, tmp
     files = list((tmp_path / "vendor-choice").glob("*.json"))
     assert len(files) == 1 and f"{layout}|N={N}|K={K}|M=32-63\"" in files[0].read_text()  # graph replays
     assert f"{layout}|N={N}|K={K}|M=32-63|cold+host\"" in files[0].read_text()  # eager calls: raced with L2 flushed
+    cold = json.loads(files[0].read_text())["choices"][f"fp16|{layout}|N={N}|K={K}|M=32-63|cold+host"]
+    host = dict(map(tuple, cold["host_us"]))  # the eager race charged torch.matmul and cublasGemmEx their host time
+    assert set(host) == {"torch", "cublas"} and all(0.0 <= v < 1e4 for v in host.values()), cold
     a, b = operands(37)
     assert (gemmrl.mm(a, b).float() - a.float() @ b.float()).abs().max() <= tol(K)
     a50, _ = operands(50)
