@@ -199,8 +199,11 @@ def test_the_host_charge_is_each_charged_plans_host_time_beyond_cublaslts_plan()
     host = {"torch": 21.0, "cublas": 13.0, "cublaslt#0 a": 6.0, "cublaslt#4 b": 6.5, "gen#triton:x": 40.0}
     got = VC.host_extra_us(_host_plans(host, clock, calls), sync=lambda: syncs.append(1), clock=clock, calls=5)
     assert got == pytest.approx({"torch": 15.0, "cublas": 7.0})  # the cuBLASLt plans and generated kernels: none
-    assert calls[:3] == ["cublaslt#0 a", "torch", "cublas"] and len(calls) == 15  # interleaved, 5 calls each
-    assert len(syncs) == len(calls) + 1  # each call after a synchronize: it returns once its work is queued
+    assert calls[1:4] == ["cublaslt#0 a", "torch", "cublas"] and len(calls) == 1 + 15  # interleaved, 5 calls each
+    assert calls[0] == "cublaslt#0 a" and len(syncs) == len(calls) + 2  # each call after a synchronize: it returns
+    # once its work is queued; the first, synchronized, says whether host time matters at all
+    slow = dict(host, **{"cublaslt#0 a": 1500.0})  # 1.5 ms a call: a few us of host time are noise there
+    assert VC.host_extra_us(_host_plans(slow, clock, []), sync=lambda: None, clock=clock) == {}
     host["cublas"] = 5.0  # leaner than the reference: never a credit
     assert VC.host_extra_us(_host_plans(host, clock, []), sync=lambda: None, clock=clock, calls=3)["cublas"] == 0.0
     no_ref = {k: v for k, v in host.items() if not k.startswith("cublaslt#0")}
