@@ -22,8 +22,8 @@ faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4
   and flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold. An eager call
   also pays its host work before the kernel starts: the cold race charges torch.matmul and cublasGemmEx (which runs
   cuBLAS's heuristic on every call) the host time per call they take beyond the prepared cuBLASLt plan's, measured
-  here (``host_extra_us``; on an H200 cublasGemmEx tied cuBLASLt in device time and ran 12-14 us slower per call in
-  ``server``, 1-4 us in ``offline``). Its keys say ``|cold+host``.
+  here where a call is short enough for it to matter (``host_extra_us``; on an H200 cublasGemmEx tied cuBLASLt in
+  device time and ran 12-14 us slower per call in ``server``, 1-5 us in ``offline``). Its keys say ``|cold+host``.
 - **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version (with the
   shapes at which a plan passed the correctness battery, so a later process does not run it again): another
   driver or cuBLAS version races again; another set of generated contenders (a library tuned since) is another key.
