@@ -35,6 +35,7 @@ from .common import CliError, apply_part, parse_protocols, problems_from, shape_
 
 PROPOSERS = ("rl", "llm", "both", "costmodel", "random")
 EXECUTORS = ("sandbox", "inline", "model")
+GENERATED = frozenset({"triton", "cutlass"})  # the generated families the policy proposes
 
 
 class TuneError(ValueError):
@@ -126,8 +127,7 @@ def problems_for(args) -> list[GemmProblem]:
     return out
 
 
-def make_proposers(args, layouts: tuple[str, ...],
-                   families: frozenset[str] = frozenset({"triton", "cutlass"})) -> tuple[list, object]:
+def make_proposers(args, layouts: tuple[str, ...], families: frozenset[str] = GENERATED) -> tuple[list, object]:
     """(proposers, the RL policy or None); ``families``: the generated families built here (buildable_families)."""
     # start-up cost: the policy imports numpy
     from ..search.policy import LIVE_ADV_EPS, LIVE_LR, CostModelProposer, RandomProposer, RLPolicy, candidate_set
@@ -169,13 +169,13 @@ def buildable_families(args) -> frozenset[str]:
     unless a scheduler's workers do), every CUTLASS proposal would end as a build failure (on an H200 without them,
     93 of a journey's 212 candidates), so the CUTLASS family is left out, said once."""
     if args.scheduler or args.executor == "model":   # workers elsewhere build; a dry run builds nothing
-        return frozenset({"triton", "cutlass"})
+        return GENERATED
     try:
         cutlass_include_dirs()
     except CutlassNotFound as e:
         print(f"tune: {e}; the CUTLASS family is left out of the proposals (Triton only)", flush=True)
-        return frozenset({"triton"})
-    return frozenset({"triton", "cutlass"})
+        return GENERATED - {"cutlass"}
+    return GENERATED
 
 
 def primed(proposer, args, families: frozenset[str] | None = None):

@@ -57,7 +57,7 @@ import statistics
 import time
 import warnings
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -172,7 +172,7 @@ class Choice:
         if self.kind != "gen":
             return self
         kind, algo = plan_of(self.fallback or "cublaslt")
-        return Choice(kind, algo, self.how, self.measured_m, self.times_us, host_us=self.host_us)
+        return replace(self, kind=kind, algo=algo, fallback="")
 
     def describe(self) -> str:
         if self.kind == "gen":
@@ -190,14 +190,14 @@ def in_turn(choice: Choice, most: int = NEXT_PLANS) -> list[Choice]:
     fastest other vendor plans of its race, then the defaults not among them (torch.matmul, cublasGemmEx, the
     heuristic's first cuBLASLt plan), each with the race's record (ranked as the race ranked them: its medians plus
     the host time it charged)."""
-    host = dict(choice.host_us)
-    names = [n for n, _ in sorted(choice.times_us, key=lambda t: t[1] + host.get(t[0], 0.0)) if not n.startswith(GEN)]
+    score = charged(dict(choice.times_us), dict(choice.host_us))
+    names = [n for n in sorted(score, key=score.get) if not n.startswith(GEN)]
     out, seen = [choice], {(choice.kind, choice.algo)}
     for name in [*names[:most + 1], *DEFAULTS]:
         kind, algo = plan_of(name)  # the default 'cublaslt#0' is the heuristic's first at this M (algo '')
         if (kind, algo) not in seen and (len(out) <= most or name in DEFAULTS):
             seen.add((kind, algo))
-            out.append(Choice(kind, algo, choice.how, choice.measured_m, choice.times_us, host_us=choice.host_us))
+            out.append(replace(choice, kind=kind, algo=algo, fallback=""))
     return out
 
 
@@ -353,7 +353,7 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
             live = {n: live[n] for n in live if n in kept}
             samples = {n: samples[n] for n in live}
     med = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
-    score = {k: v + (extra_us or {}).get(k, 0.0) for k, v in med.items()}
+    score = charged(med, extra_us or {})
     best = min(score, key=score.get)
     defaults = [k for k in score if k.split(" ", 1)[0] in DEFAULTS]
     if defaults and best not in defaults:
@@ -361,6 +361,11 @@ def race(plans: Mapping[str, Callable[[], None]], timer: Callable[[Callable[[], 
         if score[best] * (1 + TIE_BAND) > score[d]:
             best = d
     return best, med
+
+
+def charged(times_us: Mapping[str, float], extra_us: Mapping[str, float]) -> dict[str, float]:
+    """What a race ranks plans by: each median plus the host time charged to it (``host_extra_us``; none in graph)."""
+    return {k: v + extra_us.get(k, 0.0) for k, v in times_us.items()}
 
 
 def host_extra_us(plans: Mapping[str, Callable[[], None]], sync: Callable[[], None] | None = None,
@@ -636,7 +641,7 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
     winner, med = race(ps, t, race_budget_s() if budget_s is None else budget_s,
                        settle=settle if isinstance(t, GraphTimer) else None, extra_us=extra)  # stand-ins need none
     kind, algo = plan_of(winner)
-    vendors = {k: v + extra.get(k, 0.0) for k, v in med.items() if not k.startswith(GEN)}
+    vendors = {k: v for k, v in charged(med, extra).items() if not k.startswith(GEN)}
     fallback = min(vendors, key=vendors.get) if kind == "gen" and vendors else ""
     c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())), fallback,
                tuple(sorted((k, round(v, 3)) for k, v in extra.items())))
