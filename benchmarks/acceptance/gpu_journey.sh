@@ -5,35 +5,39 @@
 # python -m gemmrl.measure.anyshape --journey MODEL).
 #   GEMMRL_GIT_SHA=$(git rev-parse HEAD) STAGE=tune bash benchmarks/acceptance/gpu_journey.sh     # as often as needed
 #   GEMMRL_GIT_SHA=$(git rev-parse HEAD) STAGE=bench bash benchmarks/acceptance/gpu_journey.sh
-# The cache travels between calls: a call leaves it in $GEMMRL_OUT/journey_cache.tgz (the trials store, the user
-# library, the vendor choices; not the compiled objects, which the next machine rebuilds); put that file at
-# .carry/journey/cache.tgz and carry .carry/journey in the next call. Each tune call appends its wall time and the
+# The cache travels between calls: a call leaves it in $GEMMRL_OUT/journey_cache_<MODEL>_<DTYPES>.tgz (the trials
+# store, the user library, the vendor choices; not the compiled objects, which the next machine rebuilds); put that
+# file in .carry/journey and carry .carry/journey in the next call. Each model and dtype set has its own cache (two
+# journeys run side by side on two GPUs, gpu_pair.sh). Each tune call appends its wall time and the
 # store's device time to $GEMMRL_OUT/..._journey-tune_*.log. MODEL (qwen2.5-7b), BUDGET_GPU_MIN (10), WALL_MIN (7:
 # one call's share), DTYPES (fp16), JSETS (the bench's sets: ladder off-ladder_seed0); PRIORS=1 proposes the shipped H100 library's picks first (tune --priors).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export GEMMRL_CACHE_DIR=/tmp/journey_cache  # empty unless a carried cache continues an earlier call
+MODEL=${MODEL:-qwen2.5-7b}
+JTAG=${MODEL}_${DTYPES:-fp16}
+JTAG=${JTAG//,/-}
+export GEMMRL_CACHE_DIR=/tmp/journey_cache_$JTAG  # empty unless a carried cache continues an earlier call
 mkdir -p "$GEMMRL_CACHE_DIR"
-if [ -f .carry/journey/cache.tgz ]; then tar xzf .carry/journey/cache.tgz -C "$GEMMRL_CACHE_DIR"; fi
+carried=.carry/journey/journey_cache_$JTAG.tgz
+if [ -f "$carried" ]; then tar xzf "$carried" -C "$GEMMRL_CACHE_DIR"; fi
 # shellcheck shell=bash disable=SC1091
 source benchmarks/acceptance/gpu_env.sh
 SHA=${GEMMRL_GIT_SHA:0:12}
 DAY=$(date -u +%F)
-MODEL=${MODEL:-qwen2.5-7b}
 status=0
 case ${STAGE:-tune} in
   tune)
     resume=()
     [ -f "$GEMMRL_CACHE_DIR/trials.sqlite" ] && resume=(--resume)
     [ "${PRIORS:-0}" != 0 ] && resume+=(--priors package --priors-gpu "NVIDIA H100 80GB HBM3")
-    log="$GEMMRL_OUT/h200_journey-tune_${MODEL}_${SHA}_${DAY}.log"
+    log="$GEMMRL_OUT/h200_journey-tune_${JTAG}_${SHA}_${DAY}.log"
     start=$SECONDS
     timeout "${TUNE_TIMEOUT:-540}" gemmrl tune --model "$MODEL" --dtypes "${DTYPES:-fp16}" --run journey "${resume[@]}" \
       --budget-gpu-minutes "${BUDGET_GPU_MIN:-10}" --budget-wall-minutes "${WALL_MIN:-7}" \
-      --library-out "$GEMMRL_OUT/h200_journey-library_${MODEL}_${SHA}_${DAY}.json" 2>&1 | tail -12 | tee "$log" \
+      --library-out "$GEMMRL_OUT/h200_journey-library_${JTAG}_${SHA}_${DAY}.json" 2>&1 | tail -12 | tee "$log" \
       || status=1
     echo "journey call: ${resume[*]:-from the start}, $((SECONDS - start)) s wall for this tune command" | tee -a "$log"
-    tar czf "$GEMMRL_OUT/journey_cache.tgz" -C "$GEMMRL_CACHE_DIR" --exclude=./build --exclude='./*.lock' . \
+    tar czf "$GEMMRL_OUT/journey_cache_$JTAG.tgz" -C "$GEMMRL_CACHE_DIR" --exclude=./build --exclude='./*.lock' . \
       || status=1
     ;;
   bench)

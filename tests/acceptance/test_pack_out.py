@@ -25,7 +25,8 @@ def members(tgz: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("results, others", [
-    (["a.csv", "b.csv.gz", "lib.json", "journey_cache.tgz"], ["a.summary.md", "job0.log", "vendor-choices.tgz"]),
+    (["a.csv", "b.csv.gz", "lib.json", "journey_cache_qwen2.5-7b_fp16.tgz", "journey_cache_llama-3-8b_bf16.tgz"],
+     ["a.summary.md", "job0.log", "vendor-choices.tgz"]),
     (["a.csv"], []),
     ([], ["job0.log", "job1.log"]),
 ])
