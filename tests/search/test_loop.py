@@ -139,6 +139,47 @@ def test_gpu_budget_stops_proposing(tmp_path):
     assert cut.run().groups == 1 and _tuner(store, rounds=1, run="cut").pending() == list(SHAPES[1:])
 
 
+class Timed(ModelExecutor):
+    """The cost model's executor on a stand-in wall clock: each group takes ``took(problem)`` seconds."""
+
+    def __init__(self, took):
+        super().__init__()
+        self.took, self.now, self.started = took, 0.0, []
+
+    def submit(self, problem, specs):
+        self.started.append(problem.mnk)
+        self.now += self.took(problem)
+        return super().submit(problem, specs)
+
+
+@pytest.mark.parametrize("budget, started", [
+    (25.0, ["1_128256_4096", "16_128256_4096", "1_4096_4096"]),         # M = 64 of the head would end at 30 s
+    (30.0, ["1_128256_4096", "16_128256_4096", "64_128256_4096"]),      # it ends at 30: on time; then no time left
+    (5.0, ["1_128256_4096"]),                                           # nothing known of the head: it starts
+])
+def test_a_group_expected_to_end_past_the_wall_budget_is_not_started(tmp_path, budget, started):
+    """A group starts only if the longest earlier group at its N, K with no larger M fits in the wall budget left;
+    shapes with nothing known of them still start while there is time."""
+    probs = tuple(GemmProblem(m, 128256, 4096) for m in (1, 16, 64)) + (GemmProblem(1, 4096, 4096),)
+    ex = Timed(lambda p: 10.0 if p.N == 128256 else 3.0)
+    t = Tuner(TuneSpec(probs, group=2, rounds=1, run="w", gpu="model", budget_wall_s=budget),
+              [RLPolicy(candidates=SMALL)], ex, TrialsStore(tmp_path / "t.sqlite"), progress=False)
+    t.clock = lambda: ex.now
+    rep = t.run()
+    assert ex.started == started and rep.groups == len(started) and rep.stopped == "wall budget"
+
+
+def test_group_estimate_is_the_longest_at_the_same_weight_and_no_larger_m():
+    from gemmrl.search.loop import group_estimate_s
+
+    took = [(GemmProblem(1, 4096, 4096), 2.0), (GemmProblem(64, 4096, 4096), 5.0), (GemmProblem(16, 4096, 4096), 3.0),
+            (GemmProblem(1, 4096, 4096, dtype="bf16"), 9.0), (GemmProblem(1, 4096, 1024), 7.0)]
+    assert group_estimate_s(GemmProblem(32, 4096, 4096), took) == 3.0
+    assert group_estimate_s(GemmProblem(4096, 4096, 4096), took) == 5.0
+    assert group_estimate_s(GemmProblem(1, 8192, 4096), took) == 0.0
+    assert group_estimate_s(GemmProblem(8, 4096, 4096, dtype="bf16"), took) == 9.0
+
+
 def test_failures_are_recorded_and_the_loop_goes_on(tmp_path):
     store = TrialsStore(tmp_path / "t.sqlite")
     bad = CandidateSpec("triton", "tiled(BM=256,BN=256,BK=128,warps=2,stages=5,group_m=1)")   # invalid: too much smem

@@ -12,7 +12,11 @@ previous one is back, so every proposal sees every earlier outcome of its shape.
 Resume: the trials store holds every outcome; a rerun skips what a shape already had (its outcomes are the
 proposer's ``Context.own``, and the rounds already done at a shape are counted from its stored groups), so a
 killed run loses at most the groups in flight. Budgets: device seconds (the sum of the groups' worker wall time,
-this run and earlier runs of the same ``run`` id) and wall-clock seconds of this invocation.
+this run and earlier runs of the same ``run`` id) and wall-clock seconds of this invocation. A group starts only
+if it is expected to end within the wall budget: expected, the longest group this invocation ran at the same N, K
+and dtype with no larger M (``group_estimate_s``; a shape with no such group is not held back). Checked only when a
+group starts, an LM-head group (N = 128256) begun seconds before the budget ran 40 s past it on an H200, and the
+command was killed by its caller's timeout before it wrote its library.
 
 The library: ``winners(store, gpu)`` builds library entries from every stored row of the GPU (the fastest verified
 candidate per shape, layout and protocol, against ``vendor_best`` measured beside it). These are selection-run
@@ -70,6 +74,15 @@ class TuneReport:
     wall_s: float
     best: dict                          # shape_key -> best speedup (exp reward) over vendor_best, this GPU, all runs
     stopped: str                        # "done" | "gpu budget" | "wall budget"
+
+
+def group_estimate_s(problem: GemmProblem, took: Sequence[tuple[GemmProblem, float]]) -> float:
+    """The wall time a group at ``problem`` is expected to take: the longest of ``took`` ((problem, seconds) of
+    finished groups) at the same N, K, dtype and accumulator with M no larger (the same weight: a larger M costs no
+    less), else 0 (nothing known: not held back)."""
+    same = [s for q, s in took if (q.N, q.K, q.dtype, q.acc) == (problem.N, problem.K, problem.dtype, problem.acc)
+            and q.M <= problem.M]
+    return max(same, default=0.0)
 
 
 def shape_key(p: GemmProblem) -> str:
@@ -135,6 +148,7 @@ class Tuner:
         self.own: dict[str, list[Outcome]] = {}
         self.groups_done: dict[str, int] = {}
         self.gpu_s_before = 0.0
+        self.clock: Callable[[], float] = time.monotonic  # the wall clock of the budget (tests: a stand-in)
         self._load()
 
     def pending(self) -> list[GemmProblem]:
@@ -195,7 +209,7 @@ class Tuner:
         return out
 
     def run(self) -> TuneReport:
-        t0 = time.monotonic()
+        t0 = self.clock()
         todo = {shape_key(p): max(0, self.spec.rounds - self.groups_done.get(shape_key(p), 0))
                 if self._more(shape_key(p)) else 0 for p in self.spec.problems}
         queue = [p for p in self.spec.problems if todo[shape_key(p)]]
@@ -204,15 +218,23 @@ class Tuner:
         stopped = "done"
         bar = self._bar(sum(todo.values()))
         exhausted: set[str] = set()
+        took: list[tuple[GemmProblem, float]] = []  # (problem, wall s) of each finished group
+        held = 0  # groups not started: expected to end past the wall budget
         while queue or inflight:
             while queue and len(inflight) < max(1, self.executor.slots):
                 if self.gpu_s_before + gpu_s >= self.spec.budget_gpu_s:
                     stopped = "gpu budget"
                     break
-                if time.monotonic() - t0 >= self.spec.budget_wall_s:
+                now = self.clock() - t0
+                if now >= self.spec.budget_wall_s:
                     stopped = "wall budget"
                     break
                 p = queue.pop(0)
+                if now + group_estimate_s(p, took) > self.spec.budget_wall_s:  # would end past the budget
+                    held += todo[shape_key(p)]
+                    if bar:
+                        bar.update(todo[shape_key(p)])
+                    continue
                 props = self._proposals(p)
                 if not props:
                     exhausted.add(shape_key(p))
@@ -220,16 +242,18 @@ class Tuner:
                         bar.update(todo[shape_key(p)])
                     continue
                 gid = f"{self.spec.run}:{shape_key(p)}:{self.groups_done.get(shape_key(p), 0)}:{_now()}"
+                began = self.clock()
                 fut = self.executor.submit(p, [pr.spec for _, pr in props])
-                inflight[fut] = (p, props, gid)
+                inflight[fut] = (p, props, gid, began)
             if stopped != "done":
                 queue.clear()
             if not inflight:
                 break
             done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
             for fut in done:
-                p, props, gid = inflight.pop(fut)
+                p, props, gid, began = inflight.pop(fut)
                 res = fut.result()
+                took.append((p, self.clock() - began))
                 bad = environment_failures(res.rows)
                 if bad:
                     name, why = next(iter(bad.items()))
@@ -268,7 +292,9 @@ class Tuner:
                     bar.set_postfix_str(self._postfix(key))
         if bar:
             bar.close()
-        return TuneReport(groups, evaluated, failures, self.gpu_s_before + gpu_s, time.monotonic() - t0,
+        if held and stopped == "done":
+            stopped = "wall budget"
+        return TuneReport(groups, evaluated, failures, self.gpu_s_before + gpu_s, self.clock() - t0,
                           self.best(), stopped)
 
     def _record(self, problem: GemmProblem, props: list, res: Any, gid: str) -> list[Outcome]:
