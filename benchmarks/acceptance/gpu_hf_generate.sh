@@ -9,7 +9,10 @@
 # here with: pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
 #   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl/hf
 #   transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 regex==2026.11.19
-# (the image's huggingface_hub, typer, pyyaml, tqdm, packaging and numpy meet 5.24.0's needs).
+# (the image's huggingface_hub, typer, pyyaml, tqdm, packaging and numpy meet 5.24.0's needs). A call carries at most
+# 64 MiB with the working tree, and the tree is over 50 MiB (committed results): the four wheels (18 MiB) no longer
+# fit, nor transformers' alone (13 MiB). Without .whl/hf the image's transformers serves (5.17.0, with tokenizers,
+# safetensors and regex, as the image was read on 2026-11-17); every row records the version that ran.
 # Knobs: MODEL (llama-3-8b), DTYPE (bf16), BATCHES (1,8,32), PROMPTS (512,2048), NEW_TOKENS (32), WARMUP (2),
 # REPEATS (3), MODES (all four: stock-eager,patched-eager,stock-compiled,patched-compiled), LAYERS (the preset's),
 # LIBRARY (as-gpu: the package's H100 library relabelled for this GPU, as benchmarks/acceptance/gpu_anyshape.sh serves; default:
