@@ -11,9 +11,16 @@
 # journeys run side by side on two GPUs, gpu_pair.sh). Each tune call appends its wall time and the
 # store's device time to $GEMMRL_OUT/..._journey-tune_*.log. MODEL (qwen2.5-7b), BUDGET_GPU_MIN (10), WALL_MIN (7:
 # one call's share), DTYPES (fp16), JSETS (the bench's sets: ladder off-ladder_seed0); PRIORS=1 proposes the shipped H100 library's picks first (tune --priors).
+# GRID_PART=K/N tunes the K-th of N interleaved parts of CUDA-L2's 1000 grid shapes instead of a model (ROUNDS groups
+# a shape, 1; its own cache, grid_partKofN_<DTYPES>): the H200 library's grid, a part per GPU, resumed across calls.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-qwen2.5-7b}
+SHAPES_ARGS=(--model "$MODEL")
+if [ -n "${GRID_PART:-}" ]; then
+  MODEL=grid_part${GRID_PART//\//of}
+  SHAPES_ARGS=(--grid cuda-l2 --part "$GRID_PART" --rounds "${ROUNDS:-1}")
+fi
 JTAG=${MODEL}_${DTYPES:-fp16}
 JTAG=${JTAG//,/-}
 export GEMMRL_CACHE_DIR=/tmp/journey_cache_$JTAG  # empty unless a carried cache continues an earlier call
@@ -32,7 +39,7 @@ case ${STAGE:-tune} in
     [ "${PRIORS:-0}" != 0 ] && resume+=(--priors package --priors-gpu "NVIDIA H100 80GB HBM3")
     log="$GEMMRL_OUT/h200_journey-tune_${JTAG}_${SHA}_${DAY}.log"
     start=$SECONDS
-    timeout "${TUNE_TIMEOUT:-540}" gemmrl tune --model "$MODEL" --dtypes "${DTYPES:-fp16}" --run journey "${resume[@]}" \
+    timeout "${TUNE_TIMEOUT:-540}" gemmrl tune "${SHAPES_ARGS[@]}" --dtypes "${DTYPES:-fp16}" --run journey "${resume[@]}" \
       --budget-gpu-minutes "${BUDGET_GPU_MIN:-10}" --budget-wall-minutes "${WALL_MIN:-7}" \
       --library-out "$GEMMRL_OUT/h200_journey-library_${JTAG}_${SHA}_${DAY}.json" 2>&1 | tail -12 | tee "$log" \
       || status=1
