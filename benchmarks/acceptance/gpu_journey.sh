@@ -13,11 +13,15 @@
 # one call's share), DTYPES (fp16), JSETS (the bench's sets: ladder off-ladder_seed0); PRIORS=1 proposes the shipped H100 library's picks first (tune --priors).
 # GRID_PART=K/N tunes the K-th of N interleaved parts of CUDA-L2's 1000 grid shapes instead of a model (ROUNDS groups
 # a shape, 1; its own cache, grid_partKofN_<DTYPES>): the H200 library's grid, a part per GPU, resumed across calls.
+# SHAPES_FILE=NAME tunes benchmarks/shapes/NAME.txt instead (ROUNDS, 2; its own cache, NAME_<DTYPES>): the decode set.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-qwen2.5-7b}
 SHAPES_ARGS=(--model "$MODEL")
-if [ -n "${GRID_PART:-}" ]; then
+if [ -n "${SHAPES_FILE:-}" ]; then
+  MODEL=$SHAPES_FILE
+  SHAPES_ARGS=(--shapes "benchmarks/shapes/$SHAPES_FILE.txt" --rounds "${ROUNDS:-2}")
+elif [ -n "${GRID_PART:-}" ]; then
   MODEL=grid_part${GRID_PART//\//of}
   SHAPES_ARGS=(--grid cuda-l2 --part "$GRID_PART" --rounds "${ROUNDS:-1}")
 fi
