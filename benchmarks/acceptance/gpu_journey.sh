@@ -14,6 +14,7 @@
 # GRID_PART=K/N tunes the K-th of N interleaved parts of CUDA-L2's 1000 grid shapes instead of a model (ROUNDS groups
 # a shape, 1; its own cache, grid_partKofN_<DTYPES>): the H200 library's grid, a part per GPU, resumed across calls.
 # SHAPES_FILE=NAME tunes benchmarks/shapes/NAME.txt instead (ROUNDS, 2; its own cache, NAME_<DTYPES>): the decode set.
+# Both are for STAGE=tune: the bench stage reads the model's journey files; bench their libraries with gemmrl bench.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-qwen2.5-7b}

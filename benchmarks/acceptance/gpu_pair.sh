@@ -7,7 +7,7 @@
 #     bash benchmarks/acceptance/gpu_pair.sh
 # A job is a shell command line; several runs one after another go into one line with ';'. Each job's output goes
 # to $GEMMRL_OUT/job0.log / job1.log, whose last lines are printed. The device returns at most 8 files from $OUT:
-# this leaves the CSVs, JSON files and a journey cache tarball there (7 at most, the rest packed with them) and packs
+# this leaves the CSVs, JSON files and the journey cache tarballs there (7 at most, the rest packed with them) and packs
 # everything else (summaries, logs, tarballs of vendor choices) into extras.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
