@@ -422,7 +422,8 @@ def _gpu_name():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["tn", "nn"])
-def test_capture_seen_and_unseen_shapes_gpu(lib, layout):
+def test_capture_seen_and_unseen_shapes_gpu(lib, layout, monkeypatch):
+    monkeypatch.setenv("GEMMRL_LAUNCH_BOUND", "0")  # the race's contender here is the library's config alone
     gpu = _gpu_name()
     cfg = "tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)"
     lib(entry(64, 256, 512, gpu=gpu, layout=layout, protocol="graph", impl=cfg),
@@ -466,6 +467,7 @@ def test_an_unseen_shape_is_served_by_the_raced_vendor_plan_gpu(lib, layout, tmp
     from gemmrl.serve import vendor_choice
 
     monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("GEMMRL_LAUNCH_BOUND", "0")  # the vendor plans alone (the table's tiles: the next test)
     raced = []
     real = vendor_choice.race
     monkeypatch.setattr(vendor_choice, "race", lambda *a, **k: (raced.append(1), real(*a, **k))[1])
@@ -513,6 +515,50 @@ def test_an_unseen_shape_is_served_by_the_raced_vendor_plan_gpu(lib, layout, tmp
     assert (out40.float() - a40.float() @ b.float()).abs().max() <= tol(K) and raced == [1] * 4
     assert any(x.graph_desc.endswith("(cached choice, first seen inside capture)") and "raced at M=37" in x.graph_desc
                for x in dispatch._S.in_capture.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+@pytest.mark.parametrize("M, N, K", [(4, 14, 2), (8, 48, 16), (1016, 32, 64), (3, 2, 56), (37, 29, 13)])
+def test_a_launch_bound_shape_races_the_table_and_whatever_wins_computes_right_eager_and_in_a_graph_gpu(
+        lib, layout, dtype, M, N, K, tmp_path, monkeypatch):
+    """An unseen launch-bound shape (odd, unaligned sizes too): the race's contenders include the launch-bound
+    table's Triton tiles (its cache key names them), and what serves (a tile after the battery, or a vendor plan)
+    gives the fp32 product's answer eagerly and in a captured graph."""
+    from gemmrl.serve import launch_bound, vendor_choice
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("GEMMRL_LAUNCH_BOUND", raising=False)
+    lib()
+    dev = torch.device("cuda")
+    a = torch.randn(M, K, device=dev).to(dtype)
+    b = torch.randn(K, N, device=dev).to(dtype) if layout == "nn" else torch.randn(N, K, device=dev).to(dtype).t()
+    rec = gemmrl.warmup([(M, N, K)], dtype=dtype, layouts=(layout,))
+    p = GemmProblem(M, N, K, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype], acc="fp32",
+                             layout=layout)
+    tiles = [f"{e.family}:{e.impl}" for e in launch_bound.here(p, _gpu_name())]
+    assert len(tiles) == launch_bound.COUNT
+    key = vendor_choice.choice_key(p, tuple(sorted(tiles)), "cold")
+    assert key in next((tmp_path / "vendor-choice").glob("*.json")).read_text(), rec
+    for where in ("eager", "graph"):
+        assert rec[0][where].startswith(("vendor: ", "triton:tiled(")), rec
+    ref = a.float() @ b.float()
+    out = gemmrl.mm(a, b)
+    assert (out.float() - ref).abs().max() <= tol(K, dtype)
+    g_out = torch.empty(M, N, device=dev, dtype=dtype)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        gemmrl.mm(a, b, out=g_out)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gemmrl.mm(a, b, out=g_out)
+    g_out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert (g_out.float() - ref).abs().max() <= tol(K, dtype)
 
 
 @pytest.mark.gpu

@@ -19,7 +19,8 @@ import torch
 from gemmrl.candidate import make_buffers
 from gemmrl.library import Library
 from gemmrl.problem import GemmProblem
-from gemmrl.serve import dispatch, launchers
+from gemmrl.kernels.triton_gemm.configs import Arch
+from gemmrl.serve import dispatch, launch_bound, launchers
 from gemmrl.serve import vendor_choice as VC
 from gemmrl.serve.launchers import DispatchError
 
@@ -817,3 +818,52 @@ def test_a_bucket_plan_missing_from_another_ms_list_is_built_there_and_raced():
     assert asked == [TILE_B] and (c.algo, c.measured_m) == (f"{TILE_B} waves=0.9", 2500)
     assert {k for k, _ in c.times_us} == set(at2500)
     assert VC.ChoiceCache(IDENT).get(P(2500)) == c and VC.ChoiceCache(IDENT).get(P(3000)).measured_m == 3000
+
+
+H200_ARCH = Arch(name="NVIDIA H200", cc=90, num_sms=132, smem_per_block=232448, smem_per_sm=233472, hbm_tbps=4.8)
+
+
+@pytest.fixture
+def table_tiles(fake_gen, monkeypatch):
+    """fake_gen on a GPU where the launch-bound table races (N, K = 40, 24 is launch-bound): its tiles' names."""
+    monkeypatch.setattr(launch_bound, "arch_here", lambda: H200_ARCH)
+    monkeypatch.delenv(launch_bound.ENV, raising=False)
+    tiles = [e.impl for e in launch_bound.contenders(GemmProblem(37, N, K, "fp16", "fp32", "tn"), "NVIDIA H200",
+                                                     H200_ARCH)]
+    assert len(tiles) == launch_bound.COUNT
+    return fake_gen, tiles
+
+
+def test_a_launch_bound_shape_with_no_entry_races_the_table_and_a_faster_tile_serves_after_the_battery(table_tiles):
+    (build, raced, made, times, launched, verdicts), tiles = table_tiles
+    times.update({f"gen#triton:{t}": 0.02 for t in tiles})
+    times[f"gen#triton:{tiles[1]}"] = 0.005  # faster than every vendor plan (the best is 0.01)
+    s = build(37)
+    assert s.graph_desc.startswith(f"triton:{tiles[1]} [raced at M=37 against the vendor plans; graph entry 37_40_24")
+    assert sorted(i for i, _ in launched) == sorted(tiles * 2)  # every tile raced, in graph and in cold
+    assert made == []
+
+
+def test_a_table_tile_that_fails_the_battery_or_loses_leaves_the_vendor_plan(table_tiles):
+    (build, raced, made, times, launched, verdicts), tiles = table_tiles
+    times.update({f"gen#triton:{t}": 0.02 for t in tiles})
+    times[f"gen#triton:{tiles[0]}"] = 0.001
+    verdicts[tiles[0]] = False
+    with pytest.warns(RuntimeWarning, match="failed the correctness battery: wrong tail tile"):
+        assert build(37).graph_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=37]")
+
+
+def test_the_table_is_left_out_when_switched_off_and_a_bad_switch_says_what_to_set(table_tiles, monkeypatch):
+    (build, raced, made, times, launched, verdicts), tiles = table_tiles
+    monkeypatch.setenv(launch_bound.ENV, "0")
+    assert build(37).graph_desc.startswith("vendor: cuBLASLt algo=9 [raced at M=37]") and launched == []
+    monkeypatch.setenv(launch_bound.ENV, "on")
+    with pytest.raises(dispatch.DispatchError, match="GEMMRL_LAUNCH_BOUND='on': use 1"):
+        build(200)
+
+
+def test_library_contenders_come_first_and_the_table_adds_its_tiles_once(table_tiles):
+    _, tiles = table_tiles
+    lib = Library([_entry(64, tiles[0]), _entry(16, CFG_A)])
+    got = [e.impl for e in dispatch._contenders(lib, "NVIDIA H200", GemmProblem(37, N, K, "fp16", "fp32", "tn"))]
+    assert got[:2] in ([tiles[0], CFG_A], [CFG_A, tiles[0]]) and got[2:] == tiles[1:]

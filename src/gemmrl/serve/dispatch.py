@@ -19,7 +19,7 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
   whose entry cannot be built or fails its check here: the fallback race, once per bucket of M (powers of two) on
   this GPU, cached per GPU, driver and cuBLASLt version: the lean cuBLAS / cuBLASLt plans and torch.matmul against
   the generated kernels the library measured for the shape or at the nearest tuned M below and above it
-  (serve/vendor_choice.py); a generated winner serves after the full correctness battery at this shape
+  (serve/vendor_choice.py), and at a launch-bound shape a few small Triton tiles (serve/launch_bound.py); a generated winner serves after the full correctness battery at this shape
   (``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul and entries as they are). Eager calls take the plan raced cold
   (operands from device memory), graph replays the one raced warm (``GEMMRL_GRAPH_RACE=cold``: graph replays too
   take the cold race's, as a layer inside a whole model's graph reads its weight from device memory).
@@ -57,7 +57,7 @@ from ..kernels.registry import family
 from ..library import PROTOCOL_ORDER, Entry, Library, load_default
 from ..problem import GemmProblem, parse_mnk
 from ..verify import verify
-from . import fastpath, launchers, vendor_choice
+from . import fastpath, launch_bound, launchers, vendor_choice
 from .launchers import DispatchError
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -526,7 +526,8 @@ def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ..
     """The generated kernels a shape not measured here races beside the vendor plans: the library's entries for it
     (any protocol; relabelled, or a bucket at an unmeasured M) and those measured at the nearest tuned M below and
     above at this (N, K) of a family that takes any M (``Family.buckets``: a CUTLASS pick's scheduler knobs were
-    chosen for its measured grid of tiles, and it builds with nvcc). Vendor entries are not contenders: the race
+    chosen for its measured grid of tiles, and it builds with nvcc); at a launch-bound shape, also the small Triton
+    tiles of serve/launch_bound.py (``GEMMRL_LAUNCH_BOUND=0``: not). Vendor entries are not contenders: the race
     times every vendor plan here."""
     p = problem
     own = [lib.lookup(gpu, p.dtype, p.acc, p.layout, proto, p.M, p.N, p.K) for proto in PROTOCOL_ORDER["graph"]]
@@ -536,7 +537,10 @@ def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ..
         if e is not None and e.family != "vendor" and all((e.family, e.impl) != (x.family, x.impl) for x in out) \
                 and _valid_at(e, p):
             out.append(e)
-    return tuple(out[:MAX_CONTENDERS])
+    out = out[:MAX_CONTENDERS]
+    # small Triton tiles where launch, not arithmetic, sets the time
+    out += [e for e in launch_bound.here(p, gpu) if all((e.family, e.impl) != (x.family, x.impl) for x in out)]
+    return tuple(out)
 
 
 def _valid_at(e: Entry, problem: GemmProblem) -> bool:
@@ -556,8 +560,9 @@ def _fallback_settings() -> str:
         if m == "race":
             vendor_choice.race_budget_s()
             vendor_choice.graph_race()
+            launch_bound.enabled()
         return m
-    except vendor_choice.VendorChoiceError as e:
+    except (vendor_choice.VendorChoiceError, launch_bound.LaunchBoundError) as e:
         raise DispatchError(str(e)) from None
 
 
