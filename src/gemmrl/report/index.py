@@ -28,6 +28,8 @@ _SHA = re.compile(r"(?<![0-9a-z])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,12}
 _GPU_NAME = {"h100": "NVIDIA H100", "h200": "NVIDIA H200", "cpu": "CPU"}
 # the command that writes a file of this kind, by a word of its name (first match wins)
 _KIND = (("hf-generate", "benchmarks/acceptance/gpu_hf_generate.sh (examples/hf_generate.py)"),
+         ("tiny-probe", "benchmarks/acceptance/gpu_tiny_probe.sh (gemmrl bench --library --triton-top)"),
+         ("kernel-names", "benchmarks/acceptance/gpu_tiny_probe.sh NAMES=... (benchmarks/acceptance/kernel_names.py)"),
          ("hf-patch", "benchmarks/acceptance/gpu_hf_generate.sh PATCH_CHECK=... (benchmarks/acceptance/hf_patch_check.py)"),
          ("journey-tune", "benchmarks/acceptance/gpu_journey.sh STAGE=tune (gemmrl tune --model --budget-gpu-minutes)"),
          ("journey-library", "benchmarks/acceptance/gpu_journey.sh STAGE=tune (gemmrl tune --library-out)"),
