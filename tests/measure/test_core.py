@@ -3,6 +3,7 @@ the vendor paths a measurement is restricted to, and one problem measured (host 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -203,3 +204,34 @@ def test_measure_problem_restricted_baselines_write_no_partial_aggregate():
                                 baselines=("cublas_tn", "cublas_nn"))
     assert [r["candidate"] for r in rows] == ["cublas_tn", "cublas_nn", "cublas"]
     assert all(r["sm_clock_mhz"] == "1/" for r in rows)
+
+
+@pytest.mark.parametrize("protocol", ["offline", "server"])
+def test_ours_and_vendor_bests_member_are_rechecked_at_every_shape_even_when_ours_is_ahead(monkeypatch, protocol):
+    """vendor_best is a winner chosen on the first run: its member and gemmrl are re-measured head to head at every
+    shape, RECHECKS times (the pair's figure from other runs), whether gemmrl led or trailed on the first run."""
+    from gemmrl import timing
+
+    p = GemmProblem(4, 8, 8, layout="nn")
+    bufs = make_buffers(p, "cpu", seed=0)
+    real = timing.measure
+
+    def fake(fns, bufs, protocol, cfg=None, layouts=None, ours=None):  # gemmrl twice as fast as any vendor path
+        got = real(fns, bufs, protocol, cfg, layouts, ours)
+        return {k: dataclasses.replace(v, time_ms=v.time_ms / (2 if k == "gemmrl" else 1),
+                                       tflops=v.tflops * (2 if k == "gemmrl" else 1)) for k, v in got.items()}
+
+    monkeypatch.setattr(core, "measure", fake)
+    from gemmrl.summary import BASELINES
+
+    cands = [FnCandidate(n, n[-2:] if n != "torch" else "nn", _mm) for n in BASELINES] + [FnCandidate("gemmrl", "nn", _mm)]
+    cfg = TimingConfig(warmup_s=0.0, benchmark_s=0.002, qps=1e4)
+    rows = core.measure_problem(p, protocol, cands, bufs, cfg, lambda c, q: (True, ""), math.nan,
+                                {**core.base_row(p, protocol, {}, 0, cfg), "sm_clock_mhz": ""})
+    first = {r["candidate"]: r for r in rows if not r.get("recheck")}
+    assert first["gemmrl"]["tflops"] > first["vendor_best"]["tflops"]  # ahead on the first run
+    member = first["vendor_best"]["members"]
+    again = {(r["recheck"], r["candidate"]) for r in rows if r.get("recheck")}  # (other pairs may recheck too)
+    assert {(k, c) for k in range(1, core.RECHECKS + 1) for c in ("gemmrl", member)} <= again
+    assert sorted(r["recheck"] for r in rows if r.get("recheck") and r["candidate"] == "gemmrl") == \
+        list(range(1, core.RECHECKS + 1))

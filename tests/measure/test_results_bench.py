@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from gemmrl.measure.bench import BenchError, BenchSpec, noise_rule_below, run_bench
+from gemmrl.measure.bench import BenchError, BenchSpec, noise_rule_below, run_bench, second_run
 from gemmrl.measure.core import aggregate_rows
 from gemmrl.candidate import FnCandidate
 from gemmrl.problem import GemmProblem, parse_mnk
@@ -288,6 +288,32 @@ def test_noise_rule_compares_within_one_batch():
     # the same batches with gemmrl 5% slower than its batch: below
     slow = [dict(r, tflops="0.95") if r["candidate"] == "gemmrl" and r["recheck"] else r for r in rows]
     assert noise_rule_below(slow, "gemmrl", "vendor_best", margin=0.02) == [("8_8_8", "offline")]
+
+
+def test_second_run_is_the_median_of_each_side_over_the_head_to_head_batches():
+    """The pair's ratio from the rechecks alone (vendor_best's member chosen on the first run); batches of another pair
+    at the same shape do not lend the vendor side their numbers; a shape with no batch holding both is left out."""
+    base = {"dtype": "fp16", "acc": "fp32", "protocol": "graph", "verified": "true", "rep": "0", "members": ""}
+
+    def shape(mnk, first_ours, first_vendor, batches):
+        rows = [{**base, "mnk": mnk, "candidate": "gemmrl", "tflops": first_ours, "recheck": ""},
+                {**base, "mnk": mnk, "candidate": "vendor_best", "tflops": first_vendor, "recheck": "",
+                 "members": "cublas_tn"}]
+        for k, (o, v) in enumerate(batches, 1):
+            rows += [{**base, "mnk": mnk, "candidate": "gemmrl", "tflops": o, "recheck": str(k)},
+                     {**base, "mnk": mnk, "candidate": "cublas_tn", "tflops": v, "recheck": str(k)}]
+        return rows
+
+    rows = (shape("1_1_1", "1.0", "1.1", [("1.0", "1.0"), ("1.2", "0.9"), ("0.8", "1.1")])  # medians 1.0 / 1.0
+            + shape("2_2_2", "2.0", "1.0", [("2.0", "1.0"), ("2.2", "1.1"), ("1.8", "1.3")])  # 2.0 / 1.1
+            + shape("3_3_3", "1.0", "1.0", []))  # first run only: no second-run figure
+    rows += [{**base, "mnk": "1_1_1", "candidate": c, "tflops": "9.0", "recheck": str(k)}  # another pair's batches
+             for k in (1, 2, 3) for c in ("cublaslt_autotuned_tn", "cublaslt_heuristic_tn")]
+    got = second_run(rows)
+    assert set(got) == {("1_1_1", "fp16", "fp32", "graph"), ("2_2_2", "fp16", "fp32", "graph")}
+    assert got[("1_1_1", "fp16", "fp32", "graph")] == pytest.approx(1.0)
+    assert got[("2_2_2", "fp16", "fp32", "graph")] == pytest.approx(2.0 / 1.1)
+    assert second_run([r for r in rows if r["mnk"] == "3_3_3"]) == {}
 
 
 def test_gemmrl_is_rechecked_head_to_head_with_the_vendor_path_that_won(tmp_path):

@@ -39,7 +39,12 @@ SPEEDS = {"64_64_64": (2.0, {"torch": 1.0, "cublas_tn": 1.0, "cublas_nn": 1.6, "
                                 "cublaslt_heuristic_nn": 2.0, "cublaslt_autotuned_tn": 2.0, "cublaslt_autotuned_nn": 2.4})}
 
 
-def _repo(tmp_path: Path, protos=("graph",), dtype="fp16", ours=True) -> tuple[Path, str]:
+# per shape: the three head-to-head rechecks, (gemmrl.mm, vendor_best's member) speeds in each batch
+RECHECKED = {"64_64_64": ("cublaslt_autotuned_nn", [(2.0, 2.5), (2.2, 2.0), (1.8, 2.4)]),   # medians 2.0 / 2.4
+             "128_128_128": ("cublas_tn", [(3.0, 2.5), (2.9, 2.6), (3.3, 2.4)])}          # medians 3.0 / 2.5
+
+
+def _repo(tmp_path: Path, protos=("graph",), dtype="fp16", ours=True, rechecks=()) -> tuple[Path, str]:
     root = tmp_path / "repo"
     d = root / "benchmarks" / "results" / "h100"
     d.mkdir(parents=True)
@@ -50,6 +55,12 @@ def _repo(tmp_path: Path, protos=("graph",), dtype="fp16", ours=True) -> tuple[P
             rows += [_row(mnk, c, v, p, dtype) for c, v in vendor.items()]
             if ours:
                 rows.append(_row(mnk, "gemmrl", g, p, dtype))
+            if mnk in rechecks:
+                member, batches = RECHECKED[mnk]
+                rows.append(_row(mnk, "vendor_best", vendor[member], p, dtype, members=member))
+                for k, (ours_k, theirs_k) in enumerate(batches, 1):
+                    rows += [_row(mnk, "gemmrl", ours_k, p, dtype, recheck=str(k)),
+                             _row(mnk, member, theirs_k, p, dtype, recheck=str(k))]
     rows.append(dict(_row("64_64_64", "gemmrl", 99.0, protos[0], dtype), verified="false", reason="failed",
                      tflops="", time_ms=""))  # an unverified row never counts
     with open(d / name, "w", newline="") as fh:
@@ -76,10 +87,21 @@ def test_table_numbers_by_hand(tmp_path, protos):
         cells = ln.strip("| ").split(" | ")
         assert cells[2:4] == ["fp16", "2"]
         assert cells[4:9] == [f"{x:.3f}" for x in want], ln
-        assert cells[9:] == ["0.800", "1"]  # min over vendor_best, shapes below 1.00
+        assert cells[9:] == ["0.800", "1", "–"]  # min over vendor_best, shapes below 1.00, no second run
     assert f"1. `{name}`: git abc1234def56, 2026-11-26, made by `gemmrl bench`" in text
     assert "NVIDIA H100 80GB HBM3, driver 580.1, torch 2.11.0, CUDA 13.0" in text
     assert "stale" not in text
+
+
+@pytest.mark.parametrize("rechecked, want", [(tuple(RECHECKED), f"{math.sqrt(2.0 / 2.4 * 3.0 / 2.5):.3f}"),
+                                              (("64_64_64",), "–")])
+def test_the_second_run_column_is_the_rechecks_median_ratio_where_every_shape_has_them(tmp_path, rechecked, want):
+    """vendor_best's member chosen on the first run, the pair's ratio from the head-to-head rechecks (median of each
+    side over the batches); a file where one shape has no rechecks shows none rather than a biased subset."""
+    root, _ = _repo(tmp_path, rechecks=rechecked)
+    text = RM.render(root, (root / "README.md").read_text())
+    cells = next(ln for ln in text.splitlines() if ln.startswith("| 1 |")).strip("| ").split(" | ")
+    assert cells[8] == f"{math.sqrt(0.8 * 1.2):.3f}" and cells[11] == want  # the first run's column is unchanged
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])

@@ -87,6 +87,25 @@ def test_verdict_lines_by_hand(tmp_path):
     assert g.stats.geomean == pytest.approx(math.prod((1.1, 0.99, 0.9, 0.8, 0.5)) ** (1 / 5))
 
 
+def test_a_pair_rechecked_at_every_shape_reports_its_second_run_too(tmp_path):
+    """Every shape's gemmrl and vendor_best member re-measured head to head (bench since it rechecks the pair at every
+    shape): the line adds the geomean and min of those runs' ratios (medians over the batches)."""
+    rows = _shape("64_64_64", 1.1, {"torch": 0.9, "cublas_tn": 1.0}) + _shape("128_64_64", 0.9, {"cublas_nn": 1.0})
+    for k, (a, b) in enumerate([(1.0, 1.0), (1.05, 1.0), (0.95, 1.0)], 1):
+        rows += _recheck("64_64_64", a, "cublas_tn", b, k) + _recheck("128_64_64", 0.98 * b, "cublas_nn", a, k)
+    f = _write(tmp_path / "r.csv", rows)
+    got = R.load([f])[f]
+    (v,) = V.verdicts(got, D.shape_table(got), "gemmrl")
+    assert v.second is not None and v.second.n == 2
+    assert v.second.geomean == pytest.approx(math.sqrt(1.0 * 0.98)) and v.second.min == pytest.approx(0.98)
+    assert v.line().endswith("after the noise rule's rechecks; from the rechecks (a second run of both): geomean "
+                             f"{math.sqrt(0.98):.3f}, min 0.980)")
+    # one shape without rechecks: no second-run figure (a subset would be chosen by who trailed)
+    part = [r for r in got if not (r["mnk"] == "128_64_64" and r.get("recheck"))]
+    (v,) = V.verdicts(part, D.shape_table(part), "gemmrl")
+    assert v.second is None and "from the rechecks" not in v.line()
+
+
 def test_per_shape_table_rows(tmp_path):
     f = _write(tmp_path / "r.csv", _rows())
     rows = R.load([f])[f]

@@ -118,14 +118,11 @@ def _candidates(problem: GemmProblem, spec: BenchSpec, imported: dict) -> tuple[
     return cands, broken
 
 
-def noise_rule_below(rows: Iterable[dict], cand: str, ref: str, margin: float = 0.0) -> list[tuple[str, str]]:
-    """(mnk, protocol) where ``cand`` stays slower than ``ref`` by more than ``margin`` (0.02: 2%) after the
-    rechecks (median of the 3).
-
-    ``cand``/``ref`` may be aggregates (their first-run aggregate rows are compared; a recheck compares the
-    fastest member of each). Two candidates that ran the same algorithm on the same layout are the same
-    kernel, and two aggregates whose members ran the same set of (layout, algorithm) are the same kernels:
-    never counted as below (their difference is the noise between two measurements of one kernel)."""
+def _pair_runs(rows: Iterable[dict], cand: str, ref: str):
+    """(first, kernels, again) for the pair: ``first`` {key: {name: first-run row}} of ``cand`` and ``ref`` (an
+    aggregate's row only where it names its member); ``kernels`` {key: {side: {(layout, algo)}}} of each side's
+    members' first runs; ``again`` {key: [{side: tflops}]} one dict per recheck batch (the best member of each side
+    timed in that batch). key: (mnk, dtype, acc, protocol)."""
     members = {cand: AGGREGATES.get(cand, (cand,)), ref: AGGREGATES.get(ref, (ref,))}
     first: dict[tuple, dict[str, dict]] = {}
     kernels: dict[tuple, dict[str, set]] = {}
@@ -155,6 +152,18 @@ def noise_rule_below(rows: Iterable[dict], cand: str, ref: str, margin: float = 
             for who, ms in members.items():
                 if r["candidate"] in ms and not r.get("members"):
                     kernels.setdefault(key, {}).setdefault(who, set()).add((r.get("layout"), r.get("algo") or None))
+    return first, kernels, again
+
+
+def noise_rule_below(rows: Iterable[dict], cand: str, ref: str, margin: float = 0.0) -> list[tuple[str, str]]:
+    """(mnk, protocol) where ``cand`` stays slower than ``ref`` by more than ``margin`` (0.02: 2%) after the
+    rechecks (median of the 3).
+
+    ``cand``/``ref`` may be aggregates (their first-run aggregate rows are compared; a recheck compares the
+    fastest member of each). Two candidates that ran the same algorithm on the same layout are the same kernel,
+    and two aggregates whose members ran the same set of (layout, algorithm) are the same kernels: never counted as
+    below (their difference is the noise between two measurements of one kernel)."""
+    first, kernels, again = _pair_runs(rows, cand, ref)
     bad = []
     for key, by in first.items():
         if cand not in by or ref not in by or float(by[cand]["tflops"]) >= float(by[ref]["tflops"]) * (1 - margin):
@@ -169,6 +178,23 @@ def noise_rule_below(rows: Iterable[dict], cand: str, ref: str, margin: float = 
         if not rc or statistics.median(d[cand] for d in rc) < statistics.median(d[ref] for d in rc) * (1 - margin):
             bad.append((key[0], key[3]))
     return bad
+
+
+def second_run(rows: Iterable[dict], cand: str = "gemmrl", ref: str = "vendor_best") -> dict[tuple, float]:
+    """{(mnk, dtype, acc, protocol): speed of ``cand`` over ``ref``} from the rechecks alone: the median over the
+    recheck batches of each side's speed (the member each side won its first run with, re-measured head to head),
+    so ``ref``'s winner is chosen on the first run and reported from others (DESIGN: no winner's curse). Only the
+    shapes with a first run of both and at least one batch holding both are in it; a bench that rechecks the pair
+    at every shape (``core.RECHECK_EVERY``) has them all."""
+    first, _, again = _pair_runs(rows, cand, ref)
+    out = {}
+    for key, by in first.items():
+        rc = [d for d in again.get(key, []) if cand in d and ref in d]
+        if cand in by and ref in by and rc:
+            den = statistics.median(d[ref] for d in rc)
+            if den > 0:
+                out[key] = statistics.median(d[cand] for d in rc) / den
+    return out
 
 
 @without_grad

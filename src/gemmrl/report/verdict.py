@@ -1,6 +1,8 @@
 """What `gemmrl report` opens with: per protocol, one verdict line on ours against ``vendor_best`` (geometric mean of
 the per-shape speed ratios, the worst shape, how many shapes are below 1.00, and how many of those the noise rule
-still finds below after its rechecks), and the per-shape table behind it.
+still finds below after its rechecks, and, where the bench re-measured the pair at every shape, the geometric mean
+of those re-measurements: vendor_best's path chosen on the first run, timed on others), and the per-shape table
+behind it.
 
 The noise rule is bench's own (``measure.bench.noise_rule_below`` over the rows, with the bar
 ``measure.core.RECHECK_MARGIN`` sets for the pair: 2% for ``gemmrl`` over ``vendor_best``). A shape whose rows the
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..library import served_desc
-from ..measure.bench import noise_rule_below
+from ..measure.bench import noise_rule_below, second_run
 from ..measure.core import RECHECK_MARGIN
 from ..summary import AGGREGATES, Stats, speed
 from .data import PROTO_ORDER, protocols
@@ -38,6 +40,7 @@ class Verdict:
     below: int              # shapes with speed(num) / speed(den) < 1.00
     after: int | None       # of those, below the bar after the rechecks; None: no rechecks in the rows
     margin: float           # the noise rule's bar for (num, den)
+    second: Stats | None = None  # the ratio from the head-to-head rechecks where every shape has them (bench.second_run)
 
     def line(self) -> str:
         s = self.stats
@@ -46,7 +49,9 @@ class Verdict:
         if self.after is None:
             return head + " (no rechecks in these rows)"
         bar = f" by more than {100 * self.margin:g}%" if self.margin else ""
-        return head + f" ({self.after} below{bar} after the noise rule's rechecks)"
+        tail = "" if self.second is None else (f"; from the rechecks (a second run of both): geomean "
+                                               f"{self.second.geomean:.3f}, min {self.second.min:.3f}")
+        return head + f" ({self.after} below{bar} after the noise rule's rechecks{tail})"
 
 
 def _number(v) -> bool:
@@ -76,6 +81,7 @@ def verdicts(rows: Sequence[Mapping[str, str]], tab, num: str, den: str = "vendo
     margin = RECHECK_MARGIN.get((num, den), 0.0)
     timed = [r for r in rows if _number(r.get("tflops"))]  # the rule reads every verified row's tflops
     still = set(noise_rule_below(timed, num, den, margin))
+    again = second_run(timed, num, den)
     ours = set(AGGREGATES.get(num, (num,)))
     out = []
     for p in protocols(tab):
@@ -88,7 +94,9 @@ def verdicts(rows: Sequence[Mapping[str, str]], tab, num: str, den: str = "vendo
             judged = {r["mnk"] for r in timed if r.get("protocol") == p and r.get("candidate") == den
                       and _first_run(r) and (den not in AGGREGATES or r.get("members"))}
             after = sum(1 for k in below if rs[k] < 1 - margin and ((k[3], p) in still or k[3] not in judged))
-        out.append(Verdict(p, num, den, Stats.of(rs.values()), len(below), after, margin))
+        two = [x for k, x in again.items() if k[3] == p]
+        out.append(Verdict(p, num, den, Stats.of(rs.values()), len(below), after, margin,
+                           Stats.of(two) if two and len(two) >= len(rs) else None))
     return out
 
 
