@@ -14,7 +14,8 @@ tiles (BM 16-128 x BN 16-256, BK 16-64), ranked by the cost model's estimate (``
 microseconds each: this runs on a shape's first sight), the ``COUNT`` best of distinct tiles, each valid under
 the Triton family's predicate. They enter the race as library entries measured nowhere (no ``members``), so a
 winner serves only after the full correctness battery at the shape (dispatch.py), and the choice cache's key
-names them (another table races again). ``GEMMRL_LAUNCH_BOUND=0`` leaves them out.
+names them (another table races again). A machine's first sight of a launch-bound shape also pays Triton's compile of
+each tile it has not built before (kept in Triton's disk cache after). ``GEMMRL_LAUNCH_BOUND=0`` leaves them out.
 """
 
 from __future__ import annotations
