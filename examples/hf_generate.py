@@ -36,7 +36,9 @@ own weight, as gemmrl.linear calls it) at the decode M (batch) and the prefill M
 
 Writes under --out: hf_generate_<model>_<dtype>.csv (one row per mode x batch x prompt length, with the git sha,
 the GPU, torch and transformers versions) and hf_generate_<model>_<dtype>_served.csv (the per-GEMM breakdown);
-prints the breakdown, then a short table of patched / stock last.
+with --profile also hf_generate_<model>_<dtype>_kernels.csv (per cell and mode, one more generate under
+torch.profiler: device time per kernel name over the generate, prefill included, per new token); prints the breakdown, then a short table of patched /
+stock last.
 
     python examples/hf_generate.py --model llama-3-8b --dtype bf16 --batches 1,8,32 --prompt-lens 512,2048 --out DIR
     python examples/hf_generate.py --model llama-3-8b --dtype bf16 --batches 1,8,32 --prompt-lens 512 --out DIR
@@ -120,6 +122,9 @@ def parse(argv):
     ap.add_argument("--library", help="library JSON that gemmrl serves from (default: the package's + the user's)")
     ap.add_argument("--out", default=".", help="folder for the CSVs")
     ap.add_argument("--tag", default="", help="added to the CSVs' names (runs split over several calls)")
+    ap.add_argument("--profile", action="store_true",
+                    help="after a cell's timed generates, one more under torch.profiler: device time per kernel "
+                         "name (<stem>_kernels.csv), so a patched / stock gap can be traced to the kernels that differ")
     a = ap.parse_args(argv)
     if a.model not in PRESETS:
         raise ArgError(f"--model {a.model!r}: use one of {', '.join(PRESETS)}")
@@ -283,6 +288,26 @@ def switch(model, mode: str) -> None:
         gemmrl.patch(model)
 
 
+def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) -> list[tuple[str, int, float]]:
+    """One generate under torch.profiler: (kernel name, launches, total device us) of every device kernel it ran
+    (on a CPU, the CPU ops' self time instead: the CPU tier's check of the path), longest total first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        generate_once(model, ids, new_tokens, sync)
+    got: dict[str, list[float]] = defaultdict(list)
+    for ev in prof.events():
+        on_device = ev.device_type == torch.autograd.DeviceType.CUDA
+        if on_device == cuda:
+            us = getattr(ev, "device_time", None) if on_device else getattr(ev, "self_cpu_time_total", None)
+            if us is None:
+                us = ev.cuda_time if on_device else 0.0
+            got[ev.name].append(float(us))
+    return sorted(((k, len(v), sum(v)) for k, v in got.items()), key=lambda t: -t[2])
+
+
 def first_diff(a, b) -> int | str:
     """The first new-token step where any sequence differs, '' where none does."""
     diff = (a != b).any(dim=0).nonzero()
@@ -388,6 +413,18 @@ def main(argv=None) -> int:
               f"decode {row['decode_tokens_per_s']:>9.1f} tok/s  peak {row['peak_mem_gib'] or '-'} GiB  "
               f"tokens equal stock: {'-' if same == '' else same}", flush=True)
 
+    kernels: list[dict] = []
+
+    def profiled(mode, b, p, ids):
+        """--profile: one more generate of the cell under torch.profiler, kernels by name (device us per token)."""
+        if not args.profile:
+            return
+        for name, n, us in kernel_times(model, ids, args.new_tokens, sync, cuda):
+            kernels.append({"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p,
+                            "kernel": name[:200], "launches": n, "total_us": round(us, 2),
+                            "us_per_new_token": round(us / args.new_tokens, 3), "gpu": gpu, "git_sha": meta["git_sha"]})
+        write_csv(stem + "_kernels.csv", kernels)
+
     def breakdown_once(rep):
         nonlocal report, served
         if rep is not None and report is None:
@@ -413,12 +450,16 @@ def main(argv=None) -> int:
                     got[mode].append(timed(ids))
             for mode in eager:
                 emit(mode, b, p, got[mode], first[mode], reps[mode], order)
+            for mode in eager:
+                switch(model, mode)
+                profiled(mode, b, p, ids)
     for mode in (m for m in args.modes if m.endswith("compiled")):  # a compile each: one mode after the other
         rep = set_mode(model, mode, backend, cmode, args.fullgraph, dynamic)
         breakdown_once(rep)
         for (b, p), ids in prompts.items():
             first_s = warm(ids)
             emit(mode, b, p, [timed(ids) for _ in range(args.repeats)], first_s, rep, "sequential")
+            profiled(mode, b, p, ids)
     set_mode(model, "stock-eager", backend, cmode, args.fullgraph, dynamic)  # leave the model as it was built
 
     write_csv(stem + ".csv", rows)
@@ -429,6 +470,13 @@ def main(argv=None) -> int:
         for r in served:
             print(f"  {r['mnk']:>22}  {r['phase']:7} {r['layers']:38} eager: {r['eager']}"
                   + (f"   graph: {r['graph']}" if r["graph"] != r["eager"] else ""))
+    if kernels:
+        print("\nlongest kernels per cell (--profile; the generate's " + ("device" if cuda else "CPU ops' self")
+              + " us over its new tokens, prefill included):")
+        for cell in dict.fromkeys((k["mode"], k["batch"], k["prompt_len"]) for k in kernels):
+            top = [k for k in kernels if (k["mode"], k["batch"], k["prompt_len"]) == cell][:5]
+            print(f"  {cell[0]} batch {cell[1]} prompt {cell[2]}: "
+                  + "; ".join(f"{k['kernel'][:48]} {k['us_per_new_token']:.1f}" for k in top))
     if not cuda and any(m.endswith("compiled") for m in args.modes):
         print(f"\nnote: compiled modes are {compile_note}")
     print("\n" + table(rows))

@@ -157,3 +157,26 @@ def test_eager_modes_alternate_stock_and_patched_generates(example, empty_librar
     assert example.main(args) == 0
     # one untimed each, then timed: stock, patched | patched, stock | stock, patched
     assert seen == [False, True, False, True, True, False, False, True]
+
+
+@pytest.mark.parametrize("modes", ["stock-eager,patched-eager", "stock-compiled,patched-compiled"])
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a .functools.lru_cache:UserWarning")
+def test_profile_writes_each_modes_kernels_per_cell(example, empty_library, tmp_path, capsys, modes):
+    """--profile: one more generate per cell and mode under torch.profiler; its kernels (on a CPU, the CPU ops) by
+    name, launches and time, with the matrix products among them, and the longest printed per cell."""
+    torch._dynamo.reset()
+    try:
+        assert example.main(tiny(empty_library, tmp_path, "--batches", "1,2", "--prompt-lens", "5", "--modes", modes,
+                                 "--profile")) == 0
+    finally:
+        torch._dynamo.reset()
+    rows = rows_of(tmp_path / "hf_generate_tiny_bf16_kernels.csv")
+    cells = {(r["mode"], r["batch"]) for r in rows}
+    assert cells == {(m, b) for m in modes.split(",") for b in ("1", "2")}
+    for cell in cells:
+        mine = [r for r in rows if (r["mode"], r["batch"]) == cell]
+        assert all(int(r["launches"]) >= 1 and float(r["total_us"]) >= 0 for r in mine)
+        assert [float(r["total_us"]) for r in mine] == sorted((float(r["total_us"]) for r in mine), reverse=True)
+        assert any(r["kernel"] in ("aten::mm", "aten::addmm", "aten::matmul", "aten::linear") for r in mine), mine[:8]
+        assert float(mine[0]["us_per_new_token"]) == pytest.approx(float(mine[0]["total_us"]) / 4, rel=1e-3, abs=1e-2)
+    assert "longest kernels per cell (--profile" in capsys.readouterr().out
