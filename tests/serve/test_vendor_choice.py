@@ -403,8 +403,8 @@ def test_a_bad_graph_race_setting_is_a_one_line_error(fake_gpu, monkeypatch, val
 
 
 def test_the_protocol_is_part_of_the_key_and_graphs_keep_their_old_keys():
-    assert VC.choice_key(P(5), protocol="cold") == VC.choice_key(P(5)) + "|cold+host"
-    assert VC.choice_key(P(5), ("triton:x",), "cold").endswith("|cold+host") and "|gen=" in VC.choice_key(P(5), ("x",))
+    assert VC.choice_key(P(5), protocol="cold") == VC.choice_key(P(5)) + "|cold+host+eager"
+    assert VC.choice_key(P(5), ("triton:x",), "cold").endswith("|cold+host+eager") and "|gen=" in VC.choice_key(P(5), ("x",))
     assert VC.choice_key(P(5), protocol="graph") == "fp16|tn|N=4096|K=4096|M=4-7"  # as caches written before hold
     cache = VC.ChoiceCache(IDENT)
     cache.put(P(5), VC.Choice("cublas", how="raced", measured_m=5), protocol="cold")
@@ -867,3 +867,37 @@ def test_library_contenders_come_first_and_the_table_adds_its_tiles_once(table_t
     lib = Library([_entry(64, tiles[0]), _entry(16, CFG_A)])
     got = [e.impl for e in dispatch._contenders(lib, "NVIDIA H200", GemmProblem(37, N, K, "fp16", "fp32", "tn"))]
     assert got[:2] in ([tiles[0], CFG_A], [CFG_A, tiles[0]]) and got[2:] == tiles[1:]
+
+
+def test_the_cold_race_issues_each_call_eagerly_after_its_flush(monkeypatch):
+    """What serves eager calls is raced as eager calls run: each sample's (flush, call) pairs issued one by one on the
+    stream (no graph: a split-K plan's second kernel pays the stream's launch gap), behind a device sleep, the eager
+    flushes' time taken out; the graph race keeps its graphs."""
+    assert VC.cold_timer.eager and VC.cold_timer.flushed and not VC.event_timer.eager
+    monkeypatch.setattr(VC, "_capture", lambda *a, **k: pytest.fail("an eager timer captured a graph"))
+    monkeypatch.setattr(VC, "_graph_of", lambda *a, **k: pytest.fail("an eager timer asked for a graph"))
+    flushes, offs, leads = [], [], []
+    monkeypatch.setattr(VC, "_flush_l2", lambda: flushes.append(1))
+    monkeypatch.setattr(VC, "_flush_ms", lambda eager=False: (offs.append(eager), 0.002)[1])
+
+    def elapsed(works, lead_us=0.0):
+        leads.append(lead_us)
+        out = []
+        for w in works:
+            before = len(calls)
+            w()
+            out.append(0.005 * (len(calls) - before) + 0.002 * (len(calls) - before))  # each call: 5 us + its flush
+        return out
+
+    monkeypatch.setattr(VC, "_elapsed_many", elapsed)
+    calls = []
+
+    def plan():
+        calls.append(1)
+    timer = VC.GraphTimer(100.0, flushed=True, eager=True)
+    got = timer.many([plan])
+    n = VC.batch_calls(7.0, 100.0)  # one call measured first (7 us with its flush): calls for 100 us of work
+    assert len(calls) == 1 + n and len(flushes) == len(calls)  # every call after its own flush
+    assert got == [pytest.approx(0.005)] and offs == [True] and leads == [VC.EAGER_LEAD_US] * 2
+    timer.many([plan])
+    assert len(calls) == 1 + 2 * n  # the sample size is measured once per plan

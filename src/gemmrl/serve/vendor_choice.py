@@ -18,12 +18,14 @@ faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4
 - **Two races, one per way of calling**: what serves inside a CUDA graph is raced as above (``graph``: each call
   after its operands were rewritten with new numbers, the bench's graph protocol, ``fresh_timer``: the operands are
   in L2 as their writer left them); what serves an eager call is raced ``cold``, each call of a sample after 2x L2
-  written (the bench's cold protocol; a model's eager call reads weights no earlier call left in L2), the refills'
-  and flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold. An eager call
+  written (the bench's cold protocol; a model's eager call reads weights no earlier call left in L2) and issued
+  eagerly, one launch at a time, not from a graph (a plan of several kernels pays the stream's launch gaps, as an
+  eager call does; ``GraphTimer``'s ``eager``), the refills' and flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold. An eager call
   also pays its host work before the kernel starts: the cold race charges torch.matmul and cublasGemmEx (which runs
   cuBLAS's heuristic on every call) the host time per call they take beyond the prepared cuBLASLt plan's, measured
   here where a call is short enough for it to matter (``host_extra_us``; on an H200 cublasGemmEx tied cuBLASLt in
-  device time and ran 12-14 us slower per call in ``server``, 1-5 us in ``offline``). Its keys say ``|cold+host``.
+  device time and ran 12-14 us slower per call in ``server``, 1-5 us in ``offline``). Its keys say
+  ``|cold+host+eager`` (a cache raced before the calls were issued eagerly, ``|cold+host``, is raced again).
 - **Cached** in the user cache (``vendor-choice/``), one file per GPU model, driver and cuBLASLt version (with the
   shapes at which a plan passed the correctness battery, so a later process does not run it again): another
   driver or cuBLAS version races again; another set of generated contenders (a library tuned since) is another key.
@@ -92,6 +94,7 @@ MIN_BATCH, MAX_BATCH = 8, 128
 LONG_CALL_US = 50.0  # a call at least this long is timed in samples of fewer than MIN_BATCH calls
 CONFIRM_M = 1024   # from here up another M of a raced bucket confirms the bucket's vendor plan at its own M
 GEN = "gen#"       # the race's name prefix of a generated contender: gen#<family>:<impl>
+COLD_KEY = "|cold+host+eager"  # the eager race's key suffix: raced cold, host time charged, calls issued eagerly
 
 
 class VendorChoiceError(ValueError):
@@ -226,7 +229,7 @@ def _check_protocol(protocol: str) -> None:
 def choice_key(problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph",
                exact: bool = False) -> str:
     """The cache key: dtype, layout, N, K, the bucket of M, (where generated kernels race) a digest of their names,
-    so a library with other contenders races again, and the protocol raced in (``|cold+host``: the eager race, host
+    so a library with other contenders races again, and the protocol raced in (``|cold+host+eager``: the eager race, host
     time charged; graph's keys name none).
     ``exact``: the key of a choice confirmed at this M alone (``|at=<M>``, see ``confirms``)."""
     _check_protocol(protocol)
@@ -234,7 +237,7 @@ def choice_key(problem: GemmProblem, generated: tuple[str, ...] = (), protocol: 
     key = f"{problem.dtype}|{problem.layout}|N={problem.N}|K={problem.K}|M={lo}-{hi}"
     if generated:
         key += "|gen=" + hashlib.sha256("\n".join(sorted(generated)).encode()).hexdigest()[:12]
-    return key + ("|cold+host" if protocol == "cold" else "") + (f"|at={problem.M}" if exact else "")
+    return key + (COLD_KEY if protocol == "cold" else "") + (f"|at={problem.M}" if exact else "")
 
 
 class ChoiceCache:
@@ -436,14 +439,21 @@ class GraphTimer:
     calls as ``batch_calls`` says; captured on first use and kept while the plan lives) replayed between CUDA events. A plan
     that cannot be captured is timed as a batch of eager calls (its launch latency amortised, its host cost not hidden
     where a call is shorter than its launch). ``flushed``: each call after 2x L2 written (the bench's cold protocol),
-    the flushes' own time taken out.
+    the flushes' own time taken out. ``eager``: the sample's calls are issued one by one on the stream instead of
+    replayed from a graph, as an eager caller issues them: a plan of several kernels (a split-K GEMM and its
+    reduction) then pays the gap between stream launches that a graph hides. The cold race times this way: on an
+    H200 the graph form ranked cuBLASLt's 32x32 tile with an 8-way split 13% ahead of the same tile unsplit at
+    39_21_329, where the bench's cold protocol (each call issued eagerly between events) found them equal. With a
+    flush of 2x L2 before each call the host issues a pair well before the GPU has run the previous one, so the
+    host's own time does not enter.
     ``timer.many(plans)`` times several plans in one go: their samples are queued back to back on the stream and
     read after one synchronisation, so the GPU does not idle between samples. Timed one sample at a time, with the
     host's round trip between them, the race's samples on an H200 read 4-15% slower than the bench's and ranked two
     near-equal cuBLASLt plans the other way round."""
 
-    def __init__(self, batch_us: float, flushed: bool = False, prelude: Callable[[], None] | None = None):
-        self.batch_us, self.flushed, self.prelude = batch_us, flushed, prelude
+    def __init__(self, batch_us: float, flushed: bool = False, prelude: Callable[[], None] | None = None,
+                 eager: bool = False):
+        self.batch_us, self.flushed, self.prelude, self.eager = batch_us, flushed, prelude, eager
         self._forms: "weakref.WeakKeyDictionary[Callable, Callable]" = weakref.WeakKeyDictionary()
         self._prelude_ms: float | None = None
 
@@ -452,10 +462,14 @@ class GraphTimer:
 
     def many(self, fns: list[Callable[[], None]]) -> list[float]:
         forms = [self._form(fn) for fn in fns]
-        graphs = [_graph_of(f, self.batch_us) for f in forms]  # captured first: nothing syncs inside the round
+        if self.eager:
+            graphs = [(None, _eager_calls(f, self.batch_us)) for f in forms]
+        else:
+            graphs = [_graph_of(f, self.batch_us) for f in forms]  # captured first: nothing syncs inside the round
         works = [g.replay if g is not None else functools.partial(_calls, f, n) for f, (g, n) in zip(forms, graphs)]
-        off = _flush_ms() if self.flushed else self._prelude_off()
-        return [max(ms / n - off, 0.0) for ms, (_, n) in zip(_elapsed_many(works), graphs)]
+        off = _flush_ms(self.eager) if self.flushed else self._prelude_off()
+        got = _elapsed_many(works, lead_us=EAGER_LEAD_US if self.eager else 0.0)
+        return [max(ms / n - off, 0.0) for ms, (_, n) in zip(got, graphs)]
 
     def _form(self, fn: Callable[[], None]) -> Callable[[], None]:
         if self.prelude is not None:
@@ -520,32 +534,46 @@ def fresh_timer(bufs: Any, layout: str, seed: int = 1) -> GraphTimer:
     return GraphTimer(BATCH_US, prelude=_fill(bufs, layout, Refill(bufs.a.device, seed)))
 
 
-def _flush_ms() -> float:
+def _flush_ms(eager: bool = False) -> float:
     """Device time of one 2x-L2 write (the part of a cold sample every plan pays), ms: the faster of two samples of
-    a graph of MIN_BATCH flushes, measured once per process and device."""
+    MIN_BATCH flushes (a graph of them; ``eager``: issued one by one, as the eager timer issues them), measured once
+    per process, device and form."""
     import torch  # start-up cost: torch loads on first use, not on import
 
-    d = torch.cuda.current_device()
+    d = (torch.cuda.current_device(), eager)
     if d not in _FLUSH_MS:
         flush = functools.partial(_flush_buffer().fill_, 1)
-        got = _capture(flush, MIN_BATCH)
+        got = None if eager else _capture(flush, MIN_BATCH)
         g, n = got if got is not None else (None, MIN_BATCH)
         work = g.replay if g is not None else functools.partial(_calls, flush, n)
-        _FLUSH_MS[d] = min(_elapsed_many([work, work])) / n
+        _FLUSH_MS[d] = min(_elapsed_many([work, work], lead_us=EAGER_LEAD_US if eager else 0.0)) / n
     return _FLUSH_MS[d]
 
 
+def _eager_calls(fn: Callable[[], None], batch_us: float) -> int:
+    """Calls in an eager timer's sample of ``fn``: ``batch_calls`` of one call's eager device time, measured once per
+    plan form (kept while it lives)."""
+    if fn not in _EAGER_N:
+        _EAGER_N[fn] = batch_calls(_elapsed_many([fn], lead_us=EAGER_LEAD_US)[0] * 1e3, batch_us)
+    return _EAGER_N[fn]
+
+
 _COLD: "weakref.WeakKeyDictionary[Callable, Callable]" = weakref.WeakKeyDictionary()  # plan -> its flushed form
-_FLUSH_MS: dict[int, float] = {}
+_EAGER_N: "weakref.WeakKeyDictionary[Callable, int]" = weakref.WeakKeyDictionary()  # form -> calls per eager sample
+_FLUSH_MS: dict[tuple[int, bool], float] = {}
+EAGER_LEAD_US = 60.0  # device sleep queued ahead of an eager sample: the host issues its first calls meanwhile
 event_timer = GraphTimer(BATCH_US)  # graph replays: operands warm in L2
-cold_timer = GraphTimer(COLD_BATCH_US, flushed=True)  # eager calls: operands read from HBM
+cold_timer = GraphTimer(COLD_BATCH_US, flushed=True, eager=True)  # eager calls: operands read from HBM, issued eagerly
 
 
-def _elapsed_many(works: list[Callable[[], Any]]) -> list[float]:
-    """Device time of each of ``works``, queued back to back on the current stream between CUDA events (ms)."""
+def _elapsed_many(works: list[Callable[[], Any]], lead_us: float = 0.0) -> list[float]:
+    """Device time of each of ``works``, queued back to back on the current stream between CUDA events (ms);
+    ``lead_us`` of device sleep queued first (the first work's launch then does not start on an idle GPU)."""
     import torch  # start-up cost: torch loads on first use, not on import
 
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(works) + 1)]
+    if lead_us > 0:
+        torch.cuda._sleep(int(lead_us * max_sm_mhz(torch.cuda.current_device())))
     ev[0].record()
     for work, e in zip(works, ev[1:]):
         work()
