@@ -388,3 +388,22 @@ def test_host_loop_is_checked():
     assert TimingConfig().host_loop == "pairs" and TimingConfig(host_loop="all").host_loop == "all"
     with pytest.raises(TimingError, match="host_loop must be one of pairs, all, got 'crowd'"):
         TimingConfig(host_loop="crowd")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mnk", ["182_6144_4096", "7_33_65"])
+def test_refilled_times_each_call_after_the_host_loops_refill_gpu(mnk, monkeypatch):
+    """time_refilled (the layout choice's timing for the host protocols): every timed call follows the host loop's
+    own refill (both forms of B, the last one drawn at random), no flush; finite medians above the roofline floor."""
+    b = make_buffers(parse_mnk(mnk), "cuda")
+    lasts = []
+    real = timing.refill
+    monkeypatch.setattr(timing, "refill", lambda bufs, gen=None, last="tn": (lasts.append(last), real(bufs, gen, last))[1])
+    monkeypatch.setattr(timing, "_flush_buffer", lambda: pytest.fail("time_refilled flushed L2"))
+    cfg = TimingConfig(cold_calls=12, settle_ms=5.0, seed=3)
+    got = timing.time_refilled({"tn": lambda: torch.matmul(b.a, b.bt.t(), out=b.c),
+                                "nn": lambda: torch.matmul(b.a, b.b, out=b.c)}, b, cfg)
+    assert all(t.ok and t.n == 12 and t.time_ms > 0 for t in got.values()), got
+    assert len(lasts) >= 24 and set(lasts) == {"tn", "nn"}
+    p = parse_mnk(mnk)
+    assert min(t.time_ms for t in got.values()) >= 0.95 * p.flops / 989e12 * 1e3

@@ -13,6 +13,7 @@ from gemmrl.serve import dispatch
 from gemmrl.candidate import make_buffers
 from gemmrl.serve.bench_candidate import GemmrlCandidate
 from gemmrl.serve.layout_choice import COLD_CALLS, TIE, LayoutChoice, choose, library_order, timed_in
+from gemmrl.timing import REFILLED
 from gemmrl.library import Entry, Library
 from gemmrl.problem import GemmProblem
 
@@ -176,17 +177,32 @@ def test_device_timed_protocols_time_once(lib):
 
 
 @pytest.mark.parametrize("protocol,cuda,cpu", [("graph", "graph", "graph"), ("cold", "cold", "cold"),
-                                               ("offline", "cold", "offline"), ("server", "cold", "server")])
-def test_host_protocols_choose_in_device_time(protocol, cuda, cpu):
+                                               ("offline", REFILLED, "offline"), ("server", REFILLED, "server")])
+def test_host_protocols_choose_in_device_time_on_their_own_inputs(protocol, cuda, cpu):
+    """A host protocol's layout is chosen with the device clock on the inputs its calls see (the host loop's refill,
+    no flush: timing.time_refilled); without a device clock (CPU tier), with the protocol's own host clock."""
     assert (timed_in(protocol, "cuda"), timed_in(protocol, "cpu")) == (cuda, cpu)
 
 
+@pytest.mark.parametrize("how", ["cold", REFILLED])
+def test_make_timer_dispatches_the_refilled_timing(monkeypatch, how):
+    import gemmrl.timing as T
+
+    seen = []
+    for name in ("time_cold", "time_refilled"):
+        monkeypatch.setattr(T, name, lambda fns, bufs, cfg, calls=None, name=name: (
+            seen.append((name, calls)), {k: T.Timing(how, 0.001, 1.0, 1, 0.001, 0.001) for k in fns})[1])
+    got = T.make_timer(make_buffers(P, "cpu"), how)({"a": lambda: None}, 7)
+    assert got == {"a": 0.001} and seen == [("time_cold" if how == "cold" else "time_refilled", 7)]
+
+
 @pytest.mark.interpreter
-def test_a_choice_timed_in_cold_takes_cold_calls(lib, monkeypatch):
+@pytest.mark.parametrize("how", ["cold", REFILLED])
+def test_a_choice_timed_call_by_call_takes_cold_calls(lib, monkeypatch, how):
     import gemmrl.serve.layout_choice as lc
 
     lib(entry("tn", 0.01), entry("nn", 0.02))
-    monkeypatch.setattr(lc, "timed_in", lambda protocol, device_type="cuda": "cold")  # as on a GPU
+    monkeypatch.setattr(lc, "timed_in", lambda protocol, device_type="cuda": how)  # as on a GPU
     calls = []
     got = choose(P, "offline", make_buffers(P, "cpu"), scripted({"nn": 1.0, "tn": 3.0}, calls), min_calls=9)
     assert (got.layout, got.by, calls) == ("nn", "measured", [(["nn", "tn"], COLD_CALLS)])

@@ -14,12 +14,17 @@ for the other operand order). Otherwise the library decides: the other layout wo
 measurements did not find faster.
 
 The layouts are timed in device time. For ``graph`` and ``cold`` that is the protocol itself. For the host-timed
-protocols (``offline``, ``server``) it is ``cold`` with the eager entries served: the layout changes the kernel, not
-the host path, and host-clock rounds of one path differ by 5-15% on an H100 (the noise rule's re-measurements in
+protocols (``offline``, ``server``) it is their inputs timed with the device clock (``timing.time_refilled``: before
+each call the host loop's own refill, A and both forms of B written with the form written last drawn at random, no
+flush; then the call between CUDA events), with the eager entries served: the layout changes the kernel, not the host
+path, and host-clock rounds of one path differ by 5-15% on an H100 (the noise rule's re-measurements in
 h100_serve60_gemmrl-mm-layout-choice-partial_2567be1_2026-11-24.csv), against layout differences of 1-7%. Timed
 with the host clock, the choice went to ``tn`` on all 8 shapes of that run where it was made, including
 100_28672_4096 and 32_14336_4096, where ``nn`` ran the same cuBLASLt algorithm 3-6% faster in the bench's own
-offline rows and in graph. Only where there is no device clock (the CPU test tier) do host protocols time with the
+offline rows and in graph. Timed in ``cold`` instead (the operands evicted, which a host loop's refill never leaves
+them), the choice went to ``tn`` at 182_6144_4096 on an H200 (27.9 against 29.2 us), where every nn plan ran 8-10%
+ahead of every tn plan in the bench's ``offline`` rechecks: a refill leaves part of B in L2, and how much depends on
+the layout that reads it. Only where there is no device clock (the CPU test tier) do host protocols time with the
 host clock. What the device clock leaves out, the host cost of the path each layout's entry serves, decides a host
 protocol's choice as it decides the library's eager entries (``library.HOST_ORDER``): the layout served by the
 cheaper host path wins when its device time is within ``library.HOST_BAND`` (2%) of the other's.
@@ -35,18 +40,19 @@ import torch
 from ..candidate import make_buffers
 from ..library import HOST_BAND, PROTOCOL_ORDER, Entry, host_rank
 from ..problem import GemmProblem
-from ..timing import HOST_PROTOCOLS, PROTOCOLS, make_timer
+from ..timing import HOST_PROTOCOLS, PROTOCOLS, REFILLED, make_timer
 from . import dispatch
 
 LAYOUTS = ("tn", "nn")
 TIE = 0.005  # relative difference under which the library's order stands
 MIN_CALLS = 50
-COLD_CALLS = 100  # calls per layout when the choice is timed in cold (median; an L2 flush before each)
+COLD_CALLS = 100  # calls per layout when the choice is timed call by call (cold, refilled: median)
 
 
 def timed_in(protocol: str, device_type: str = "cuda") -> str:
-    """The protocol both layouts are timed in to choose the layout for ``protocol`` (see the module's docstring)."""
-    return "cold" if protocol in HOST_PROTOCOLS and device_type == "cuda" else protocol
+    """How both layouts are timed to choose the layout for ``protocol`` (see the module's docstring): the protocol
+    itself, or for a host protocol on a CUDA device its inputs with the device clock (``timing.REFILLED``)."""
+    return REFILLED if protocol in HOST_PROTOCOLS and device_type == "cuda" else protocol
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ def choose(problem: GemmProblem, protocol: str, bufs, timer: Callable[..., Mappi
     fns = {lay: (lambda w=ops[lay]: mm(a, w, c)) for lay in LAYOUTS}
     if hasattr(timer, "for_layouts"):  # each layout's samples refill only the form of B it reads, as the bench's
         timer = timer.for_layouts({lay: lay for lay in LAYOUTS})  # paths of one layout (not both, nor the copy)
-    if timed_in(protocol, a.device.type) == "cold":
+    if timed_in(protocol, a.device.type) in ("cold", REFILLED):
         min_calls = max(min_calls, COLD_CALLS)
     times = dict(timer(fns, min_calls))
     first = lib[0][1] if lib else "tn"
