@@ -530,6 +530,21 @@ def _flush_buffer():
     return _FLUSH[d]
 
 
+def _runnable(fns: Mapping[str, Callable[[], None]], protocol: str) -> tuple[dict, dict[str, Timing]]:
+    """({name: fn} of the callables that ran one call, {name: failed Timing} of those that raised)."""
+    import torch  # start-up cost: torch loads on first use, not on import
+
+    live, out = {}, {}
+    for name, fn in fns.items():
+        try:
+            fn()
+            torch.cuda.synchronize()
+            live[name] = fn
+        except Exception as e:  # noqa: BLE001
+            out[name] = failed(protocol, f"{type(e).__name__}: {e}"[:300])
+    return live, out
+
+
 def time_cold(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingConfig,
               calls: int | None = None) -> dict[str, Timing]:
     """Cold protocol. Before every timed call (untimed): new random inputs written into A and both forms of B, NaN
@@ -542,15 +557,7 @@ def time_cold(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
     fresh = cfg.fresh_inputs
     fill = _fill(bufs, None, Refill(bufs.a.device, seed)) if fresh else None
     flush = _flush_buffer()
-    out: dict[str, Timing] = {}
-    live = {}
-    for name, fn in fns.items():
-        try:
-            fn()
-            torch.cuda.synchronize()
-            live[name] = fn
-        except Exception as e:  # noqa: BLE001
-            out[name] = failed("cold", f"{type(e).__name__}: {e}"[:300])
+    live, out = _runnable(fns, "cold")
     settled = _settle(list(live.values()), cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
     ncalls = max(cfg.cold_calls, calls or 0)
     checks = _Checks(live, cfg.output_checks if fresh else 0, ncalls, random.Random(rng.getrandbits(32)))
@@ -595,15 +602,7 @@ def time_refilled(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: Tim
     seed = resolve_seed(cfg)
     rng = random.Random(seed + 5)
     gen = torch.Generator(device=bufs.a.device).manual_seed(seed)
-    out: dict[str, Timing] = {}
-    live = {}
-    for name, fn in fns.items():
-        try:
-            fn()
-            torch.cuda.synchronize()
-            live[name] = fn
-        except Exception as e:  # noqa: BLE001
-            out[name] = failed(REFILLED, f"{type(e).__name__}: {e}"[:300])
+    live, out = _runnable(fns, REFILLED)
     _settle(list(live.values()), cfg.settle_ms, cfg.settle_max_ms, _sm_clock_reader())
     ncalls = max(cfg.cold_calls, calls or 0)
     samples: dict[str, list[float]] = {k: [] for k in live}
