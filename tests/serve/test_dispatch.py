@@ -523,9 +523,9 @@ def test_an_unseen_shape_is_served_by_the_raced_vendor_plan_gpu(lib, layout, tmp
 @pytest.mark.parametrize("M, N, K", [(4, 14, 2), (8, 48, 16), (1016, 32, 64), (3, 2, 56), (37, 29, 13)])
 def test_a_launch_bound_shape_races_the_table_and_whatever_wins_computes_right_eager_and_in_a_graph_gpu(
         lib, layout, dtype, M, N, K, tmp_path, monkeypatch):
-    """An unseen launch-bound shape (odd, unaligned sizes too): the race's contenders include the launch-bound
-    table's Triton tiles (its cache key names them), and what serves (a tile after the battery, or a vendor plan)
-    gives the fp32 product's answer eagerly and in a captured graph."""
+    """An unseen launch-bound shape (odd, unaligned sizes too): the race's contenders are the launch-bound table's
+    Triton tiles and, at M <= 8, the GEMV rows (its cache key names them), and what serves (a tile or a row after the
+    battery, or a vendor plan) gives the fp32 product's answer eagerly and in a captured graph."""
     from gemmrl.serve import launch_bound, vendor_choice
 
     monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
@@ -537,18 +537,52 @@ def test_a_launch_bound_shape_races_the_table_and_whatever_wins_computes_right_e
     rec = gemmrl.warmup([(M, N, K)], dtype=dtype, layouts=(layout,))
     p = GemmProblem(M, N, K, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype], acc="fp32",
                              layout=layout)
-    tiles = [f"{e.family}:{e.impl}" for e in launch_bound.here(p, _gpu_name())]
-    assert len(tiles) == launch_bound.COUNT
-    key = vendor_choice.choice_key(p, tuple(sorted(tiles)), "cold")
+    from gemmrl.serve import gemv_rows
+
+    raced = {f"{e.family}:{e.impl}" for e in dispatch._contenders(dispatch.library(), _gpu_name(), p)}
+    tiles = {f"{e.family}:{e.impl}" for e in launch_bound.here(p, _gpu_name())}
+    rows = {f"{e.family}:{e.impl}" for e in gemv_rows.here(p, _gpu_name())}
+    assert len(tiles) == launch_bound.COUNT and raced == tiles | rows and bool(rows) == (M <= 8)
+    key = vendor_choice.choice_key(p, tuple(sorted(raced)), "cold")
     assert key in next((tmp_path / "vendor-choice").glob("*.json")).read_text(), rec
     for where in ("eager", "graph"):
-        assert rec[0][where].startswith(("vendor: ", "triton:tiled(")), rec
+        assert rec[0][where].startswith(("vendor: ", "triton:tiled(", "triton:smallm(")), rec
     ref = a.float() @ b.float()
     out = gemmrl.mm(a, b)
     assert (out.float() - ref).abs().max() <= tol(K, dtype)
     g_out = torch.empty(M, N, device=dev, dtype=dtype)
     replayed(lambda: gemmrl.mm(a, b, out=g_out), g_out)
     assert (g_out.float() - ref).abs().max() <= tol(K, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+@pytest.mark.parametrize("M, N, K", [(1, 4096, 4096), (3, 2048, 1408), (8, 1024, 4096), (5, 1000, 777)])
+def test_a_decode_shape_races_the_gemv_rows_and_whatever_wins_computes_right_gpu(
+        lib, layout, dtype, M, N, K, tmp_path, monkeypatch):
+    """An unseen decode shape (M <= 8): the race's contenders include the GEMV rows (its cache key names them), and
+    what serves (a row after the battery, or a vendor plan) gives the fp32 product's answer eagerly and in a graph."""
+    from gemmrl.serve import gemv_rows, vendor_choice
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("GEMMRL_GEMV_ROWS", raising=False)
+    lib()
+    dev = torch.device("cuda")
+    a = torch.randn(M, K, device=dev).to(dtype)
+    b = torch.randn(K, N, device=dev).to(dtype) if layout == "nn" else torch.randn(N, K, device=dev).to(dtype).t()
+    rec = gemmrl.warmup([(M, N, K)], dtype=dtype, layouts=(layout,))
+    p = GemmProblem(M, N, K, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype], acc="fp32", layout=layout)
+    rows = {f"{e.family}:{e.impl}" for e in gemv_rows.here(p, _gpu_name())}
+    raced = {f"{e.family}:{e.impl}" for e in dispatch._contenders(dispatch.library(), _gpu_name(), p)}
+    assert rows and rows <= raced
+    assert vendor_choice.choice_key(p, tuple(sorted(raced)), "cold") in \
+        next((tmp_path / "vendor-choice").glob("*.json")).read_text(), rec
+    ref = a.float() @ b.float()
+    assert (gemmrl.mm(a, b).float() - ref).abs().max() <= tol(K, dtype), rec
+    out = torch.empty(M, N, device=dev, dtype=dtype)
+    replayed(lambda: gemmrl.mm(a, b, out=out), out)
+    assert (out.float() - ref).abs().max() <= tol(K, dtype), rec
 
 
 def replayed(call, out) -> None:

@@ -901,3 +901,27 @@ def test_the_cold_race_issues_each_call_eagerly_after_its_flush(monkeypatch):
     assert got == [pytest.approx(0.005)] and offs == [True] and leads == [VC.EAGER_LEAD_US] * 2
     timer.many([plan])
     assert len(calls) == 1 + 2 * n  # the sample size is measured once per plan
+
+
+def test_a_decode_shape_with_no_entry_races_gemv_rows_beside_the_tiles_and_a_faster_row_serves(fake_gen, monkeypatch):
+    build, raced, made, times, launched, verdicts = fake_gen
+    from gemmrl.serve import gemv_rows
+
+    monkeypatch.setattr(launch_bound, "arch_here", lambda: H200_ARCH)  # both tables ask the device here
+    monkeypatch.delenv(gemv_rows.ENV, raising=False)
+    p = GemmProblem(5, N, K, "fp16", "fp32", "tn")
+    rows = [e.impl for e in gemv_rows.contenders(p, "NVIDIA H200", H200_ARCH)]
+    tiles = [e.impl for e in launch_bound.contenders(p, "NVIDIA H200", H200_ARCH)]
+    assert rows and tiles and not set(rows) & set(tiles)
+    times.update({f"gen#triton:{t}": 0.02 for t in rows + tiles})
+    times[f"gen#triton:{rows[0]}"] = 0.004
+    s = build(5)
+    assert s.graph_desc.startswith(f"triton:{rows[0]} [raced at M=5 against the vendor plans")
+    assert sorted(i for i, _ in launched) == sorted((rows + tiles) * 2)
+    monkeypatch.setenv(gemv_rows.ENV, "0")
+    launched.clear()
+    build(6)  # M = 6 shares 5's bucket, but without the rows the contenders differ: raced again, tiles only
+    assert launched and {i for i, _ in launched} == set(tiles)
+    monkeypatch.setenv(gemv_rows.ENV, "maybe")
+    with pytest.raises(dispatch.DispatchError, match="GEMMRL_GEMV_ROWS='maybe': use 1"):
+        build(3)

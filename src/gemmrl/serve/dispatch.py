@@ -19,7 +19,8 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
   whose entry cannot be built or fails its check here: the fallback race, once per bucket of M (powers of two) on
   this GPU, cached per GPU, driver and cuBLASLt version: the lean cuBLAS / cuBLASLt plans and torch.matmul against
   the generated kernels the library measured for the shape or at the nearest tuned M below and above it
-  (serve/vendor_choice.py), and at a launch-bound shape a few small Triton tiles (serve/launch_bound.py); a generated winner serves after the full correctness battery at this shape
+  (serve/vendor_choice.py), at a launch-bound shape a few small Triton tiles (serve/launch_bound.py), and at M <= 8
+  a few Triton GEMV configs (serve/gemv_rows.py); a generated winner serves after the full correctness battery at this shape
   (``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul and entries as they are). Eager calls take the plan raced cold
   (operands from device memory), graph replays the one raced warm (``GEMMRL_GRAPH_RACE=cold``: graph replays too
   take the cold race's, as a layer inside a whole model's graph reads its weight from device memory).
@@ -57,7 +58,7 @@ from ..kernels.registry import family
 from ..library import PROTOCOL_ORDER, Entry, Library, load_default
 from ..problem import GemmProblem, parse_mnk
 from ..verify import verify
-from . import fastpath, launch_bound, launchers, vendor_choice
+from . import fastpath, gemv_rows, launch_bound, launchers, vendor_choice
 from .launchers import DispatchError
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -527,8 +528,9 @@ def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ..
     (any protocol; relabelled, or a bucket at an unmeasured M) and those measured at the nearest tuned M below and
     above at this (N, K) of a family that takes any M (``Family.buckets``: a CUTLASS pick's scheduler knobs were
     chosen for its measured grid of tiles, and it builds with nvcc); at a launch-bound shape, also the small Triton
-    tiles of serve/launch_bound.py (``GEMMRL_LAUNCH_BOUND=0``: not). Vendor entries are not contenders: the race
-    times every vendor plan here."""
+    tiles of serve/launch_bound.py (``GEMMRL_LAUNCH_BOUND=0``: not), and at M <= 8 the Triton GEMV rows of
+    serve/gemv_rows.py (``GEMMRL_GEMV_ROWS=0``: not). Vendor entries are not contenders: the race times every vendor
+    plan here."""
     p = problem
     own = [lib.lookup(gpu, p.dtype, p.acc, p.layout, proto, p.M, p.N, p.K) for proto in PROTOCOL_ORDER["graph"]]
     near = [e for e in lib.neighbours(gpu, p.dtype, p.acc, p.layout, p.M, p.N, p.K) if family(e.family).buckets]
@@ -538,8 +540,10 @@ def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ..
                 and _valid_at(e, p):
             out.append(e)
     out = out[:MAX_CONTENDERS]
-    # small Triton tiles where launch, not arithmetic, sets the time
-    out += [e for e in launch_bound.here(p, gpu) if all((e.family, e.impl) != (x.family, x.impl) for x in out)]
+    # small Triton tiles where launch, not arithmetic, sets the time; Triton GEMV rows at a decode step's M (<= 8)
+    for e in (*launch_bound.here(p, gpu), *gemv_rows.here(p, gpu)):
+        if all((e.family, e.impl) != (x.family, x.impl) for x in out):
+            out.append(e)
     return tuple(out)
 
 
@@ -561,8 +565,9 @@ def _fallback_settings() -> str:
             vendor_choice.race_budget_s()
             vendor_choice.graph_race()
             launch_bound.enabled()
+            gemv_rows.enabled()
         return m
-    except (vendor_choice.VendorChoiceError, launch_bound.LaunchBoundError) as e:
+    except (vendor_choice.VendorChoiceError, launch_bound.LaunchBoundError, gemv_rows.GemvRowsError) as e:
         raise DispatchError(str(e)) from None
 
 

@@ -41,12 +41,18 @@ class LaunchBoundError(ValueError):
     pass
 
 
+def switch(env: str, what: str, error: type[Exception]) -> bool:
+    """A table's switch: ``env`` 1 (the default) or 0; on only where Triton is installed. A bad value raises
+    ``error`` saying what 1 does (``what``)."""
+    v = os.environ.get(env, "1").strip()
+    if v not in ("0", "1"):
+        raise error(f"{env}={v!r}: use 1 ({what}) or 0 (off)")
+    return v == "1" and importlib.util.find_spec("triton") is not None
+
+
 def enabled() -> bool:
     """Whether launch-bound shapes race the table's Triton tiles (GEMMRL_LAUNCH_BOUND: 1, the default, or 0)."""
-    v = os.environ.get(ENV, "1").strip()
-    if v not in ("0", "1"):
-        raise LaunchBoundError(f"{ENV}={v!r}: use 1 (race small Triton tiles at launch-bound shapes) or 0 (off)")
-    return v == "1" and importlib.util.find_spec("triton") is not None
+    return switch(ENV, "race small Triton tiles at launch-bound shapes", LaunchBoundError)
 
 
 def launch_bound(problem: GemmProblem, arch: Arch) -> bool:
@@ -92,22 +98,32 @@ def arch_here() -> Arch | None:
     return arch_of(torch.cuda.current_device()) if torch.cuda.is_available() else None
 
 
-def here(problem: GemmProblem, gpu: str) -> tuple[Entry, ...]:
-    """The launch-bound contenders for ``problem`` on the current CUDA device (none when off or without one)."""
-    if gpu == "cpu" or not enabled():
+def on_this_gpu(table_contenders, problem: GemmProblem, gpu: str, on: bool) -> tuple[Entry, ...]:
+    """``table_contenders(problem, gpu, arch)`` on the current CUDA device; none when ``on`` is False, on the CPU or
+    without a CUDA device."""
+    if gpu == "cpu" or not on:
         return ()
     arch = arch_here()
-    return () if arch is None else contenders(problem, gpu, arch)
+    return () if arch is None else table_contenders(problem, gpu, arch)
+
+
+def here(problem: GemmProblem, gpu: str) -> tuple[Entry, ...]:
+    """The launch-bound contenders for ``problem`` on the current CUDA device (none when off or without one)."""
+    return on_this_gpu(contenders, problem, gpu, gpu != "cpu" and enabled())
+
+
+def entry_for(cfg, problem: GemmProblem, gpu: str, arch: Arch, source: str) -> Entry:
+    """A table's Triton config as a library entry measured nowhere (no ``members``): the race times it, and a
+    winner serves only after the battery at the shape. Its times are the cost model's estimate (the library's
+    schema asks for one; nothing serves by it)."""
+    t = estimate(cfg, problem, arch).seconds * 1e3
+    return Entry(gpu=gpu, cc=str(arch.cc), dtype=problem.dtype, acc=problem.acc, layout=problem.layout,
+                 protocol="graph", M=problem.M, N=problem.N, K=problem.K, family="triton", impl=str(cfg),
+                 algo=str(cfg), time_ms=t, vendor_best_ms=t, vendor_best="cublas_tn", m_lo=problem.M,
+                 m_hi=problem.M, members=(), verified=False, source=source)
 
 
 @functools.lru_cache(maxsize=4096)
 def contenders(problem: GemmProblem, gpu: str, arch: Arch) -> tuple[Entry, ...]:
     """The race's launch-bound contenders for ``problem`` on the GPU ``gpu`` (library entries measured nowhere)."""
-    out = []
-    for cfg in configs(problem, arch):
-        t = estimate(cfg, problem, arch).seconds * 1e3
-        out.append(Entry(gpu=gpu, cc=str(arch.cc), dtype=problem.dtype, acc=problem.acc, layout=problem.layout,
-                         protocol="graph", M=problem.M, N=problem.N, K=problem.K, family="triton", impl=str(cfg),
-                         algo=str(cfg), time_ms=t, vendor_best_ms=t, vendor_best="cublas_tn", m_lo=problem.M,
-                         m_hi=problem.M, members=(), verified=False, source=SOURCE))
-    return tuple(out)
+    return tuple(entry_for(cfg, problem, gpu, arch, SOURCE) for cfg in configs(problem, arch))
