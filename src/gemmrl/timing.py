@@ -550,8 +550,6 @@ def time_cold(fns: Mapping[str, Callable[[], None]], bufs: Buffers, cfg: TimingC
     """Cold protocol. Before every timed call (untimed): new random inputs written into A and both forms of B, NaN
     into C, then 2x L2 written, so the call reads operands no earlier call saw from device memory; C is checked
     after ``cfg.output_checks`` random timed calls per path."""
-    import torch  # start-up cost: torch loads on first use, not on import
-
     seed = resolve_seed(cfg)
     rng = random.Random(seed + 1)
     fresh = cfg.fresh_inputs

@@ -526,22 +526,11 @@ def test_a_launch_bound_shape_races_the_table_and_whatever_wins_computes_right_e
     """An unseen launch-bound shape (odd, unaligned sizes too): the race's contenders are the launch-bound table's
     Triton tiles and, at M <= 8, the GEMV rows (its cache key names them), and what serves (a tile or a row after the
     battery, or a vendor plan) gives the fp32 product's answer eagerly and in a captured graph."""
-    from gemmrl.serve import launch_bound, vendor_choice
+    from gemmrl.serve import gemv_rows, launch_bound, vendor_choice
 
-    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("GEMMRL_LAUNCH_BOUND", raising=False)
-    lib()
-    dev = torch.device("cuda")
-    a = torch.randn(M, K, device=dev).to(dtype)
-    b = torch.randn(K, N, device=dev).to(dtype) if layout == "nn" else torch.randn(N, K, device=dev).to(dtype).t()
-    rec = gemmrl.warmup([(M, N, K)], dtype=dtype, layouts=(layout,))
-    p = GemmProblem(M, N, K, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype], acc="fp32",
-                             layout=layout)
-    from gemmrl.serve import gemv_rows
-
-    raced = {f"{e.family}:{e.impl}" for e in dispatch._contenders(dispatch.library(), _gpu_name(), p)}
-    tiles = {f"{e.family}:{e.impl}" for e in launch_bound.here(p, _gpu_name())}
-    rows = {f"{e.family}:{e.impl}" for e in gemv_rows.here(p, _gpu_name())}
+    a, b, rec, p, raced = _unseen_and_warmed(lib, M, N, K, layout, dtype, tmp_path, monkeypatch)
+    tiles = _names(launch_bound.here(p, _gpu_name()))
+    rows = _names(gemv_rows.here(p, _gpu_name()))
     assert len(tiles) == launch_bound.COUNT and raced == tiles | rows and bool(rows) == (M <= 8)
     key = vendor_choice.choice_key(p, tuple(sorted(raced)), "cold")
     assert key in next((tmp_path / "vendor-choice").glob("*.json")).read_text(), rec
@@ -550,7 +539,7 @@ def test_a_launch_bound_shape_races_the_table_and_whatever_wins_computes_right_e
     ref = a.float() @ b.float()
     out = gemmrl.mm(a, b)
     assert (out.float() - ref).abs().max() <= tol(K, dtype)
-    g_out = torch.empty(M, N, device=dev, dtype=dtype)
+    g_out = torch.empty(M, N, device=a.device, dtype=dtype)
     replayed(lambda: gemmrl.mm(a, b, out=g_out), g_out)
     assert (g_out.float() - ref).abs().max() <= tol(K, dtype)
 
@@ -565,24 +554,35 @@ def test_a_decode_shape_races_the_gemv_rows_and_whatever_wins_computes_right_gpu
     what serves (a row after the battery, or a vendor plan) gives the fp32 product's answer eagerly and in a graph."""
     from gemmrl.serve import gemv_rows, vendor_choice
 
+    a, b, rec, p, raced = _unseen_and_warmed(lib, M, N, K, layout, dtype, tmp_path, monkeypatch)
+    rows = _names(gemv_rows.here(p, _gpu_name()))
+    assert rows and rows <= raced
+    assert vendor_choice.choice_key(p, tuple(sorted(raced)), "cold") in \
+        next((tmp_path / "vendor-choice").glob("*.json")).read_text(), rec
+    ref = a.float() @ b.float()
+    assert (gemmrl.mm(a, b).float() - ref).abs().max() <= tol(K, dtype), rec
+    out = torch.empty(M, N, device=a.device, dtype=dtype)
+    replayed(lambda: gemmrl.mm(a, b, out=out), out)
+    assert (out.float() - ref).abs().max() <= tol(K, dtype), rec
+
+
+def _names(entries) -> set[str]:
+    return {f"{e.family}:{e.impl}" for e in entries}
+
+
+def _unseen_and_warmed(lib, M, N, K, layout, dtype, tmp_path, monkeypatch):
+    """An empty library, the user cache in ``tmp_path``, both tables on: operands of (M, N, K) in ``layout``, the
+    shape warmed up (raced); (a, b, warmup's record, the problem, the race's contenders by name)."""
     monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("GEMMRL_GEMV_ROWS", raising=False)
+    for env in ("GEMMRL_LAUNCH_BOUND", "GEMMRL_GEMV_ROWS"):
+        monkeypatch.delenv(env, raising=False)
     lib()
     dev = torch.device("cuda")
     a = torch.randn(M, K, device=dev).to(dtype)
     b = torch.randn(K, N, device=dev).to(dtype) if layout == "nn" else torch.randn(N, K, device=dev).to(dtype).t()
     rec = gemmrl.warmup([(M, N, K)], dtype=dtype, layouts=(layout,))
     p = GemmProblem(M, N, K, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype], acc="fp32", layout=layout)
-    rows = {f"{e.family}:{e.impl}" for e in gemv_rows.here(p, _gpu_name())}
-    raced = {f"{e.family}:{e.impl}" for e in dispatch._contenders(dispatch.library(), _gpu_name(), p)}
-    assert rows and rows <= raced
-    assert vendor_choice.choice_key(p, tuple(sorted(raced)), "cold") in \
-        next((tmp_path / "vendor-choice").glob("*.json")).read_text(), rec
-    ref = a.float() @ b.float()
-    assert (gemmrl.mm(a, b).float() - ref).abs().max() <= tol(K, dtype), rec
-    out = torch.empty(M, N, device=dev, dtype=dtype)
-    replayed(lambda: gemmrl.mm(a, b, out=out), out)
-    assert (out.float() - ref).abs().max() <= tol(K, dtype), rec
+    return a, b, rec, p, _names(dispatch._contenders(dispatch.library(), _gpu_name(), p))
 
 
 def replayed(call, out) -> None:

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import functools
 
-from ..kernels.triton_gemm.configs import GEMV_MAX_M, Arch, SmallMConfig, next_pow2, valid
+from ..kernels.triton_gemm.configs import GEMV_MAX_M, Arch, SmallMConfig, next_pow2
 from ..library import Entry
 from ..problem import GemmProblem
-from ..search.costmodel import estimate
-from .launch_bound import entry_for, on_this_gpu, switch
+from .launch_bound import best_distinct, entry_for, on_this_gpu, ranked, switch
 
 ENV = "GEMMRL_GEMV_ROWS"
 COUNT = 3              # contenders a decode shape races
@@ -47,26 +46,14 @@ def table(problem: GemmProblem, arch: Arch) -> list[SmallMConfig]:
     """The table's configs valid for ``problem`` on ``arch``, fastest first by the cost model (none past M = 8)."""
     if not 1 <= problem.M <= GEMV_MAX_M:
         return []
-    out = []
-    for bn in BNS:
-        for bk in BKS:
-            for warps in WARPS:
-                cfg = SmallMConfig(BM=next_pow2(problem.M), BN=bn, BK=bk, warps=warps, stages=1, split=1,
-                                   reduction="none", tma=False, mma=False)
-                if valid(cfg, problem, arch)[0]:
-                    out.append((estimate(cfg, problem, arch).seconds, str(cfg), cfg))
-    return [c for _, _, c in sorted(out, key=lambda t: t[:2])]
+    return ranked((SmallMConfig(BM=next_pow2(problem.M), BN=bn, BK=bk, warps=warps, stages=1, split=1,
+                                reduction="none", tma=False, mma=False)
+                   for bn in BNS for bk in BKS for warps in WARPS), problem, arch)
 
 
 def configs(problem: GemmProblem, arch: Arch, count: int = COUNT) -> list[SmallMConfig]:
     """The ``count`` best configs of distinct (BN, BK) for ``problem`` (none past M = 8)."""
-    picked: list[SmallMConfig] = []
-    for cfg in table(problem, arch):
-        if all((cfg.BN, cfg.BK) != (p.BN, p.BK) for p in picked):
-            picked.append(cfg)
-        if len(picked) == count:
-            break
-    return picked
+    return best_distinct(table(problem, arch), lambda c: (c.BN, c.BK), count)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -77,4 +64,4 @@ def contenders(problem: GemmProblem, gpu: str, arch: Arch) -> tuple[Entry, ...]:
 
 def here(problem: GemmProblem, gpu: str) -> tuple[Entry, ...]:
     """The GEMV contenders for ``problem`` on the current CUDA device (none when off or without one)."""
-    return on_this_gpu(contenders, problem, gpu, gpu != "cpu" and enabled())
+    return on_this_gpu(contenders, problem, gpu, enabled)

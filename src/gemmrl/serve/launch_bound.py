@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from typing import Callable, Iterable
 
 from ..kernels.triton_gemm.configs import Arch, TiledConfig, valid
 from ..library import Entry
@@ -59,30 +60,36 @@ def launch_bound(problem: GemmProblem, arch: Arch) -> bool:
     return floor_seconds(problem, arch) < FLOOR_S
 
 
+def ranked(cfgs: Iterable, problem: GemmProblem, arch: Arch) -> list:
+    """A table's ``cfgs`` that ``problem`` may launch on ``arch`` (the family's predicate), fastest first by the cost
+    model's estimate (ties by name)."""
+    out = [(estimate(c, problem, arch).seconds, str(c), c) for c in cfgs if valid(c, problem, arch)[0]]
+    return [c for _, _, c in sorted(out, key=lambda t: t[:2])]
+
+
+def best_distinct(cfgs: Iterable, kind: Callable, count: int) -> list:
+    """The first ``count`` of ``cfgs`` (fastest first) whose ``kind(cfg)`` differ: kernels of different shape, not
+    tuning twins of one."""
+    picked: list = []
+    for cfg in cfgs:
+        if all(kind(cfg) != kind(p) for p in picked):
+            picked.append(cfg)
+        if len(picked) == count:
+            break
+    return picked
+
+
 def table(problem: GemmProblem, arch: Arch) -> list[TiledConfig]:
     """The table's configs valid for ``problem`` on ``arch``, fastest first by the cost model."""
-    out = []
-    for bm, bn in TILES:
-        warps = 2 if bm * bn <= 2048 else 4
-        for bk in BKS:
-            for stages in (2, 3):
-                cfg = TiledConfig(BM=bm, BN=bn, BK=bk, warps=warps, stages=stages, group_m=1)
-                if valid(cfg, problem, arch)[0]:
-                    out.append((estimate(cfg, problem, arch).seconds, str(cfg), cfg))
-    return [c for _, _, c in sorted(out, key=lambda t: t[:2])]
+    return ranked((TiledConfig(BM=bm, BN=bn, BK=bk, warps=2 if bm * bn <= 2048 else 4, stages=stages, group_m=1)
+                   for bm, bn in TILES for bk in BKS for stages in (2, 3)), problem, arch)
 
 
 def configs(problem: GemmProblem, arch: Arch, count: int = COUNT) -> list[TiledConfig]:
     """The ``count`` best configs of distinct tiles for a launch-bound ``problem`` (none for any other)."""
     if not launch_bound(problem, arch):
         return []
-    picked: list[TiledConfig] = []
-    for cfg in table(problem, arch):
-        if all((cfg.BM, cfg.BN) != (p.BM, p.BN) for p in picked):
-            picked.append(cfg)
-        if len(picked) == count:
-            break
-    return picked
+    return best_distinct(table(problem, arch), lambda c: (c.BM, c.BN), count)
 
 
 @functools.lru_cache(maxsize=None)
@@ -98,10 +105,10 @@ def arch_here() -> Arch | None:
     return arch_of(torch.cuda.current_device()) if torch.cuda.is_available() else None
 
 
-def on_this_gpu(table_contenders, problem: GemmProblem, gpu: str, on: bool) -> tuple[Entry, ...]:
-    """``table_contenders(problem, gpu, arch)`` on the current CUDA device; none when ``on`` is False, on the CPU or
-    without a CUDA device."""
-    if gpu == "cpu" or not on:
+def on_this_gpu(table_contenders, problem: GemmProblem, gpu: str, on: Callable[[], bool]) -> tuple[Entry, ...]:
+    """``table_contenders(problem, gpu, arch)`` on the current CUDA device; none on the CPU, when the table's switch
+    ``on()`` says off, or without a CUDA device."""
+    if gpu == "cpu" or not on():
         return ()
     arch = arch_here()
     return () if arch is None else table_contenders(problem, gpu, arch)
@@ -109,7 +116,7 @@ def on_this_gpu(table_contenders, problem: GemmProblem, gpu: str, on: bool) -> t
 
 def here(problem: GemmProblem, gpu: str) -> tuple[Entry, ...]:
     """The launch-bound contenders for ``problem`` on the current CUDA device (none when off or without one)."""
-    return on_this_gpu(contenders, problem, gpu, gpu != "cpu" and enabled())
+    return on_this_gpu(contenders, problem, gpu, enabled)
 
 
 def entry_for(cfg, problem: GemmProblem, gpu: str, arch: Arch, source: str) -> Entry:

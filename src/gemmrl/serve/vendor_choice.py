@@ -20,7 +20,8 @@ faster here, per (dtype, layout, N, K) and bucket of M (powers of two: 1, 2-3, 4
   in L2 as their writer left them); what serves an eager call is raced ``cold``, each call of a sample after 2x L2
   written (the bench's cold protocol; a model's eager call reads weights no earlier call left in L2) and issued
   eagerly, one launch at a time, not from a graph (a plan of several kernels pays the stream's launch gaps, as an
-  eager call does; ``GraphTimer``'s ``eager``), the refills' and flushes' own time taken out. The orders differ: a plan that ties in warm L2 can lose in cold. An eager call
+  eager call does; ``GraphTimer``'s ``eager``), the refills' and flushes' own time taken out. The orders differ: a
+  plan that ties in warm L2 can lose in cold. An eager call
   also pays its host work before the kernel starts: the cold race charges torch.matmul and cublasGemmEx (which runs
   cuBLAS's heuristic on every call) the host time per call they take beyond the prepared cuBLASLt plan's, measured
   here where a call is short enough for it to matter (``host_extra_us``; on an H200 cublasGemmEx tied cuBLASLt in
@@ -66,7 +67,7 @@ from typing import Any, Callable, Mapping
 from ..clocks import max_sm_mhz
 from ..paths import cache_dir, write_json_atomic
 from ..problem import GemmProblem
-from ..timing import _fill, _flush_buffer, _sm_clock_reader, capture_stream
+from ..timing import _busy, _fill, _flush_buffer, _sm_clock_reader, capture_stream
 
 MODE_ENV = "GEMMRL_VENDOR_FALLBACK"
 MODES = ("race", "heuristic", "off")
@@ -229,8 +230,8 @@ def _check_protocol(protocol: str) -> None:
 def choice_key(problem: GemmProblem, generated: tuple[str, ...] = (), protocol: str = "graph",
                exact: bool = False) -> str:
     """The cache key: dtype, layout, N, K, the bucket of M, (where generated kernels race) a digest of their names,
-    so a library with other contenders races again, and the protocol raced in (``|cold+host+eager``: the eager race, host
-    time charged; graph's keys name none).
+    so a library with other contenders races again, and the protocol raced in (``|cold+host+eager``: the eager race,
+    host time charged, calls issued eagerly; graph's keys name none).
     ``exact``: the key of a choice confirmed at this M alone (``|at=<M>``, see ``confirms``)."""
     _check_protocol(protocol)
     lo, hi = m_bucket(problem.M)
@@ -573,7 +574,7 @@ def _elapsed_many(works: list[Callable[[], Any]], lead_us: float = 0.0) -> list[
 
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(works) + 1)]
     if lead_us > 0:
-        torch.cuda._sleep(int(lead_us * max_sm_mhz(torch.cuda.current_device())))
+        _busy(lead_us)
     ev[0].record()
     for work, e in zip(works, ev[1:]):
         work()
