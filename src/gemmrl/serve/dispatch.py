@@ -22,8 +22,8 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
   (serve/vendor_choice.py), at a launch-bound shape a few small Triton tiles (serve/launch_bound.py), and at M <= 8
   a few Triton GEMV configs (serve/gemv_rows.py); a generated winner serves after the full correctness battery at
   this shape (``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul and entries as they are). Eager calls take the plan
-  raced cold (operands from device memory), graph replays the one raced warm (``GEMMRL_GRAPH_RACE=cold``: graph replays too
-  take the cold race's, as a layer inside a whole model's graph reads its weight from device memory).
+  raced cold (operands from device memory), graph replays the one raced warm (``GEMMRL_GRAPH_RACE=cold``: graph
+  replays too take the cold race's, as a layer inside a whole model's graph reads its weight from device memory).
 - ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a kernel the GPU's
   validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
 - Nothing compiles or races inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
