@@ -37,8 +37,10 @@ own weight, as gemmrl.linear calls it) at the decode M (batch) and the prefill M
 Writes under --out: hf_generate_<model>_<dtype>.csv (one row per mode x batch x prompt length, with the git sha,
 the GPU, torch and transformers versions) and hf_generate_<model>_<dtype>_served.csv (the per-GEMM breakdown);
 with --profile also hf_generate_<model>_<dtype>_kernels.csv (per cell and mode, one more generate under
-torch.profiler: device time per kernel name over the generate, prefill included, per new token); prints the breakdown, then a short table of patched /
-stock last.
+torch.profiler: device time per kernel name over the generate, prefill included, per new token, and the device
+idle time just before its launches) and hf_generate_<model>_<dtype>_timeline.csv (per cell and mode: the profiled
+generate's span, busy and idle device time, idle split into gaps under 20 us, between kernels of one burst, and
+longer ones, waiting on the host); prints the breakdown, then a short table of patched / stock last.
 
     python examples/hf_generate.py --model llama-3-8b --dtype bf16 --batches 1,8,32 --prompt-lens 512,2048 --out DIR
     python examples/hf_generate.py --model llama-3-8b --dtype bf16 --batches 1,8,32 --prompt-lens 512 --out DIR
@@ -288,9 +290,39 @@ def switch(model, mode: str) -> None:
         gemmrl.patch(model)
 
 
-def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) -> list[tuple[str, int, float]]:
-    """One generate under torch.profiler: (kernel name, launches, total device us) of every device kernel it ran
-    (on a CPU, the CPU ops' self time instead: the CPU tier's check of the path), longest total first."""
+SHORT_GAP_US = 20.0  # an idle gap shorter than this sits between kernels of one launch burst (a graph replay);
+                    # a longer one waits on the host (generate's loop between decode steps, an eager launch)
+
+
+def idle_before(spans: list[tuple[str, float, float]]) -> tuple[dict[str, float], dict]:
+    """The device timeline of (name, start us, end us) spans: {name: idle us just before its spans, summed} (the
+    gap from the latest end so far to a span's start; overlapping or nested spans add none), and the totals
+    {span_us, busy_us, idle_short_us, idle_long_us, long_gaps} with gaps split at SHORT_GAP_US."""
+    before: dict[str, float] = defaultdict(float)
+    tot = {"span_us": 0.0, "busy_us": 0.0, "idle_short_us": 0.0, "idle_long_us": 0.0, "long_gaps": 0}
+    spans = sorted(spans, key=lambda t: t[1])
+    if not spans:
+        return dict(before), tot
+    end = spans[0][1]
+    for name, a, b in spans:
+        gap = a - end
+        if gap > 0:
+            before[name] += gap
+            if gap < SHORT_GAP_US:
+                tot["idle_short_us"] += gap
+            else:
+                tot["idle_long_us"] += gap
+                tot["long_gaps"] += 1
+        tot["busy_us"] += max(0.0, b - max(a, end))
+        end = max(end, b)
+    tot["span_us"] = end - spans[0][1]
+    return dict(before), {k: (round(v, 2) if isinstance(v, float) else v) for k, v in tot.items()}
+
+
+def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) -> tuple[list[tuple[str, int, float, float]], dict]:
+    """One generate under torch.profiler: (kernel name, launches, total device us, device idle us just before its
+    launches) of every device kernel it ran, longest total first, and the timeline's totals (``idle_before``)
+    (on a CPU, the CPU ops' self time and their spans instead: the CPU tier's check of the path)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -298,6 +330,7 @@ def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) -> list[tuple[st
     with profile(activities=acts) as prof:
         generate_once(model, ids, new_tokens, sync)
     got: dict[str, list[float]] = defaultdict(list)
+    spans = []
     for ev in prof.events():
         on_device = ev.device_type == torch.autograd.DeviceType.CUDA
         if on_device == cuda:
@@ -305,7 +338,10 @@ def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) -> list[tuple[st
             if us is None:
                 us = ev.cuda_time if on_device else 0.0
             got[ev.name].append(float(us))
-    return sorted(((k, len(v), sum(v)) for k, v in got.items()), key=lambda t: -t[2])
+            spans.append((ev.name, float(ev.time_range.start), float(ev.time_range.end)))
+    before, tot = idle_before(spans)
+    rows = [(k, len(v), sum(v), before.get(k, 0.0)) for k, v in got.items()]
+    return sorted(rows, key=lambda t: -t[2]), tot
 
 
 def first_diff(a, b) -> int | str:
@@ -414,16 +450,22 @@ def main(argv=None) -> int:
               f"tokens equal stock: {'-' if same == '' else same}", flush=True)
 
     kernels: list[dict] = []
+    timeline: list[dict] = []
 
     def profiled(mode, b, p, ids):
         """--profile: one more generate of the cell under torch.profiler, kernels by name (device us per token)."""
         if not args.profile:
             return
-        for name, n, us in kernel_times(model, ids, args.new_tokens, sync, cuda):
+        got, tot = kernel_times(model, ids, args.new_tokens, sync, cuda)
+        for name, n, us, idle in got:
             kernels.append({"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p,
                             "kernel": name[:200], "launches": n, "total_us": round(us, 2),
-                            "us_per_new_token": round(us / args.new_tokens, 3), "gpu": gpu, "git_sha": meta["git_sha"]})
+                            "us_per_new_token": round(us / args.new_tokens, 3), "idle_before_us": round(idle, 2),
+                            "gpu": gpu, "git_sha": meta["git_sha"]})
+        timeline.append({"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p, **tot,
+                         "short_gap_us": SHORT_GAP_US, "gpu": gpu, "git_sha": meta["git_sha"]})
         write_csv(stem + "_kernels.csv", kernels)
+        write_csv(stem + "_timeline.csv", timeline)
 
     def breakdown_once(rep):
         nonlocal report, served
@@ -477,6 +519,15 @@ def main(argv=None) -> int:
             top = [k for k in kernels if (k["mode"], k["batch"], k["prompt_len"]) == cell][:5]
             print(f"  {cell[0]} batch {cell[1]} prompt {cell[2]}: "
                   + "; ".join(f"{k['kernel'][:48]} {k['us_per_new_token']:.1f}" for k in top))
+        print(f"the timeline per cell (us over the generate: busy, idle in gaps under {SHORT_GAP_US:g} us and over it; "
+              "the kernels after the most idle):")
+        for t in timeline:
+            cell = (t["mode"], t["batch"], t["prompt_len"])
+            worst = sorted((k for k in kernels if (k["mode"], k["batch"], k["prompt_len"]) == cell),
+                           key=lambda k: -k["idle_before_us"])[:3]
+            print(f"  {t['mode']} batch {t['batch']} prompt {t['prompt_len']}: span {t['span_us']:.0f}, busy "
+                  f"{t['busy_us']:.0f}, idle {t['idle_short_us']:.0f} short + {t['idle_long_us']:.0f} long "
+                  f"({t['long_gaps']} gaps); " + "; ".join(f"{k['kernel'][:40]} {k['idle_before_us']:.0f}" for k in worst))
     if not cuda and any(m.endswith("compiled") for m in args.modes):
         print(f"\nnote: compiled modes are {compile_note}")
     print("\n" + table(rows))

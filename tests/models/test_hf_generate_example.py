@@ -179,4 +179,32 @@ def test_profile_writes_each_modes_kernels_per_cell(example, empty_library, tmp_
         assert [float(r["total_us"]) for r in mine] == sorted((float(r["total_us"]) for r in mine), reverse=True)
         assert any(r["kernel"] in ("aten::mm", "aten::addmm", "aten::matmul", "aten::linear") for r in mine), mine[:8]
         assert float(mine[0]["us_per_new_token"]) == pytest.approx(float(mine[0]["total_us"]) / 4, rel=1e-3, abs=1e-2)
-    assert "longest kernels per cell (--profile" in capsys.readouterr().out
+    tl = rows_of(tmp_path / "hf_generate_tiny_bf16_timeline.csv")
+    assert {(r["mode"], r["batch"]) for r in tl} == cells
+    for r in tl:
+        span, busy = float(r["span_us"]), float(r["busy_us"])
+        idle = float(r["idle_short_us"]) + float(r["idle_long_us"])
+        assert busy > 0 and span == pytest.approx(busy + idle, rel=1e-3, abs=0.1)
+    assert all(float(r["idle_before_us"]) >= 0 for r in rows)
+    out = capsys.readouterr().out
+    assert "longest kernels per cell (--profile" in out and "the timeline per cell" in out
+
+
+@pytest.mark.parametrize("spans, before, tot", [
+    ([], {}, {"span_us": 0.0, "busy_us": 0.0, "idle_short_us": 0.0, "idle_long_us": 0.0, "long_gaps": 0}),
+    # back to back, a short gap, a long one
+    ([("a", 0, 10), ("b", 10, 15), ("a", 17, 20), ("c", 60, 70)], {"a": 2.0, "c": 40.0},
+     {"span_us": 70.0, "busy_us": 28.0, "idle_short_us": 2.0, "idle_long_us": 40.0, "long_gaps": 1}),
+    # nested and overlapping spans add no idle and count busy once; unsorted input
+    ([("c", 30, 31), ("a", 0, 10), ("b", 2, 5), ("d", 8, 12)], {"c": 18.0},
+     {"span_us": 31.0, "busy_us": 13.0, "idle_short_us": 18.0, "idle_long_us": 0.0, "long_gaps": 0}),
+    # a gap of exactly the threshold is long
+    ([("a", 0, 1), ("b", 21, 22)], {"b": 20.0},
+     {"span_us": 22.0, "busy_us": 2.0, "idle_short_us": 0.0, "idle_long_us": 20.0, "long_gaps": 1}),
+])
+def test_idle_before_splits_the_timeline(example, spans, before, tot):
+    """The profile's timeline: idle time before each kernel name, busy time as the union of spans, gaps split at
+    SHORT_GAP_US (between kernels of one burst, or waiting on the host)."""
+    assert example.SHORT_GAP_US == 20.0
+    got_before, got_tot = example.idle_before([(n, float(a), float(b)) for n, a, b in spans])
+    assert got_before == pytest.approx(before) and got_tot == pytest.approx(tot)
