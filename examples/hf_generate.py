@@ -31,6 +31,8 @@ from there to generate's return (then synchronize again): the new tokens after t
   first generate   seconds of a cell's first (untimed) generate: compiling, recording graphs and building what
                    serves each new GEMM shape (gemmrl's first-sight race) fall there
   tokens equal     a patched mode's greedy tokens against the stock mode's of the same kind (eager / compiled)
+  cpu per wall     the process's CPU seconds over the wall seconds of a timed generate (median): above 1, other
+                   threads of the process (compile workers, spinning pools) ran beside the generate's own
 What serves each GEMM: gemmrl.served_by on a sample input of each distinct patched layer shape [N, K] (the layer's
 own weight, as gemmrl.linear calls it) at the decode M (batch) and the prefill M (batch x prompt length).
 
@@ -40,7 +42,8 @@ with --profile also hf_generate_<model>_<dtype>_kernels.csv (per cell and mode, 
 torch.profiler: device time per kernel name over the generate, prefill included, per new token, and the device
 idle time just before its launches) and hf_generate_<model>_<dtype>_timeline.csv (per cell and mode: the profiled
 generate's span, busy and idle device time, idle split into gaps under 20 us, between kernels of one burst, and
-longer ones, waiting on the host); prints the breakdown, then a short table of patched / stock last.
+longer ones, waiting on the host) and hf_generate_<model>_<dtype>_host.csv (per cell and mode: the host's events of
+most self time, with CUDA runtime calls such as cudaGraphLaunch counted); prints the breakdown, then a short table of patched / stock last.
 
     python examples/hf_generate.py --model llama-3-8b --dtype bf16 --batches 1,8,32 --prompt-lens 512,2048 --out DIR
     python examples/hf_generate.py --model llama-3-8b --dtype bf16 --batches 1,8,32 --prompt-lens 512 --out DIR
@@ -319,10 +322,16 @@ def idle_before(spans: list[tuple[str, float, float]]) -> tuple[dict[str, float]
     return dict(before), {k: (round(v, 2) if isinstance(v, float) else v) for k, v in tot.items()}
 
 
-def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) -> tuple[list[tuple[str, int, float, float]], dict]:
+HOST_TOP = 40  # the host events kept per cell (--profile): the most host time first
+
+
+def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) \
+        -> tuple[list[tuple[str, int, float, float]], dict, list[tuple[str, int, float]]]:
     """One generate under torch.profiler: (kernel name, launches, total device us, device idle us just before its
-    launches) of every device kernel it ran, longest total first, and the timeline's totals (``idle_before``)
-    (on a CPU, the CPU ops' self time and their spans instead: the CPU tier's check of the path)."""
+    launches) of every device kernel it ran, longest total first; the timeline's totals (``idle_before``); and the
+    host's events (name, count, self us: ops, CUDA runtime calls such as cudaGraphLaunch or cudaLaunchKernel), the
+    HOST_TOP of most host time (on a CPU the CPU ops are the kernels: their self time and spans; the CPU tier's
+    check of the path)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -330,9 +339,12 @@ def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) -> tuple[list[tu
     with profile(activities=acts) as prof:
         generate_once(model, ids, new_tokens, sync)
     got: dict[str, list[float]] = defaultdict(list)
+    host: dict[str, list[float]] = defaultdict(list)
     spans = []
     for ev in prof.events():
         on_device = ev.device_type == torch.autograd.DeviceType.CUDA
+        if not on_device:
+            host[ev.name].append(float(getattr(ev, "self_cpu_time_total", 0.0) or 0.0))
         if on_device == cuda:
             us = getattr(ev, "device_time", None) if on_device else getattr(ev, "self_cpu_time_total", None)
             if us is None:
@@ -341,7 +353,17 @@ def kernel_times(model, ids, new_tokens: int, sync, cuda: bool) -> tuple[list[tu
             spans.append((ev.name, float(ev.time_range.start), float(ev.time_range.end)))
     before, tot = idle_before(spans)
     rows = [(k, len(v), sum(v), before.get(k, 0.0)) for k, v in got.items()]
-    return sorted(rows, key=lambda t: -t[2]), tot
+    hosts = sorted(((k, len(v), sum(v)) for k, v in host.items()), key=lambda t: -t[2])[:HOST_TOP]
+    return sorted(rows, key=lambda t: -t[2]), tot, hosts
+
+
+def os_threads() -> int | str:
+    """The process's OS threads (Linux: /proc/self/status), '' where that cannot be read."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return ""
 
 
 def first_diff(a, b) -> int | str:
@@ -413,11 +435,15 @@ def main(argv=None) -> int:
         return first_s
 
     def timed(ids):
-        """One timed generate: (tokens, ttft, decode seconds, peak bytes or None)."""
+        """One timed generate: (tokens, ttft, decode seconds, peak bytes or None, the process's CPU seconds over
+        its wall seconds: above 1, other threads of the process ran beside the generate's)."""
         if cuda:
             torch.cuda.reset_peak_memory_stats(dev)
+        c0, w0 = os.times(), time.perf_counter()
         g = generate_once(model, ids, args.new_tokens, sync)
-        return (*g, torch.cuda.max_memory_allocated(dev) if cuda else None)
+        c1, w1 = os.times(), time.perf_counter()
+        cpu = (c1.user - c0.user) + (c1.system - c0.system)
+        return (*g, torch.cuda.max_memory_allocated(dev) if cuda else None, cpu / max(w1 - w0, 1e-9))
 
     def emit(mode, b, p, got, first_s, rep, order):
         toks = got[-1][0]
@@ -437,6 +463,7 @@ def main(argv=None) -> int:
                "ttft_ms_each": " ".join(f"{g[1] * 1e3:.2f}" for g in got),
                "decode_ms_per_token_each": " ".join(f"{g[2] * 1e3 / (args.new_tokens - 1):.3f}" for g in got),
                "peak_mem_gib": round(max(g[3] for g in got) / 2**30, 3) if cuda else "",
+               "cpu_per_wall": round(statistics.median(g[4] for g in got), 3), "os_threads": os_threads(),
                "tokens_vs": ref if same != "" else "", "tokens_equal_stock": same, "first_diff_step": diff,
                "patched_layers": len(rep.patched) if rep else 0,
                "compiled_graphs": counters["stats"]["unique_graphs"] if mode.endswith("compiled") else "",
@@ -451,12 +478,17 @@ def main(argv=None) -> int:
 
     kernels: list[dict] = []
     timeline: list[dict] = []
+    host_rows: list[dict] = []
 
     def profiled(mode, b, p, ids):
         """--profile: one more generate of the cell under torch.profiler, kernels by name (device us per token)."""
         if not args.profile:
             return
-        got, tot = kernel_times(model, ids, args.new_tokens, sync, cuda)
+        got, tot, hosts = kernel_times(model, ids, args.new_tokens, sync, cuda)
+        for name, n, us in hosts:
+            host_rows.append({"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p,
+                              "event": name[:200], "count": n, "self_us": round(us, 2), "gpu": gpu,
+                              "git_sha": meta["git_sha"]})
         for name, n, us, idle in got:
             kernels.append({"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p,
                             "kernel": name[:200], "launches": n, "total_us": round(us, 2),
@@ -466,6 +498,7 @@ def main(argv=None) -> int:
                          "short_gap_us": SHORT_GAP_US, "gpu": gpu, "git_sha": meta["git_sha"]})
         write_csv(stem + "_kernels.csv", kernels)
         write_csv(stem + "_timeline.csv", timeline)
+        write_csv(stem + "_host.csv", host_rows)
 
     def breakdown_once(rep):
         nonlocal report, served
@@ -528,6 +561,10 @@ def main(argv=None) -> int:
             print(f"  {t['mode']} batch {t['batch']} prompt {t['prompt_len']}: span {t['span_us']:.0f}, busy "
                   f"{t['busy_us']:.0f}, idle {t['idle_short_us']:.0f} short + {t['idle_long_us']:.0f} long "
                   f"({t['long_gaps']} gaps); " + "; ".join(f"{k['kernel'][:40]} {k['idle_before_us']:.0f}" for k in worst))
+            calls = {h["event"]: h["count"] for h in host_rows if (h["mode"], h["batch"], h["prompt_len"]) == cell}
+            print("    host: " + ", ".join(f"{n} {calls[n]}" for n in ("cudaGraphLaunch", "cudaLaunchKernel",
+                                                                        "cudaLaunchKernelExC", "cuLaunchKernelEx",
+                                                                        "cudaMemcpyAsync") if n in calls))
     if not cuda and any(m.endswith("compiled") for m in args.modes):
         print(f"\nnote: compiled modes are {compile_note}")
     print("\n" + table(rows))

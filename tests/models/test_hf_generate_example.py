@@ -65,6 +65,7 @@ def test_four_modes_tokens_equal_and_every_linear_shape_served(example, empty_li
         assert r["git_sha"] and r["gpu"] == "cpu" and r["torch"] == torch.__version__
         assert r["transformers"] == __import__("transformers").__version__
         assert r["peak_mem_gib"] == ""  # CUDA only
+        assert float(r["cpu_per_wall"]) > 0 and int(r["os_threads"]) >= 1
     by = {r["mode"]: r for r in rows}
     for mode in ("patched-eager", "patched-compiled"):
         assert by[mode]["tokens_equal_stock"] == "True", by[mode]
@@ -186,6 +187,12 @@ def test_profile_writes_each_modes_kernels_per_cell(example, empty_library, tmp_
         idle = float(r["idle_short_us"]) + float(r["idle_long_us"])
         assert busy > 0 and span == pytest.approx(busy + idle, rel=1e-3, abs=0.1)
     assert all(float(r["idle_before_us"]) >= 0 for r in rows)
+    host = rows_of(tmp_path / "hf_generate_tiny_bf16_host.csv")
+    assert {(r["mode"], r["batch"]) for r in host} == cells
+    for cell in cells:
+        mine = [r for r in host if (r["mode"], r["batch"]) == cell]
+        assert 0 < len(mine) <= example.HOST_TOP and all(int(r["count"]) >= 1 for r in mine)
+        assert [float(r["self_us"]) for r in mine] == sorted((float(r["self_us"]) for r in mine), reverse=True)
     out = capsys.readouterr().out
     assert "longest kernels per cell (--profile" in out and "the timeline per cell" in out
 
