@@ -566,6 +566,45 @@ def test_a_decode_shape_races_the_gemv_rows_and_whatever_wins_computes_right_gpu
     assert (out.float() - ref).abs().max() <= tol(K, dtype), rec
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["tn", "nn"])
+def test_a_first_call_with_no_build_budget_races_the_vendor_plans_and_warmup_races_the_rest_gpu(
+        lib, layout, tmp_path, monkeypatch):
+    """GEMMRL_FIRST_CALL_BUILD_S=0: a launch-bound shape's first call builds no generated contender (a vendor plan
+    serves, with the fp32 product's answer; served_by says what was left out, its choice is cached under no
+    contender); warmup builds and races the table's tiles (its cache key names them) and what serves after it is
+    right eagerly and in a captured graph."""
+    from gemmrl.serve import launch_bound, vendor_choice
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(dispatch.FIRST_CALL_BUILD_ENV, "0")
+    for env in ("GEMMRL_LAUNCH_BOUND", "GEMMRL_GEMV_ROWS"):
+        monkeypatch.delenv(env, raising=False)
+    lib()
+    M, N, K = 37, 29, 13
+    dev = torch.device("cuda")
+    a = torch.randn(M, K, device=dev).half()
+    b = torch.randn(K, N, device=dev).half() if layout == "nn" else torch.randn(N, K, device=dev).half().t()
+    ref = a.float() @ b.float()
+    assert (gemmrl.mm(a, b).float() - ref).abs().max() <= tol(K)
+    p = GemmProblem(M, N, K, dtype="fp16", acc="fp32", layout=layout)
+    tiles = _names(launch_bound.here(p, _gpu_name()))
+    s = dispatch._TABLE[(a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, 0, 0)]
+    assert set(s.deferred) == tiles and s.eager_desc.startswith("vendor: ") and "gemmrl.warmup races them" in \
+        s.eager_desc
+    text = next((tmp_path / "vendor-choice").glob("*.json")).read_text()
+    assert vendor_choice.choice_key(p, (), "cold") in text
+    assert vendor_choice.choice_key(p, tuple(sorted(tiles)), "cold") not in text
+    rec = gemmrl.warmup([(M, N, K)], layouts=(layout,))
+    text = next((tmp_path / "vendor-choice").glob("*.json")).read_text()
+    assert vendor_choice.choice_key(p, tuple(sorted(tiles)), "cold") in text, rec
+    assert "not built within" not in rec[0]["eager"] and "not built within" not in rec[0]["graph"]
+    assert (gemmrl.mm(a, b).float() - ref).abs().max() <= tol(K)
+    out = torch.empty(M, N, device=dev, dtype=torch.half)
+    replayed(lambda: gemmrl.mm(a, b, out=out), out)
+    assert (out.float() - ref).abs().max() <= tol(K)
+
+
 def _names(entries) -> set[str]:
     return {f"{e.family}:{e.impl}" for e in entries}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import math
 import types
 import weakref
 import warnings
@@ -605,9 +606,9 @@ def fake_gen(fake_gpu, monkeypatch):
     times = {"torch": 0.03, "cublas": 0.02, "cublaslt#0 algo=1": 0.015, "cublaslt#1 algo=9": 0.01}
     launched, verdicts = [], {}
 
-    def plans_for(problem, bufs, include=""):
+    def plans_for(problem, bufs, include=""):  # the vendor plans: a generated contender races once built
         raced.append(problem.M)
-        return _plans(times, {})
+        return _plans({k: v for k, v in times.items() if not k.startswith(VC.GEN)}, {})
 
     def launch(e, problem, bufs):
         launched.append((e.impl, problem.M))
@@ -925,3 +926,102 @@ def test_a_decode_shape_with_no_entry_races_gemv_rows_beside_the_tiles_and_a_fas
     monkeypatch.setenv(gemv_rows.ENV, "maybe")
     with pytest.raises(dispatch.DispatchError, match="GEMMRL_GEMV_ROWS='maybe': use 1"):
         build(3)
+
+
+# -- a first call's build budget ----------------------------------------------------------------------------
+@pytest.fixture
+def slow_builds(fake_gen, monkeypatch):
+    """fake_gen whose contender builds each take one second of a stand-in clock."""
+    build, raced, made, times, launched, verdicts = fake_gen
+    now = [0.0]
+    real = launchers.launch
+
+    def launch(e, problem, bufs):
+        now[0] += 1.0
+        return real(e, problem, bufs)
+
+    monkeypatch.setattr(dispatch, "_clock", lambda: now[0])
+    monkeypatch.setattr(launchers, "launch", launch)
+    dispatch.use_library(Library([_entry(16, CFG_A), _entry(64, CFG_B)]))
+    times.update({f"gen#triton:{CFG_A}": 0.012, f"gen#triton:{CFG_B}": 0.008})
+    return build, raced, launched, times
+
+
+@pytest.mark.parametrize("budget, n_built", [("0", 0), ("0.5", 1), ("1.5", 2), ("inf", 2)])
+def test_a_first_call_builds_contenders_within_its_budget_and_keys_its_choice_by_what_raced(
+        slow_builds, monkeypatch, budget, n_built):
+    """GEMMRL_FIRST_CALL_BUILD_S (each stand-in build takes 1 s): no build starts once the budget is spent (the one
+    running may overrun it); the graph and the cold race leave out the same contenders; the choice is cached under
+    those that raced, so a lookup naming them all misses (the next process races them all); served_by's text says
+    what was left out."""
+    build, raced, launched, times = slow_builds
+    monkeypatch.setenv(dispatch.FIRST_CALL_BUILD_ENV, budget)
+    s = build(37)
+    names = {f"triton:{c}" for c in (CFG_A, CFG_B)}
+    built = {f"triton:{i}" for i, _ in launched}
+    assert len(built) == n_built and set(s.deferred) == names - built and raced == [37, 37]
+    assert len(launched) == 2 * n_built  # built in the graph race, launched again in the cold race
+    cache = VC.ChoiceCache(IDENT)
+    for proto in ("graph", "cold"):
+        assert cache.get(P(37, N, K), tuple(sorted(built)), proto) is not None
+        assert (cache.get(P(37, N, K), tuple(sorted(names)), proto) is None) == bool(s.deferred)
+    # CFG_B is the fastest plan: it serves where it raced
+    assert s.graph_desc.startswith(f"triton:{CFG_B} [raced at M=37") == (f"triton:{CFG_B}" in built)
+    if s.deferred:
+        assert f"{len(s.deferred)} generated contender(s) not built within {dispatch.FIRST_CALL_BUILD_ENV}" in \
+            s.graph_desc and s.graph_desc.endswith("gemmrl.warmup races them]")
+    else:
+        assert "not built within" not in s.graph_desc
+
+
+def test_building_ahead_builds_every_contender_whatever_the_budget(slow_builds, monkeypatch):
+    build, raced, launched, times = slow_builds
+    monkeypatch.setenv(dispatch.FIRST_CALL_BUILD_ENV, "0")
+    with dispatch.building_ahead():
+        with dispatch.building_ahead():  # nested: still ahead
+            assert dispatch.first_call_build_s() == math.inf
+        s = build(37)
+    assert dispatch.first_call_build_s() == 0.0  # the block ended
+    assert s.deferred == () and s.graph_desc.startswith(f"triton:{CFG_B} [raced at M=37")
+    assert sorted({i for i, _ in launched}) == sorted([CFG_A, CFG_B])
+
+
+@pytest.mark.parametrize("raw, want", [("", dispatch.FIRST_CALL_BUILD_S), ("0", 0.0), (" 3.5 ", 3.5),
+                                       ("inf", math.inf)])
+def test_the_first_call_build_budget_setting(monkeypatch, raw, want):
+    monkeypatch.setenv(dispatch.FIRST_CALL_BUILD_ENV, raw)
+    assert dispatch.first_call_build_s() == want
+
+
+@pytest.mark.parametrize("raw", ["-1", "two", "nan", "1s"])
+def test_a_bad_first_call_build_budget_is_refused_saying_what_to_give(monkeypatch, raw):
+    monkeypatch.setenv(dispatch.FIRST_CALL_BUILD_ENV, raw)
+    with pytest.raises(dispatch.DispatchError, match=r"GEMMRL_FIRST_CALL_BUILD_S=.*a number >= 0 \(0: none, inf"):
+        dispatch.first_call_build_s()
+
+
+def test_warmup_builds_again_a_problem_whose_first_sight_left_contenders_out(monkeypatch):
+    """A problem served after a capped first sight (Served.deferred) is built again by warmup, ahead of the calls;
+    one built with every contender is kept as it is."""
+    dispatch.use_library(Library())
+    seen = []
+    real = dispatch._build
+
+    def spy(*a, **k):
+        seen.append(dispatch.first_call_build_s())
+        return real(*a, **k)
+
+    monkeypatch.setattr(dispatch, "_build", spy)
+    dispatch.warmup([(5, 7, 3)], layouts=("tn",))
+    pkey = (5, 7, 3, torch.float16, "tn", -1)
+    assert seen == [math.inf] and dispatch._S.built[pkey].deferred == ()
+    dispatch.warmup([(5, 7, 3)], layouts=("tn",))
+    assert seen == [math.inf]  # nothing left out: kept
+    dispatch._S.built[pkey] = dataclasses.replace(dispatch._S.built[pkey], deferred=("triton:x",))
+    a, b = torch.randn(5, 3).half(), torch.randn(7, 3).half().t()
+    dispatch.mm(a, b)  # a signature served by the capped build
+    dispatch.warmup([(5, 7, 3)], layouts=("tn",))
+    assert seen == [math.inf, math.inf] and dispatch._S.built[pkey].deferred == ()
+    assert dispatch._TABLE[(a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, -1, -1)].deferred == ()
+    out = dispatch.mm(a, b)
+    assert torch.allclose(out.float(), a.float() @ b.float(), atol=1e-2)

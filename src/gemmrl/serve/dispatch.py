@@ -27,7 +27,11 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
 - ``a`` not row-major contiguous, ``b`` in neither layout, pointers not 16-byte aligned, or a kernel the GPU's
   validity predicate rejects: ``torch.matmul`` (cuBLAS, which reads any transpose as is).
 - Nothing compiles or races inside CUDA-graph capture: a shape first seen during capture is served by torch.matmul
-  (and built at its next eager call). ``warmup(shapes)`` builds ahead of time. A kernel that fails to build or
+  (and built at its next eager call). ``warmup(shapes)`` builds ahead of time. A call's first sight spends at most
+  ``GEMMRL_FIRST_CALL_BUILD_S`` seconds (default 2; 0: none, inf: no cap) building generated contenders (Triton
+  compiles, nvcc builds; checked before each build starts, so one build may run past it); the rest are left out of
+  its race, its choice is cached under the contenders it raced (the next process races all of them again), and
+  ``warmup`` of the shape builds them and races again. ``warmup`` and ``served_by`` build with no cap. A kernel that fails to build or
   disagrees with an fp32 reference at build time is not served (a warning says why; the vendor fallback serves).
 - Entries measured under other torch/Triton/CUDA versions are run through the full correctness battery before first
   use.
@@ -43,10 +47,13 @@ at once.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import math
 import os
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
@@ -78,6 +85,74 @@ class Served:
     graph_desc: str
     eager_spec: tuple = ()
     graph_spec: tuple = ()
+    deferred: tuple = ()  # generated contenders a call's first sight left out of its race (GEMMRL_FIRST_CALL_BUILD_S)
+
+
+FIRST_CALL_BUILD_ENV = "GEMMRL_FIRST_CALL_BUILD_S"
+FIRST_CALL_BUILD_S = 2.0  # seconds a call's first sight may spend building generated contenders (warmup: no cap)
+_AHEAD = threading.local()  # building ahead of the calls (warmup, served_by, the bench's preparation) on this thread
+_clock: Callable[[], float] = time.perf_counter  # what a build budget reads
+
+
+@contextlib.contextmanager
+def building_ahead():
+    """Builds inside this block are made ahead of the calls they serve (``warmup``, ``served_by``, a bench's
+    preparation): a first sight builds every generated contender, whatever ``GEMMRL_FIRST_CALL_BUILD_S`` says."""
+    _AHEAD.depth = getattr(_AHEAD, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _AHEAD.depth -= 1
+
+
+def first_call_build_s() -> float:
+    """The seconds a first sight may spend building generated contenders: ``GEMMRL_FIRST_CALL_BUILD_S`` (default
+    FIRST_CALL_BUILD_S; 0 builds none, ``inf`` has no cap); no cap while building ahead. A bad value raises
+    DispatchError saying what to give."""
+    if getattr(_AHEAD, "depth", 0):
+        return math.inf
+    raw = os.environ.get(FIRST_CALL_BUILD_ENV, "").strip()
+    if not raw:
+        return FIRST_CALL_BUILD_S
+    try:
+        v = float(raw)
+    except ValueError:
+        v = math.nan
+    if not v >= 0:
+        raise DispatchError(f"{FIRST_CALL_BUILD_ENV}={raw!r}: give the seconds a call's first sight may spend "
+                            "building generated contenders, a number >= 0 (0: none, inf: no cap); gemmrl.warmup "
+                            "builds the rest")
+    return v
+
+
+class _BuildBudget:
+    """What a first sight may still spend building generated contenders (shared by its graph and cold races), and
+    the contenders it left out: once the budget is spent, no new build starts (one build may overrun it)."""
+
+    def __init__(self, seconds: float):
+        self.left = seconds
+        self.deferred: list[str] = []
+        self.built: set[str] = set()
+
+    def build(self, name: str, make: Callable[[], Any]) -> Any:
+        """``make()`` timed against the budget; None (``name`` deferred) once the budget is spent, unless ``name``
+        was built before (the cold race launches again what the graph race built: both races time the same
+        contenders)."""
+        if name in self.deferred:
+            return None
+        if self.left <= 0 and name not in self.built:
+            self.deferred.append(name)
+            return None
+        self.built.add(name)
+        t0 = _clock()
+        try:
+            return make()
+        finally:
+            self.left -= _clock() - t0
+
+    def raced(self, names: Iterable[str]) -> tuple[str, ...]:
+        """``names`` less the deferred: what a race that ran with this budget raced (its choice's cache key)."""
+        return tuple(n for n in names if n not in self.deferred)
 
 
 def _spec(fn: Callable, spec: tuple) -> tuple:
@@ -132,14 +207,21 @@ def library() -> Library:
 def reset() -> None:
     """Forget every served kernel (the next call of each shape builds again)."""
     with _S.lock:
+        _forget_signatures()
+        _S.built.clear()
+        _S.in_capture.clear()
+        _S.choices.clear()
+
+
+def _forget_signatures() -> None:
+    """Forget which call signature takes which served kernel (the next call of each looks it up again in what was
+    built)."""
+    with _S.lock:
         _S.table.clear()
         _S.fast.clear()
         _S.cfast.clear()
         if _S.ctorch is not None:
             _S.ctorch.clear()
-        _S.built.clear()
-        _S.in_capture.clear()
-        _S.choices.clear()
 
 
 def _warn(msg: str) -> None:
@@ -374,7 +456,7 @@ def _miss(key: tuple, a, b) -> Served:
             got = _build(M, N, K, a.dtype, layout, a.device)
             _S.built[pkey] = got
         s = Served(got.eager, got.graph, out_shape, a.dtype, dev, a.device, got.eager_desc, got.graph_desc,
-                   got.eager_spec, got.graph_spec)
+                   got.eager_spec, got.graph_spec, got.deferred)
         _TABLE[key] = s
         _FAST[_fast_key(a, b)] = s  # a is row-major here; the hot path checks that per call
         _use_fastpath()
@@ -467,6 +549,7 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
     problem = GemmProblem(M, N, K, dtype=dt, acc="fp32", layout=layout)
     made: dict[tuple, tuple[Callable, str, tuple]] = {}
     found: list[tuple[Entry, ...]] = []  # the generated contenders, found on the first race
+    budget = _BuildBudget(first_call_build_s() if racing else math.inf)
     drawn: list[Buffers] = []  # the races' operands: drawn once, shared by the graph and the cold race
 
     def buffers() -> Buffers:
@@ -481,7 +564,7 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
         if key not in made:
             if race and not found:
                 found.append(_contenders(lib, gpu, problem))
-            made[key] = _vendor_fallback(problem, device, gpu, buffers, found[0] if race else (), protocol)
+            made[key] = _vendor_fallback(problem, device, gpu, buffers, found[0] if race else (), protocol, budget)
         return made[key]
 
     def serve(order, raced_in: str) -> tuple[Callable, str, tuple]:
@@ -506,7 +589,11 @@ def _build(M: int, N: int, K: int, dtype, layout: str, device) -> Served:
         eager, ed, es = serve(PROTOCOL_ORDER["eager"], "cold")
         graph, gd, gs = eager, ed, es
     dev = device.index if device.type == "cuda" else -1
-    return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd, es, gs)
+    if budget.deferred:  # what served_by says: the race ran without them; warmup builds them and races again
+        note = (f" [first sight: {len(budget.deferred)} generated contender(s) not built within "
+                f"{FIRST_CALL_BUILD_ENV}; gemmrl.warmup races them]")
+        ed, gd = ed + note, gd + note
+    return Served(eager, graph, torch.Size((M, N)), dtype, dev, device, ed, gd, es, gs, tuple(budget.deferred))
 
 
 MAX_CONTENDERS = 4  # generated kernels a first sight races beside the vendor plans (each is built, then timed)
@@ -596,18 +683,21 @@ def _make(e: Entry, problem: GemmProblem, device, sw: dict) -> tuple[Callable, s
 
 
 def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[], Buffers],
-                     contenders: tuple[Entry, ...] = (), protocol: str = "graph") -> tuple[Callable, str, tuple]:
+                     contenders: tuple[Entry, ...] = (), protocol: str = "graph",
+                     budget: _BuildBudget | None = None) -> tuple[Callable, str, tuple]:
     """What serves a problem not measured here: the plan raced best in ``protocol`` (graph for graph replays, cold
     for eager calls) on this GPU for its bucket of M among the vendor plans and the generated ``contenders``
     (serve/vendor_choice.py). A generated winner serves once it passes the
     correctness battery at this shape (else the race's fastest vendor plan, recorded for the bucket); a vendor plan
     once it matches an fp32 product. torch.matmul off CUDA, with GEMMRL_VENDOR_FALLBACK=off, or where the vendor
     extension cannot be loaded (one warning says why). ``buffers()`` gives the operands the plans are timed on (one
-    set per build, drawn on the device)."""
+    set per build, drawn on the device). ``budget`` (none: no cap) bounds the time spent building the generated
+    contenders; those it leaves out do not race, and the choice is cached under the ones that raced."""
     if device.type != "cuda" or vendor_choice.mode() == "off":
         return launchers.torch_mm, "torch.matmul", ()
     gen = _by_name(contenders)
     names = tuple(sorted(gen))
+    budget = budget if budget is not None else _BuildBudget(math.inf)
     try:
         bufs = buffers()
         launched: dict[str, launchers.Launch] = {}
@@ -618,25 +708,30 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
             bv = bt.t() if problem.layout == "tn" else b
             for name, e in gen.items():
                 try:
-                    launched[name] = got = launchers.launch(e, problem, bufs)
+                    got = budget.build(name, functools.partial(launchers.launch, e, problem, bufs))
                 except Exception as ex:  # noqa: BLE001 - a contender that cannot be built here does not race
                     _warn(f"gemmrl: {name} not raced at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex})")
                     continue
+                if got is None:  # the first sight's build budget is spent: warmup builds it
+                    continue
+                launched[name] = got
                 out[vendor_choice.GEN + name] = functools.partial(got.call, a, bv, c)
             return out
 
         cache = _choice_cache(device, gpu)
         choice = vendor_choice.choose(problem, cache, plans, timer=_race_timer(bufs, problem, protocol),
                                       generated=names, protocol=protocol,
-                                      vendor_plans=lambda desc: vendor_choice.plans_for(problem, bufs, desc))
+                                      vendor_plans=lambda desc: vendor_choice.plans_for(problem, bufs, desc),
+                                      stored_as=lambda: budget.raced(names))
+        keyed = budget.raced(names)  # the contenders the stored choice raced (all, where nothing was left out)
         if choice.kind == "gen":
             won = _generated_winner(choice, gen, launched, problem, bufs)
             if won is not None:
                 return won
             choice = choice.vendor()
             if cache is not None:  # the battery said no here: the bucket's vendor plan from now on
-                cache.put(problem, choice, names, protocol)
-        got, choice = _checked_plan(choice, problem, bufs, cache, names, protocol)
+                cache.put(problem, choice, keyed, protocol)
+        got, choice = _checked_plan(choice, problem, bufs, cache, keyed, protocol)
         return got.call, f"vendor: {choice.describe()}{got.note}", got.spec
     except Exception as ex:  # noqa: BLE001 - no vendor extension here (no nvcc, no cuBLASLt): torch serves
         _warn(f"gemmrl: the vendor fallback cannot serve {problem.mnk} {problem.layout} here ({type(ex).__name__}: "
@@ -764,24 +859,36 @@ def warmup(shapes: Iterable, dtype=torch.float16, layouts: Iterable[str] = ("tn"
     device = torch.device(device) if device is not None else (
         torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu"))
     out = []
-    for s in shapes:
-        M, N, K = _parse_shape(s)
-        for layout in layouts:
-            if layout not in ("nn", "tn"):
-                raise DispatchError(f"warmup: layout {layout!r}; use 'nn' or 'tn'")
-            a = torch.empty((M, K), dtype=dtype, device=device)
-            b = torch.empty((K, N), dtype=dtype, device=device) if layout == "nn" else \
-                torch.empty((N, K), dtype=dtype, device=device).t()
-            s_ = _TABLE.get((a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(),
-                             b.get_device())) or _miss((a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype,
-                                                        a.get_device(), b.get_device()), a, b)
-            out.append({"mnk": f"{M}_{N}_{K}", "layout": layout, "eager": s_.eager_desc, "graph": s_.graph_desc})
+    with building_ahead():
+        for s in shapes:
+            M, N, K = _parse_shape(s)
+            for layout in layouts:
+                if layout not in ("nn", "tn"):
+                    raise DispatchError(f"warmup: layout {layout!r}; use 'nn' or 'tn'")
+                a = torch.empty((M, K), dtype=dtype, device=device)
+                b = torch.empty((K, N), dtype=dtype, device=device) if layout == "nn" else \
+                    torch.empty((N, K), dtype=dtype, device=device).t()
+                _rebuild_if_deferred((M, N, K, dtype, layout, a.get_device()))
+                s_ = _mm_served(a, b)
+                out.append({"mnk": f"{M}_{N}_{K}", "layout": layout, "eager": s_.eager_desc, "graph": s_.graph_desc})
     return out
 
 
+def _rebuild_if_deferred(pkey: tuple) -> None:
+    """A problem whose first sight left generated contenders out of its race (``Served.deferred``) is forgotten, so
+    the next lookup builds it again (ahead of the calls: with every contender), and so is which signature takes
+    which kernel."""
+    with _S.lock:
+        got = _S.built.get(pkey)
+        if got is not None and got.deferred:
+            del _S.built[pkey]
+            _forget_signatures()
+
+
 def served_by(a, b) -> dict:
-    """What serves ``mm(a, b)`` (building it if needed, outside capture): {'eager': ..., 'graph': ...}."""
-    s = _mm_served(a, b)
+    """What serves ``mm(a, b)`` (building it ahead if needed, outside capture): {'eager': ..., 'graph': ...}."""
+    with building_ahead():
+        s = _mm_served(a, b)
     return {"eager": s.eager_desc, "graph": s.graph_desc}
 
 

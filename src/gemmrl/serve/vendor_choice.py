@@ -642,7 +642,8 @@ def gpu_timer(protocol: str) -> Callable[[Callable[[], None]], float]:
 def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], Mapping[str, Callable[[], None]]],
            timer: Callable | None = None, budget_s: float | None = None, generated: tuple[str, ...] = (),
            protocol: str = "graph", vendor_plans: Callable[[str], Mapping[str, Callable[[], None]]] | None = None,
-           host: Callable[[Mapping[str, Callable[[], None]]], dict[str, float]] | None = None) -> Choice:
+           host: Callable[[Mapping[str, Callable[[], None]]], dict[str, float]] | None = None,
+           stored_as: Callable[[], tuple[str, ...]] | None = None) -> Choice:
     """The bucket's cached choice in ``protocol`` (graph: what serves graph replays; cold: eager calls), else (mode
     'race') a race of ``plans()`` timed in it and recorded in ``cache``, else the heuristic's first cuBLASLt plan.
     Plan names: 'torch', 'cublas', 'cublaslt#<i> <description>' and, for the ``generated`` contenders
@@ -650,7 +651,9 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
     confirms the bucket's vendor plan at its own M where ``confirms`` says so, among ``vendor_plans(description)``
     (the vendor plans with that cuBLASLt configuration built at this M where its list lacks it; default ``plans()``:
     the vendor plans alone spare building the generated contenders). The cold race charges each plan ``host(plans)``
-    us (default on the GPU: ``host_extra_us``; a stand-in timer charges nothing)."""
+    us (default on the GPU: ``host_extra_us``; a stand-in timer charges nothing). A race's choice is recorded under
+    ``stored_as()``, asked once ``plans()`` has run (default ``generated``): the contenders that raced, where some
+    were left out (a first call's build budget spent), so that a lookup naming them all races again."""
     _check_protocol(protocol)
     m = mode()
     if m == "off":
@@ -675,7 +678,7 @@ def choose(problem: GemmProblem, cache: ChoiceCache | None, plans: Callable[[], 
     c = Choice(kind, algo, "raced", problem.M, tuple(sorted((k, round(v, 3)) for k, v in med.items())), fallback,
                tuple(sorted((k, round(v, 3)) for k, v in extra.items())))
     if cache is not None:
-        cache.put(problem, c, generated, protocol)
+        cache.put(problem, c, generated if stored_as is None else stored_as(), protocol)
     return c
 
 
