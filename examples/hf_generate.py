@@ -21,7 +21,9 @@ that generate traces the patched model, their times say nothing about speed; ``-
 Timing: per cell, WARMUP untimed generates (default 2: the first compiles and builds whatever serves each GEMM,
 CUDA graph trees record a shape at its second call), then REPEATS timed ones (medians). The eager modes switch by
 patch / unpatch alone, so their timed generates interleave (stock, patched, patched, stock, ...: the host's drift
-falls on both); each compiled mode compiles its own graphs and runs its cells after the other's. The prefill time runs from
+falls on both); so do the compiled modes' (``--compiled-order interleaved``, the default: one compiled call, dynamo
+keeping a graph per mode and cell; ``sequential``: each compiled mode compiled afresh, its cells after the other's,
+a reading each, with whatever drift lies between them). The prefill time runs from
 the call to the first new token reaching the host (a streamer's put, after torch.cuda.synchronize); the decode time
 from there to generate's return (then synchronize again): the new tokens after the first.
   prefill tokens/s = batch x prompt length / time to first token
@@ -121,6 +123,9 @@ def parse(argv):
     ap.add_argument("--compile-backend", help="torch.compile backend (default: inductor on CUDA, aot_eager on CPU)")
     ap.add_argument("--compile-mode", help="torch.compile mode (default: reduce-overhead on CUDA, none on CPU)")
     ap.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True): a graph break fails")
+    ap.add_argument("--compiled-order", default="interleaved", choices=("interleaved", "sequential"),
+                    help="the compiled modes' timed generates: interleaved (ABBA on one compiled call, a graph per "
+                         "mode kept) or sequential (each mode compiled afresh, its cells after the other's)")
     ap.add_argument("--dynamic", default="false", choices=("auto", "true", "false"),
                     help="torch.compile(dynamic=...) of the decode step: false (a graph per batch size, static shapes "
                          "as CUDA graphs want), auto (None: dynamic from a second batch size), true")
@@ -507,34 +512,44 @@ def main(argv=None) -> int:
             print(rep)
             served = served_breakdown(model, args.batches, args.prompt_lens)
 
-    eager = [m for m in args.modes if m.endswith("eager")]
-    if eager:  # stock and patched switch by patch / unpatch alone: their timed generates interleave (ABBA)
+    def interleaved(modes: list[str]) -> None:
+        """Stock and patched on one model, switched by patch / unpatch alone, their timed generates interleaved
+        (ABBA: the host's drift falls on both). Compiled modes share generate's compiled call: dynamo keeps a
+        graph per mode (the patched layers' forward is guarded), so a switch reuses the mode's graphs."""
         reps = {}
-        for mode in eager:
+        for mode in modes:  # the last set_mode leaves the model in its kind (compile config or none), nothing built
             reps[mode] = set_mode(model, mode, backend, cmode, args.fullgraph, dynamic)
             breakdown_once(reps[mode])
-        order = "interleaved" if len(eager) > 1 else "sequential"
+        order = "interleaved" if len(modes) > 1 else "sequential"
         for (b, p), ids in prompts.items():
-            first, got = {}, {m: [] for m in eager}
-            for mode in eager:
+            first, got = {}, {m: [] for m in modes}
+            for mode in modes:
                 switch(model, mode)
                 first[mode] = warm(ids)
             for r in range(args.repeats):
-                for mode in (eager if r % 2 == 0 else eager[::-1]):
+                for mode in (modes if r % 2 == 0 else modes[::-1]):
                     switch(model, mode)
                     got[mode].append(timed(ids))
-            for mode in eager:
+            for mode in modes:
                 emit(mode, b, p, got[mode], first[mode], reps[mode], order)
-            for mode in eager:
+            for mode in modes:
                 switch(model, mode)
                 profiled(mode, b, p, ids)
-    for mode in (m for m in args.modes if m.endswith("compiled")):  # a compile each: one mode after the other
-        rep = set_mode(model, mode, backend, cmode, args.fullgraph, dynamic)
-        breakdown_once(rep)
-        for (b, p), ids in prompts.items():
-            first_s = warm(ids)
-            emit(mode, b, p, [timed(ids) for _ in range(args.repeats)], first_s, rep, "sequential")
-            profiled(mode, b, p, ids)
+
+    eager = [m for m in args.modes if m.endswith("eager")]
+    if eager:
+        interleaved(eager)
+    compiled = [m for m in args.modes if m.endswith("compiled")]
+    if compiled and args.compiled_order == "interleaved":
+        interleaved(compiled)
+    else:  # a compile each: one mode after the other
+        for mode in compiled:
+            rep = set_mode(model, mode, backend, cmode, args.fullgraph, dynamic)
+            breakdown_once(rep)
+            for (b, p), ids in prompts.items():
+                first_s = warm(ids)
+                emit(mode, b, p, [timed(ids) for _ in range(args.repeats)], first_s, rep, "sequential")
+                profiled(mode, b, p, ids)
     set_mode(model, "stock-eager", backend, cmode, args.fullgraph, dynamic)  # leave the model as it was built
 
     write_csv(stem + ".csv", rows)

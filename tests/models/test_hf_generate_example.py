@@ -116,6 +116,41 @@ def test_eager_grid_one_row_per_mode_batch_and_prompt(example, empty_library, tm
     assert {r["M"] for r in served if r["phase"] == "prefill"} == {"4", "7", "12", "21"}
 
 
+@pytest.mark.parametrize("order", ["interleaved", "sequential"])
+@pytest.mark.filterwarnings("ignore:Dynamo detected a call to a .functools.lru_cache:UserWarning")
+def test_compiled_modes_interleave_on_one_compiled_call_or_run_one_after_the_other(example, empty_library, tmp_path,
+                                                                                   order):
+    """--compiled-order interleaved (the default): the compiled modes' timed generates alternate on generate's one
+    compiled call, dynamo keeping a graph per mode (the switch by patch / unpatch recompiles nothing after the
+    first generate of each), tokens equal; sequential: each mode compiled afresh, one after the other."""
+    torch._dynamo.reset()
+    compiled = []
+    real = example.set_mode
+
+    def spy(model, mode, *a, **k):
+        got = real(model, mode, *a, **k)
+        compiled.append(mode)
+        return got
+
+    example.set_mode = spy
+    try:
+        extra = () if order == "interleaved" else ("--compiled-order", "sequential")
+        assert example.main(tiny(empty_library, tmp_path, "--batches", "2", "--prompt-lens", "5", "--modes",
+                                 "stock-compiled,patched-compiled", "--repeats", "2", *extra)) == 0
+    finally:
+        example.set_mode = real
+        torch._dynamo.reset()
+    rows = rows_of(tmp_path / "hf_generate_tiny_bf16.csv")
+    assert [r["mode"] for r in rows] == ["stock-compiled", "patched-compiled"]
+    assert {r["order"] for r in rows} == {order}
+    assert rows[1]["tokens_equal_stock"] == "True" and all(r["graph_breaks"] == "0" for r in rows)
+    # set_mode (a dynamo reset each) once per mode before any generate, or once per mode between them; the last
+    # call leaves the model as it was built
+    assert compiled == ["stock-compiled", "patched-compiled", "stock-eager"]
+    graphs = [int(r["compiled_graphs"]) for r in rows]  # interleaved: one decode graph per mode, both counted
+    assert graphs == ([2, 2] if order == "interleaved" else [1, 1])
+
+
 @pytest.mark.parametrize("args, says", [
     (["--model", "llama-2"], "--model 'llama-2': use one of llama-3-8b, qwen2.5-7b, mixtral-8x7b, tiny"),
     (["--dtype", "fp32"], "--dtype 'fp32': use fp16 or bf16"),
