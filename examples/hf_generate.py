@@ -490,17 +490,14 @@ def main(argv=None) -> int:
         if not args.profile:
             return
         got, tot, hosts = kernel_times(model, ids, args.new_tokens, sync, cuda)
-        for name, n, us in hosts:
-            host_rows.append({"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p,
-                              "event": name[:200], "count": n, "self_us": round(us, 2), "gpu": gpu,
-                              "git_sha": meta["git_sha"]})
-        for name, n, us, idle in got:
-            kernels.append({"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p,
-                            "kernel": name[:200], "launches": n, "total_us": round(us, 2),
-                            "us_per_new_token": round(us / args.new_tokens, 3), "idle_before_us": round(idle, 2),
-                            "gpu": gpu, "git_sha": meta["git_sha"]})
-        timeline.append({"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p, **tot,
-                         "short_gap_us": SHORT_GAP_US, "gpu": gpu, "git_sha": meta["git_sha"]})
+        cell = {"model": args.model, "dtype": args.dtype, "mode": mode, "batch": b, "prompt_len": p}
+        run = {"gpu": gpu, "git_sha": meta["git_sha"]}
+        host_rows.extend({**cell, "event": name[:200], "count": n, "self_us": round(us, 2), **run}
+                         for name, n, us in hosts)
+        kernels.extend({**cell, "kernel": name[:200], "launches": n, "total_us": round(us, 2),
+                        "us_per_new_token": round(us / args.new_tokens, 3), "idle_before_us": round(idle, 2), **run}
+                       for name, n, us, idle in got)
+        timeline.append({**cell, **tot, "short_gap_us": SHORT_GAP_US, **run})
         write_csv(stem + "_kernels.csv", kernels)
         write_csv(stem + "_timeline.csv", timeline)
         write_csv(stem + "_host.csv", host_rows)
