@@ -18,6 +18,7 @@ import torch
 
 from gemmrl.library import Library
 from gemmrl.serve import dispatch
+from gemmrl.serve.patching import is_patched
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ["stock-eager", "patched-eager", "stock-compiled", "patched-compiled"]
@@ -184,7 +185,7 @@ def test_eager_modes_alternate_stock_and_patched_generates(example, empty_librar
     seen = []
 
     def spy(model, ids, new_tokens, sync):
-        seen.append(any("_gemmrl_patched" in m.__dict__ for m in model.modules()))
+        seen.append(any(is_patched(m) for m in model.modules()))
         return real(model, ids, new_tokens, sync)
 
     monkeypatch.setattr(example, "generate_once", spy)
