@@ -70,6 +70,18 @@ def test_tiny_and_odd_shapes_are_served_by_some_config(mnk):
     assert cfgs and all(dg.valid(c, p)[0] for c in cfgs)
 
 
+def test_the_screen_leads_with_a_deep_ring_at_small_m():
+    """At M <= 8 the first config screened keeps >= 96 KB of weight in flight an SM (the vendor's decode tiles keep
+    ~128 KB; the shallow rings' 32-64 KB streamed at ~3.2 TB/s on an H200), the U = 1 pattern at its deepest too."""
+    for p in read_shapes(SHAPES_FILE):
+        if p.M > 8:
+            continue
+        cfgs = dg.screen_configs(p)
+        assert dg.weight_in_flight(cfgs[0], p.M) >= 96 * 1024, (p.mnk, str(cfgs[0]))
+        assert cfgs[-1].u == 1 and cfgs[-1].stages == 16
+    assert dg.weight_in_flight(dg.DecodeConfig(1, 1, 8, 3, 1, u=4), 1) == 64 * 1024
+
+
 def test_mt_follows_m():
     assert [dg.mt_for(m) for m in (1, 8, 9, 16, 17, 32, 33, 64, 65)] == [1, 1, 2, 2, 4, 4, 8, 8, 0]
 
@@ -201,7 +213,9 @@ def test_builds_without_spills(dtype, monkeypatch, tmp_path):
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("mnk,text", [("1_37_72", "r1_w1x8_st8_s1"), ("9_70_136", "r2_w2x4_st6_s2"),
                                       ("33_50_72", "r4_w2x2_st4_s2"), ("17_1000_1032", "r2_w2x4_u2_st3_s4"),
-                                      ("3_4100_4104", "r1_w1x8_u4_st3_s1")])
+                                      ("3_4100_4104", "r1_w1x8_u4_st3_s1"), ("5_300_4104", "r1_w1x8_st16_s1"),
+                                      ("8_200_2056", "r1_w1x8_u2_st8_s2"), ("2_129_1032", "r1_w1x8_u4_st4_s2"),
+                                      ("12_70_1000", "r1_w1x8_st12_s1")])
 def test_battery_repeat_and_graph(dtype, mnk, text):
     import torch
 

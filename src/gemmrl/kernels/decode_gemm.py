@@ -42,8 +42,10 @@ SOURCE = Path(__file__).with_name("csrc") / "decode_stream.cu"
 # the .cu's instantiations (its g_insts): (R m16 row tiles a warp, WR row warps, WK K warps), ring depths, token tiles
 SHAPES = ((1, 1, 8), (2, 1, 8), (2, 2, 4), (2, 4, 2), (2, 4, 1), (4, 2, 2))
 # (U adjacent 32-column chunks a warp step, ST ring depth in steps): U = 1 asks for 64 bytes of a row at a time, U = 4
-# for 256 back to back
-DEPTHS = ((1, 4), (1, 6), (1, 8), (2, 3), (2, 4), (4, 2), (4, 3))
+# for 256 back to back. A warp keeps ST - 1 steps in flight: the deep rings (U = 1: 12, 16; U = 2: 6, 8; U = 4: 4)
+# hold 100-135 KB of weight in flight an SM at M <= 8 (the vendor's 64x8 tiles, 16 stages of 64 K columns: 128 KB),
+# the shallow ones 32-64 KB, which on the H200 streamed at ~3.2 TB/s against the vendor's ~4.4 (fits of two shapes)
+DEPTHS = ((1, 4), (1, 6), (1, 8), (1, 12), (1, 16), (2, 3), (2, 4), (2, 6), (2, 8), (4, 2), (4, 3), (4, 4))
 STAGES = tuple(sorted({st for _, st in DEPTHS}))
 MTS = (1, 2, 4, 8)
 MAX_M = 64
@@ -179,6 +181,13 @@ def ctas_per_sm(cfg: DecodeConfig, M: int) -> int:
     """CTAs an SM holds by shared memory and threads alone (the device's occupancy query also counts registers)."""
     by_smem = SM_SMEM // (cfg.smem_bytes(M) + 1024)
     return min(by_smem, 2048 // cfg.threads, 32)
+
+
+def weight_in_flight(cfg: DecodeConfig, M: int, per_sm: int | None = None) -> int:
+    """Bytes of weight one SM keeps in flight: ``per_sm`` CTAs (default: as many as shared memory and threads allow),
+    each warp ST - 1 steps of U chunks of its 2R half-tiles (512 bytes each)."""
+    n = ctas_per_sm(cfg, M) if per_sm is None else per_sm
+    return n * cfg.warps * (cfg.stages - 1) * cfg.u * 2 * cfg.r * 512
 
 
 def all_configs(dtypes: Iterable[str] = DTYPES, splits: Iterable[int] = (1, 2, 3, 4, 6, 8)) -> list[DecodeConfig]:
@@ -354,8 +363,9 @@ class DecodeCandidate:
 
     def info(self) -> dict[str, Any]:
         M = self._dims[0] or 1
-        return {"algo": str(self.cfg), "smem_bytes": self.cfg.smem_bytes(M), "ctas_per_sm": self._fit}
+        return {"algo": str(self.cfg), "smem_bytes": self.cfg.smem_bytes(M), "ctas_per_sm": self._fit,
+                "weight_in_flight_kb": round(weight_in_flight(self.cfg, M, self._fit) / 1024, 1)}
 
 
 __all__ = ["DecodeConfig", "DecodeCandidate", "DecodeConfigError", "valid_config", "valid", "check", "all_configs",
-           "screen_configs", "split_for", "mt_for", "source", "build_dtype", "typed"]
+           "screen_configs", "split_for", "mt_for", "weight_in_flight", "source", "build_dtype", "typed"]

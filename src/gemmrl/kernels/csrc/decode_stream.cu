@@ -251,9 +251,13 @@ struct Inst {
 #define GEMMRL_DEC1(R_, WR_, WK_, U_, MT_, ST_)                                                    \
   {R_, WR_, WK_, U_, MT_, ST_, Cfg<R_, WR_, WK_, U_, MT_, ST_>::SMEM, 32 * WR_ * WK_,             \
    decode_kernel<R_, WR_, WK_, U_, MT_, ST_>, false},
+// the deep rings (U = 1: 12, 16; U = 2: 6, 8; U = 4: 4) keep 100-135 KB of weight in flight an SM at M <= 8, the
+// vendor's 64x8 tile with 16 stages of 64 K columns 128 KB; the shallow ones keep 32-64 KB
 #define GEMMRL_DEC_ST(R_, WR_, WK_, MT_) GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 4) GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 6) \
-  GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 8) GEMMRL_DEC1(R_, WR_, WK_, 2, MT_, 3) GEMMRL_DEC1(R_, WR_, WK_, 2, MT_, 4) \
-  GEMMRL_DEC1(R_, WR_, WK_, 4, MT_, 2) GEMMRL_DEC1(R_, WR_, WK_, 4, MT_, 3)
+  GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 8) GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 12) GEMMRL_DEC1(R_, WR_, WK_, 1, MT_, 16) \
+  GEMMRL_DEC1(R_, WR_, WK_, 2, MT_, 3) GEMMRL_DEC1(R_, WR_, WK_, 2, MT_, 4) GEMMRL_DEC1(R_, WR_, WK_, 2, MT_, 6) \
+  GEMMRL_DEC1(R_, WR_, WK_, 2, MT_, 8) GEMMRL_DEC1(R_, WR_, WK_, 4, MT_, 2) GEMMRL_DEC1(R_, WR_, WK_, 4, MT_, 3) \
+  GEMMRL_DEC1(R_, WR_, WK_, 4, MT_, 4)
 #define GEMMRL_DEC(R_, WR_, WK_) GEMMRL_DEC_ST(R_, WR_, WK_, 1) GEMMRL_DEC_ST(R_, WR_, WK_, 2) \
   GEMMRL_DEC_ST(R_, WR_, WK_, 4) GEMMRL_DEC_ST(R_, WR_, WK_, 8)
 
