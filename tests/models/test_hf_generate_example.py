@@ -190,10 +190,55 @@ def test_eager_modes_alternate_stock_and_patched_generates(example, empty_librar
 
     monkeypatch.setattr(example, "generate_once", spy)
     args = tiny(empty_library, tmp_path, "--batches", "1", "--prompt-lens", "4", "--modes", "stock-eager,patched-eager",
-                "--repeats", "3")
+                "--repeats", "3", "--recheck", "0")
     assert example.main(args) == 0
     # one untimed each, then timed: stock, patched | patched, stock | stock, patched
     assert seen == [False, True, False, True, True, False, False, True]
+
+
+@pytest.mark.parametrize("bar,rechecked", [("1000", True), ("0.001", False)])
+def test_a_cell_under_the_bar_is_rechecked_interleaved_and_its_rechecks_count(example, empty_library, tmp_path,
+                                                                             monkeypatch, capsys, bar, rechecked):
+    """The noise rule: a patched mode under --bar x stock's gets --recheck further interleaved pairs (the ABBA order
+    continued), and the ratio of their medians is the one the row counts and the table prints."""
+    real = example.generate_once
+    seen = []
+
+    def spy(model, ids, new_tokens, sync):
+        seen.append(any(is_patched(m) for m in model.modules()))
+        return real(model, ids, new_tokens, sync)
+
+    monkeypatch.setattr(example, "generate_once", spy)
+    args = tiny(empty_library, tmp_path, "--batches", "2", "--prompt-lens", "3", "--modes", "stock-eager,patched-eager",
+                "--repeats", "2", "--recheck", "3", "--bar", bar)
+    assert example.main(args) == 0
+    base = [False, True, False, True, True, False]  # untimed each; timed stock, patched | patched, stock
+    more = [False, True, True, False, False, True]  # rechecks: stock, patched | patched, stock | stock, patched
+    assert seen == base + (more if rechecked else [])
+    stock, patched = rows_of(tmp_path / "hf_generate_tiny_bf16.csv")
+    assert stock["decode_vs_stock"] == "" and stock["recheck_decode_ms_per_token_each"] == ("" if not rechecked else
+                                                                                             stock["recheck_decode_ms_per_token_each"])
+    first = float(stock["ttft_ms"]) / float(patched["ttft_ms"])
+    assert float(patched["prefill_vs_stock"]) == pytest.approx(first, rel=1e-3)
+    if rechecked:
+        assert patched["rechecks"] == "3" and len(stock["recheck_decode_ms_per_token_each"].split()) == 3
+        s_each = sorted(map(float, stock["recheck_decode_ms_per_token_each"].split()))
+        p_each = sorted(map(float, patched["recheck_decode_ms_per_token_each"].split()))
+        assert float(patched["decode_vs_stock_counted"]) == pytest.approx(s_each[1] / p_each[1], rel=2e-3)
+        assert patched["decode_vs_stock_counted"] == patched["decode_vs_stock_recheck"]
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("eager "))
+        assert line.split("|")[-2].strip() == "3"  # the table's rechecks column
+        assert line.split("|")[2].split()[-1] == f"{float(patched['decode_vs_stock_counted']):.3f}"
+    else:
+        assert patched["rechecks"] == "0" and patched["decode_vs_stock_recheck"] == ""
+        assert patched["decode_vs_stock_counted"] == patched["decode_vs_stock"]
+
+
+def test_a_bad_recheck_or_bar_is_a_one_line_error(example, capsys):
+    assert example.main(["--recheck", "-1"]) == 2
+    assert example.main(["--bar", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all("--recheck" in e and "--bar" in e for e in err)
 
 
 @pytest.mark.parametrize("modes", ["stock-eager,patched-eager", "stock-compiled,patched-compiled"])
