@@ -223,6 +223,31 @@ def test_hf_table_numbers_by_hand(tmp_path, drop):
     assert "stale" not in text
 
 
+def test_hf_table_shows_the_noise_rules_ratio_where_a_cell_was_rechecked(tmp_path):
+    """A patched row with counted ratios (hf_generate's interleaved cells): the table shows them, marked (rN) where
+    rechecks re-measured the cell, and says what the mark means."""
+    root, name = _hf_repo(tmp_path)
+    path = root / "benchmarks" / "results" / "h100" / name
+    with open(path) as fh:
+        rows = list(csv.DictReader(fh))
+    extra = {"patched-eager": dict(prefill_vs_stock="1.25", decode_vs_stock="0.8", rechecks="3",
+                                   prefill_vs_stock_recheck="1.2", decode_vs_stock_recheck="1.004",
+                                   prefill_vs_stock_counted="1.2", decode_vs_stock_counted="1.004"),
+             "patched-compiled": dict(prefill_vs_stock="1.3", decode_vs_stock="1.25", rechecks="0",
+                                      prefill_vs_stock_recheck="", decode_vs_stock_recheck="",
+                                      prefill_vs_stock_counted="1.3", decode_vs_stock_counted="1.25")}
+    cols = list(rows[0]) + list(extra["patched-eager"])
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, cols, restval="")
+        w.writeheader()
+        w.writerows({**r, **extra.get(r["mode"], {})} for r in rows)
+    index.write(root)
+    text = RM.render(root, (root / "README.md").read_text())
+    got = [ln.strip("| ").split(" | ") for ln in text.splitlines() if ln.startswith("| 1 |")]
+    assert [r[6] for r in got] == ["1.200 (r3)", "1.300"] and [r[9] for r in got] == ["1.004 (r3)", "1.250"]
+    assert "(rN): the cell ran under 1.00 at first" in text
+
+
 def test_hf_check_then_write_then_check(tmp_path, monkeypatch, capsys):
     root, _ = _hf_repo(tmp_path)
     monkeypatch.chdir(root)

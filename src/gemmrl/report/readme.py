@@ -224,15 +224,27 @@ def _equal(patched: dict[str, str]) -> str:
     return "–"
 
 
+def _rechecks(patched: dict[str, str]) -> int:
+    n = patched.get("rechecks", "")
+    return int(n) if n.isdigit() else 0
+
+
 def _hf_row(i: int, p: Pair) -> list[str]:
-    def three(col: str, fmt: str) -> list[str]:
+    def three(col: str, fmt: str, counted: str) -> list[str]:
+        """stock, patched, ratio: the row's counted ratio where it has one (interleaved runs; after the noise
+        rule's rechecks, theirs, marked (rN)), else patched over stock of the first readings."""
         s, q = _num(p.stock, col, p.file), _num(p.patched, col, p.file)
-        return [format(s, fmt), format(q, fmt), f"{q / s:.3f}" if s > 0 else "–"]
+        ratio = f"{q / s:.3f}" if s > 0 else "–"
+        if p.patched.get(counted):
+            ratio = f"{_num(p.patched, counted, p.file):.3f}"
+            if _rechecks(p.patched):
+                ratio += f" (r{_rechecks(p.patched)})"
+        return [format(s, fmt), format(q, fmt), ratio]
 
     mem = "/".join(f"{_num(r, 'peak_mem_gib', p.file):.2f}" if r.get("peak_mem_gib") else "–"
                    for r in (p.stock, p.patched))
-    return [str(i), p.kind, str(p.batch), str(p.prompt), *three("prefill_tokens_per_s", ".0f"),
-            *three("decode_tokens_per_s", ".1f"), mem, _equal(p.patched)]
+    return [str(i), p.kind, str(p.batch), str(p.prompt), *three("prefill_tokens_per_s", ".0f", "prefill_vs_stock_counted"),
+            *three("decode_tokens_per_s", ".1f", "decode_vs_stock_counted"), mem, _equal(p.patched)]
 
 
 def _values(rows, col: str) -> str:
@@ -278,7 +290,10 @@ def hf_table(root: Path, gpu: str, files: tuple[str, ...]) -> str:
     align = ["---", "---", "---:", "---:", *["---:"] * 6, "---", "---"]
     lines = [f"Made by `gemmrl report --readme README.md` from the rows of the files below (each a row of "
              f"`benchmarks/results/{gpu}/{index.INDEX}`), written by `examples/hf_generate.py`: {what}, on {machine}."
-             f"{_ms_per_token(pairs)} A ratio: patched over stock (> 1: patched faster).", "",
+             f"{_ms_per_token(pairs)} A ratio: patched over stock (> 1: patched faster)"
+             + ("; (rN): the cell ran under 1.00 at first and N further interleaved pairs of generates re-measured "
+                "it (the noise rule), the ratio of their medians shown." if any(_rechecks(q.patched) for q in pairs)
+                else "."), "",
              "| " + " | ".join(hdr) + " |", "|" + "|".join(align) + "|", *("| " + " | ".join(r) + " |" for r in body),
              "", *notes]
     return "\n".join(lines)
