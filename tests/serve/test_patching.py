@@ -165,3 +165,30 @@ def test_a_compiled_patched_model_carries_no_more_guards_than_stock():
     gemmrl.unpatch(model)
     # the patched graph guards the few globals of gemmrl.linear's path once, not anything per layer
     assert lines["patched"] <= lines["stock"] + 40, lines
+
+
+class Doubled(torch.nn.Module):
+    def forward(self, w):
+        return 2 * w
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_parametrized_weight_is_read_through_its_property(bias):
+    """torch.nn.utils.parametrize turns ``weight`` into a property (the parameter moves under ``parametrizations``):
+    the patched forward reads it by attribute then, and serves the parametrized weight."""
+    from torch.nn.utils import parametrize
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 6, bias=bias).half()
+    parametrize.register_parametrization(layer, "weight", Doubled())
+    x = x_of(3, 8, torch.float16)
+    want = layer(x)
+    rep = gemmrl.patch(layer)
+    assert "<model>" in rep.patched and is_patched(layer)
+    assert "weight" not in layer._parameters
+    got = layer(x)
+    assert close(got, want, 8, torch.float16)
+    ref = x.float() @ (2 * layer.parametrizations.weight.original.float()).t()
+    assert close(got, ref + (layer.bias.float() if bias else 0), 8, torch.float16)
+    gemmrl.unpatch(layer)
+    assert torch.equal(layer(x), want)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .dispatch import linear
+from .dispatch import _is_compiling, linear
 
 _SERVED = (torch.float16, torch.bfloat16)
 _MARK = "_gemmrl_patched"
@@ -49,10 +49,19 @@ def _forward(self, x):
 
 
 def _class_forward(self, x):
-    """The patched class's forward: gemmrl.linear, or the base class's forward for another input dtype."""
-    if x.dtype != self.weight.dtype:
+    """The patched class's forward: gemmrl.linear, or the base class's forward for another input dtype. Eager, the
+    weight and bias come from the parameter dict (each ``self.weight`` goes through Module.__getattr__, ~0.4 us a
+    call), or by attribute where a parametrization made them properties; under dynamo by attribute, which it guards
+    as it guards a stock layer (the dict's lookups would add guards to every layer)."""
+    if _is_compiling():
+        w, b = self.weight, self.bias
+    else:
+        p = self._parameters
+        w = p["weight"] if "weight" in p else self.weight
+        b = p["bias"] if "bias" in p else self.bias
+    if x.dtype != w.dtype:
         return self._gemmrl_base.forward(self, x)
-    return linear(x, self.weight, self.bias)
+    return linear(x, w, b)
 
 
 def _new_patched(base: type):
