@@ -878,3 +878,25 @@ def test_the_package_reads_gzipped_libraries_beside_plain_ones(tmp_path):
     Library([_ue("NVIDIA H200", 16)]).save(tmp_path / "a.json")
     (tmp_path / "h200.json.gz").write_bytes(gzip.compress(Library([_ue("NVIDIA H200", 64)]).to_json().encode()))
     assert sorted(e.M for e in packaged(tmp_path).entries) == [16, 64]
+
+
+DECODE = "r1_w1x8_u4_st4_s1_fp16"  # a decode-family config (kernels/decode_gemm.py)
+
+
+def test_build_entries_decode_winners_are_exact_tn_entries():
+    """A decode selection re-measured (``decode-sel:graph``, keyed by its algo) wins where it is fastest, layout tn
+    only, each an exact entry (a config's shared memory depends on M's token tile: no bucket across M)."""
+    rows = [_row("1_4096_4096", "decode-sel:graph", 0.020, layout="tn", protocol="graph", algo=DECODE),
+            _row("1_4096_4096", "cublas_tn", 0.024, layout="tn", protocol="graph"),
+            _row("8_4096_4096", "decode-sel:graph", 0.021, layout="tn", protocol="graph", algo=DECODE),
+            _row("8_4096_4096", "cublas_tn", 0.025, layout="tn", protocol="graph"),
+            _row("8_4096_4096", "decode-sel:graph", 0.001, layout="nn", protocol="graph", algo=DECODE)]
+    ents = build_entries(rows)
+    got = {(e.mnk, e.layout): (e.family, e.impl, e.m_lo, e.m_hi) for e in ents if e.protocol == "graph"}
+    assert got[("1_4096_4096", "tn")] == ("decode", DECODE, 1, 1)
+    assert got[("8_4096_4096", "tn")] == ("decode", DECODE, 8, 8)
+    assert ("8_4096_4096", "nn") not in got or got[("8_4096_4096", "nn")][0] != "decode"
+    e = next(x for x in ents if x.family == "decode")
+    assert Entry.from_dict(e.to_dict()) == e
+    with pytest.raises(L.LibraryError, match="tn/fp16 config for a nn/fp16"):
+        Entry.from_dict(dict(e.to_dict(), layout="nn"))

@@ -74,10 +74,10 @@ def test_bench_cpu_leaves_out_shapes_too_large_for_the_interpreter(mnk, capsys):
 
 
 @pytest.mark.parametrize("flag,value", [("library", "x.json"), ("kernel_dir", "d"), ("cutlass_from", ["s.csv"]),
-                                        ("cuda_source", ["k.cu"])])
+                                        ("cuda_source", ["k.cu"]), ("decode_from", ["s.csv"])])
 def test_bench_cpu_names_what_needs_a_gpu(flag, value):
     args = argparse.Namespace(triton_top=0, triton_from=None, library=None, kernel_dir=None, cuda_source=None,
-                              cutlass_from=None, wgmma_from=None, tiny_from=None)
+                              cutlass_from=None, wgmma_from=None, tiny_from=None, decode_from=None)
     setattr(args, flag, value)
     plan = cpu_bench.plan(args, [parse_mnk("64_64_64")], (), ("offline",))
     assert plan.needs_gpu == ("timing (offline) and the vendor paths", f"--{flag.replace('_', '-')}")

@@ -38,8 +38,10 @@ def test_names_and_prefixes():
 
 
 def test_served_and_selectable_are_what_library_and_screen_take():
-    assert R.SERVED == LIBRARY_FAMILIES == ("triton", "cutlass", "tiny", "vendor")
-    assert set(R.SELECTABLE) == {"triton", "cutlass", "tiny", "wgmma"}
+    from gemmrl.search.screen import SCREENS
+
+    assert R.SERVED == LIBRARY_FAMILIES == ("triton", "cutlass", "tiny", "decode", "vendor")
+    assert set(R.SELECTABLE) == {"triton", "cutlass", "tiny", "wgmma", "decode"} == set(SCREENS)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

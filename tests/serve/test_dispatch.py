@@ -829,24 +829,29 @@ def test_cutlass_entry_serves_gpu(lib, hot_path, shape, impl, torch_v, monkeypat
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not toolchain.find_nvcc(), reason="needs nvcc")
-@pytest.mark.parametrize("shape, impl, dtype", [((64, 64, 1024), "32x32_s8_st4_fp16", torch.float16),
-                                                ((100, 72, 2056), "16x64_s16_st4_bf16", torch.bfloat16)])
-def test_tiny_entry_serves_gpu(lib, hot_path, shape, impl, dtype, monkeypatch):
-    """A tiny-family entry serves eagerly and inside a CUDA-graph capture, with torch's result; through a compiled
-    hot path the calls after the first run the plan's C entry; an unaligned call goes to torch.matmul."""
+@pytest.mark.parametrize("fam, shape, impl, dtype", [
+    ("tiny", (64, 64, 1024), "32x32_s8_st4_fp16", torch.float16),
+    ("tiny", (100, 72, 2056), "16x64_s16_st4_bf16", torch.bfloat16),
+    ("decode", (1, 4100, 4104), "r1_w1x8_u4_st4_s1_fp16", torch.float16),
+    ("decode", (12, 70, 1000), "r1_w1x8_st12_s1_bf16", torch.bfloat16)])
+def test_plan_family_entry_serves_gpu(lib, hot_path, fam, shape, impl, dtype, monkeypatch):
+    """A tiny- or decode-family entry serves eagerly and inside a CUDA-graph capture, with torch's result; through a
+    compiled hot path the calls after the first run the plan's C entry; an unaligned call goes to torch.matmul."""
+    from gemmrl.kernels.decode_gemm import DecodeCandidate
     from gemmrl.kernels.tiny_gemm import TinyCandidate
 
+    cls = {"tiny": TinyCandidate, "decode": DecodeCandidate}[fam]
     py_calls = []
-    real_call = TinyCandidate.__call__
-    monkeypatch.setattr(TinyCandidate, "__call__", lambda self, *a: (py_calls.append(1), real_call(self, *a)))
+    real_call = cls.__call__
+    monkeypatch.setattr(cls, "__call__", lambda self, *a: (py_calls.append(1), real_call(self, *a)))
     M, N, K = shape
     dt = "bf16" if dtype == torch.bfloat16 else "fp16"
-    lib(entry(M, N, K, gpu=_gpu_name(), layout="tn", family="tiny", impl=impl, dtype=dt, torch_v="0.0.0"))
+    lib(entry(M, N, K, gpu=_gpu_name(), layout="tn", family=fam, impl=impl, dtype=dt, torch_v="0.0.0"))
     dev = torch.device("cuda")
     a = torch.randn(M, K, device=dev).to(dtype)
     b = torch.randn(N, K, device=dev).to(dtype).t()
     got = gemmrl.served_by(a, b)
-    assert all(d.startswith(f"tiny:{impl} (offline entry {M}_{N}_{K}") for d in got.values()), got
+    assert all(d.startswith(f"{fam}:{impl} (offline entry {M}_{N}_{K}") for d in got.values()), got
     want = a.float() @ b.float()
     assert (gemmrl.mm(a, b).float() - want).abs().max() <= tol(K, dtype)  # built through the full battery
     built_calls = len(py_calls)
@@ -854,7 +859,7 @@ def test_tiny_entry_serves_gpu(lib, hot_path, shape, impl, dtype, monkeypatch):
         assert (gemmrl.mm(a, b).float() - want).abs().max() <= tol(K, dtype)
     assert len(py_calls) == built_calls + (2 if hot_path == "python" else 0), (hot_path, len(py_calls), built_calls)
     served = dispatch._S.built[(M, N, K, a.dtype, "tn", a.device.index)]
-    assert served.eager_spec[0] == 2 and served.eager_spec[-1].name.startswith("gemmrl:tiny:")
+    assert served.eager_spec[0] == 2 and served.eager_spec[-1].name.startswith(f"gemmrl:{fam}:")
     out = torch.full((M, N), float("nan"), device=dev, dtype=dtype)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):

@@ -65,6 +65,9 @@ def add_parser(sub) -> None:
     b.add_argument("--tiny-from", nargs="+", metavar="CSV",
                    help="re-measure the tiny configs a `gemmrl select --family tiny` run selected, as "
                         "tiny-sel:<protocols> candidates")
+    b.add_argument("--decode-from", nargs="+", metavar="CSV",
+                   help="re-measure the decode configs a `gemmrl select --family decode` run selected, as "
+                        "decode-sel:<protocols> candidates")
     b.add_argument("--triton-top", type=int, default=0, metavar="K",
                    help="also verify and time the cost model's K best Triton configs per shape (a few of each "
                         "variant), named triton:<config>; 0 (default) = off")
@@ -200,7 +203,7 @@ def cmd_bench(args) -> int:
                        "drop one of them")
     sources = _cuda_sources(args) if args.cuda_source else ()
     if sources and (extra or args.kernel_dir or args.library or args.triton_from or args.cutlass_from
-                    or args.wgmma_from or args.tiny_from):
+                    or args.wgmma_from or args.tiny_from or args.decode_from):
         raise CliError("--cuda-source runs in the sandbox with the vendor baselines only; measure other candidates "
                        "in a separate bench run")
     extra += _selection_from("triton", args.triton_from, problems)
@@ -208,6 +211,7 @@ def cmd_bench(args) -> int:
     extra += _selection_from("cutlass", args.cutlass_from, problems)
     extra += _selection_from("wgmma", args.wgmma_from, problems)
     extra += _selection_from("tiny", args.tiny_from, problems)
+    extra += _selection_from("decode", args.decode_from, problems)
     for flag, v, ok, want in (("--repeat", args.repeat, args.repeat >= 1, ">= 1"),
                               ("--target-qps", args.target_qps, args.target_qps > 0, "> 0"),
                               ("--warmup-seconds", args.warmup_seconds, (args.warmup_seconds or 0) >= 0, ">= 0"),

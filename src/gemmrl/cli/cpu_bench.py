@@ -25,7 +25,7 @@ from .common import CliError
 
 DEFAULT_TOP = 1          # configs per shape when the flags name no Triton kernel
 MAX_MACS = 1 << 28       # M*N*K beyond which one kernel takes minutes under the interpreter (64_4096_64: 2^24)
-GPU_ONLY_FLAGS = ("library", "kernel_dir", "cuda_source", "cutlass_from", "wgmma_from", "tiny_from")
+GPU_ONLY_FLAGS = ("library", "kernel_dir", "cuda_source", "cutlass_from", "wgmma_from", "tiny_from", "decode_from")
 INSTALL = "python3 -m pip install -c constraints.txt -e \".[triton]\" (or: pip install triton)"
 
 

@@ -1,5 +1,5 @@
 """`gemmrl select`: screen a family's configs per shape (Triton: the cost model's top configs and an exploration
-pool; CUTLASS, wgmma, tiny: the family and its knobs) and select one per shape and protocol.
+pool; CUTLASS, wgmma, tiny, decode: the family and its knobs) and select one per shape and protocol.
 
     gemmrl select --shapes shapes.txt --top 16 --explore 8
     gemmrl select --family cutlass --grid cuda-l2 --sample 50 --layouts tn
@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
                                       "with bench --triton-from / --cutlass-from")
     shape_args(s)
     s.add_argument("--protocol", default="graph,cold", help="graph, cold or both")
-    s.add_argument("--family", default="triton", choices=("triton", "cutlass", "wgmma", "tiny"))
+    s.add_argument("--family", default="triton", choices=("triton", "cutlass", "wgmma", "tiny", "decode"))
     s.add_argument("--top", type=int, default=16, help="the cost model's K best configs per shape and layout")
     s.add_argument("--explore", type=int, default=8, help="more configs per shape and layout from a shared random pool")
     s.add_argument("--layouts", default="tn,nn", help="the layouts our kernels are screened in: tn (reads B^T), nn, or both")

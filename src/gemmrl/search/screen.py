@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from ..candidate import make_buffers
-from ..kernels import cutlass_sm90, tiny_gemm, wgmma_gemm
+from ..kernels import cutlass_sm90, decode_gemm, tiny_gemm, wgmma_gemm
 from ..kernels.toolchain import arch_for
 from ..kernels.registry import family
 from ..kernels.triton_gemm import TritonGemm
@@ -463,6 +463,7 @@ SCREENS = {
     "cutlass": FamilyScreen(_plan_cutlass, frozenset({"configs", "all_knobs"}), cutlass_configs),
     "tiny": FamilyScreen(partial(_plan_own, tiny_gemm.screen_configs, tiny_gemm.build_dtype)),
     "wgmma": FamilyScreen(partial(_plan_own, wgmma_gemm.screen_configs, wgmma_gemm.build_dtype)),
+    "decode": FamilyScreen(partial(_plan_own, decode_gemm.screen_configs, decode_gemm.build_dtype)),
 }
 # ScreenSpec options that only some families' screens take: (is it set, what it is for)
 OPTIONS: dict[str, tuple[Callable[[ScreenSpec], bool], str]] = {
