@@ -180,7 +180,8 @@ def test_cuda_asked_for_without_a_gpu_is_a_one_line_error(example, capsys):
     assert err == "hf_generate.py: error: --device cuda: torch sees no CUDA GPU here\n"
 
 
-def test_eager_modes_alternate_stock_and_patched_generates(example, empty_library, tmp_path, monkeypatch):
+def patched_per_generate(example, monkeypatch) -> list[bool]:
+    """Whether the model was patched at each generate the example runs, in order (filled as it runs)."""
     real = example.generate_once
     seen = []
 
@@ -189,6 +190,11 @@ def test_eager_modes_alternate_stock_and_patched_generates(example, empty_librar
         return real(model, ids, new_tokens, sync)
 
     monkeypatch.setattr(example, "generate_once", spy)
+    return seen
+
+
+def test_eager_modes_alternate_stock_and_patched_generates(example, empty_library, tmp_path, monkeypatch):
+    seen = patched_per_generate(example, monkeypatch)
     args = tiny(empty_library, tmp_path, "--batches", "1", "--prompt-lens", "4", "--modes", "stock-eager,patched-eager",
                 "--repeats", "3", "--recheck", "0")
     assert example.main(args) == 0
@@ -201,14 +207,7 @@ def test_a_cell_under_the_bar_is_rechecked_interleaved_and_its_rechecks_count(ex
                                                                              monkeypatch, capsys, bar, rechecked):
     """The noise rule: a patched mode under --bar x stock's gets --recheck further interleaved pairs (the ABBA order
     continued), and the ratio of their medians is the one the row counts and the table prints."""
-    real = example.generate_once
-    seen = []
-
-    def spy(model, ids, new_tokens, sync):
-        seen.append(any(is_patched(m) for m in model.modules()))
-        return real(model, ids, new_tokens, sync)
-
-    monkeypatch.setattr(example, "generate_once", spy)
+    seen = patched_per_generate(example, monkeypatch)
     args = tiny(empty_library, tmp_path, "--batches", "2", "--prompt-lens", "3", "--modes", "stock-eager,patched-eager",
                 "--repeats", "2", "--recheck", "3", "--bar", bar)
     assert example.main(args) == 0

@@ -8,6 +8,7 @@ import csv
 import random
 
 import pytest
+from fake_proposers import Inner
 
 from gemmrl.cli import tune
 from gemmrl.cli.main import main
@@ -16,7 +17,7 @@ from gemmrl.library import Entry, Library, packaged
 from gemmrl.measure.evaluate import CandidateSpec
 from gemmrl.problem import GemmProblem
 from gemmrl.search.priors import Primed, PriorsError, prior_gpu, prior_specs
-from gemmrl.search.proposer import Context, Outcome, Proposal
+from gemmrl.search.proposer import Context, Outcome
 
 H100 = "NVIDIA H100 80GB HBM3"
 TILED = "tiled(BM=64,BN=64,BK=64,warps=4,stages=3,group_m=8)"
@@ -66,19 +67,6 @@ def test_priors_are_the_shapes_kernels_nearest_m_first_valid_here_and_once_each(
     assert got == want
     assert all(s.family == "triton" and s.name == f"triton:{s.payload}:{s.layout}"
                for s in prior_specs(lib, H100, GemmProblem(M, 4096, 4096)))
-
-
-class Inner:
-    name = "rl"
-
-    def __init__(self, specs):
-        self.specs, self.updates = specs, []
-
-    def propose(self, ctx, k, rng=None):
-        return [Proposal(s, "rl") for s in self.specs if s.name not in {o.proposal.spec.name for o in ctx.own}][:k]
-
-    def update(self, ctx, outcomes):
-        self.updates.append(list(outcomes))
 
 
 def spec(impl, layout="tn"):
@@ -138,14 +126,18 @@ def test_tune_without_cutlass_headers_leaves_the_family_out_and_says_so(monkeypa
 
     here = argparse.Namespace(scheduler=None, executor="sandbox")
     monkeypatch.setattr(tune, "cutlass_include_dirs", missing)
+    monkeypatch.setattr(tune, "find_nvcc", lambda: None)
     assert tune.buildable_families(here) == {"triton"}
     assert "the CUTLASS family is left out" in capsys.readouterr().out
-    # a dry run builds nothing and a scheduler's workers build elsewhere: neither asks this machine
+    # a dry run builds nothing (the cost model times the policy's families) and a scheduler's workers build
+    # elsewhere: neither asks this machine
     assert tune.buildable_families(argparse.Namespace(scheduler=None, executor="model")) == {"triton", "cutlass"}
-    assert tune.buildable_families(argparse.Namespace(scheduler="tcp://h:1", executor="sandbox")) == {"triton",
-                                                                                                       "cutlass"}
+    assert tune.buildable_families(argparse.Namespace(scheduler="tcp://h:1", executor="sandbox")) == {
+        "triton", "cutlass", "decode"}
     monkeypatch.setattr(tune, "cutlass_include_dirs", lambda: [])
     assert tune.buildable_families(here) == {"triton", "cutlass"}
+    monkeypatch.setattr(tune, "find_nvcc", lambda: "/usr/local/cuda/bin/nvcc")  # nvcc builds the decode family
+    assert tune.buildable_families(here) == {"triton", "cutlass", "decode"}
     ns = argparse.Namespace(proposer="rl", policy=None, policy_lr=0.0)
     monkeypatch.setattr(tune, "user_policy", lambda: tune.Path("/nonexistent/policy.json"))
     _, pol = tune.make_proposers(ns, ("tn",), frozenset({"triton"}))

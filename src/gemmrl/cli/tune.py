@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from ..kernels import cutlass_sm90 as cs
-from ..kernels.toolchain import CutlassNotFound, arch_for, cutlass_include_dirs
+from ..kernels.toolchain import CutlassNotFound, arch_for, cutlass_include_dirs, find_nvcc
 from ..kernels.triton_gemm.configs import H100, parse_config
 from ..library import Library, LibraryError, TrialsStore, add_to_user_library, packaged
 from ..paths import cache_dir
@@ -36,6 +36,7 @@ from .common import CliError, apply_part, parse_protocols, problems_from, shape_
 PROPOSERS = ("rl", "llm", "both", "costmodel", "random")
 EXECUTORS = ("sandbox", "inline", "model")
 GENERATED = frozenset({"triton", "cutlass"})  # the generated families the policy proposes
+OWN_CONFIGS = frozenset({"decode"})  # families that pick their own configs at a shape, proposed first (own_configs.py)
 
 
 class TuneError(ValueError):
@@ -167,15 +168,20 @@ def make_proposers(args, layouts: tuple[str, ...], families: frozenset[str] = GE
 def buildable_families(args) -> frozenset[str]:
     """The generated families this tune can build: without CUTLASS's headers on the machine that builds (this one,
     unless a scheduler's workers do), every CUTLASS proposal would end as a build failure (on an H200 without them,
-    93 of a journey's 212 candidates), so the CUTLASS family is left out, said once."""
-    if args.scheduler or args.executor == "model":   # workers elsewhere build; a dry run builds nothing
+    93 of a journey's 212 candidates), so the CUTLASS family is left out, said once; the decode family (nvcc, M <= 32,
+    proposed ahead of the policy: search/own_configs.py) where nvcc is found. A dry run (the cost model times
+    Triton and CUTLASS configs only) proposes the policy's families."""
+    if args.executor == "model" and not args.scheduler:
         return GENERATED
+    if args.scheduler:   # workers elsewhere build
+        return GENERATED | OWN_CONFIGS
+    own = OWN_CONFIGS if find_nvcc() else frozenset()
     try:
         cutlass_include_dirs()
     except CutlassNotFound as e:
         print(f"tune: {e}; the CUTLASS family is left out of the proposals (Triton only)", flush=True)
-        return GENERATED - {"cutlass"}
-    return GENERATED
+        return (GENERATED - {"cutlass"}) | own
+    return GENERATED | own
 
 
 def primed(proposer, args, families: frozenset[str] | None = None):
@@ -329,6 +335,10 @@ def cmd_tune(args) -> int:
         raise CliError(str(e)) from None
     if args.priors:
         proposers[0] = primed(proposers[0], args, families)
+    if families & OWN_CONFIGS:
+        from ..search.own_configs import OwnFirst  # start-up cost: only where such a family is built
+
+        proposers[0] = OwnFirst(proposers[0], layouts, sorted(families & OWN_CONFIGS), most=max(1, args.group // 4))
     executor = None
     if args.scheduler:
         executor = make_executor(args, protocols)

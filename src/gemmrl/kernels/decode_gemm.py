@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import threading
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,6 +270,17 @@ def build_dtype(dtype: str = "fp16", arch: str | None = None) -> Build:
     return _FAMILY.build(dtype, arch)
 
 
+_BUILD_LOCK = threading.Lock()
+
+
+def prebuild(payload, arch: str | None = None) -> Build:
+    """A config's dtype built into the build cache ahead of its evaluation (the tuner's prebuild threads: several
+    configs of one dtype share one nvcc run, so they wait on each other instead of compiling it twice)."""
+    cfg = payload if isinstance(payload, DecodeConfig) else DecodeConfig.parse(str(payload))
+    with _BUILD_LOCK:
+        return build_dtype(cfg.dtype, arch)
+
+
 def typed(lib):
     """``lib`` (a loaded decode_stream.cu) with the C signatures of its entries set, once."""
     if not getattr(lib, "_gemmrl_typed", False):
@@ -368,4 +380,4 @@ class DecodeCandidate:
 
 
 __all__ = ["DecodeConfig", "DecodeCandidate", "DecodeConfigError", "valid_config", "valid", "check", "all_configs",
-           "screen_configs", "split_for", "mt_for", "weight_in_flight", "source", "build_dtype", "typed"]
+           "screen_configs", "split_for", "mt_for", "weight_in_flight", "source", "build_dtype", "prebuild", "typed"]

@@ -215,7 +215,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("wgmma", wgmma_gemm.WgmmaConfig.parse, _wgmma_candidate, wgmma_gemm.valid, _fixed_config,
            selectable=True),
     Family("decode", decode_gemm.DecodeConfig.parse, _decode_candidate, decode_gemm.valid, _fixed_config,
-           served=True, selectable=True),
+           prebuild=decode_gemm.prebuild, served=True, selectable=True),
     Family("vendor", _vendor_parse, _vendor_candidate, served=True),
     Family("cuda", _source, _cuda_candidate, builder=_cuda_build, prebuild=_cuda_prebuild, declared=True),
     Family("triton_source", _source, _triton_source_candidate, builder=_triton_source_build, declared=True),
