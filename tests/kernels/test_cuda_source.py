@@ -133,8 +133,10 @@ def test_a_range_with_no_multiple_inside_has_no_corners():
 @needs_nvcc
 def test_build_correct_then_cached(cache):
     src = planted_source("correct")
+    assert not cs.cached(src, "90a")  # nothing built in a fresh cache
     b = cs.build(src, "90a")
     assert b.ok, b.error
+    assert cs.cached(src, "90a") and not cs.cached(planted_source("correct", layout="nn"), "90a")
     assert os.path.isfile(b.so)
     assert b.ptxas.kernels >= 1 and 0 < b.ptxas.max_registers <= 255
     assert b.ptxas.spill_store_bytes == 0
@@ -157,6 +159,7 @@ def test_compile_error_is_structured_and_cached(cache):
     assert b.error.line in (want, want + 1)  # nvcc points at the token where the ';' was expected
     assert "error" in b.error.log_head.lower()
     assert cs.build(src, "90a").cached  # the source's own error is remembered
+    assert not cs.cached(src, "90a")  # remembered as an error: nothing to load
 
 
 @needs_nvcc

@@ -35,8 +35,10 @@ def entry(M, N, K, *, gpu="cpu", layout="tn", protocol="offline", family="triton
 
 
 @pytest.fixture
-def lib(hot_path):
-    """Serve from a library of the given entries, through each hot path in turn (conftest.hot_path)."""
+def lib(hot_path, monkeypatch):
+    """Serve from a library of the given entries, through each hot path in turn (conftest.hot_path). The decode rows
+    are off (their race costs an nvcc build a dtype in a fresh cache); their own test turns them on."""
+    monkeypatch.setenv("GEMMRL_DECODE_ROWS", "0")
 
     def use(*entries):
         lb = Library(entries)
@@ -562,6 +564,44 @@ def test_a_decode_shape_races_the_gemv_rows_and_whatever_wins_computes_right_gpu
     ref = a.float() @ b.float()
     assert (gemmrl.mm(a, b).float() - ref).abs().max() <= tol(K, dtype), rec
     out = torch.empty(M, N, device=a.device, dtype=dtype)
+    replayed(lambda: gemmrl.mm(a, b, out=out), out)
+    assert (out.float() - ref).abs().max() <= tol(K, dtype), rec
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not toolchain.find_nvcc(), reason="needs nvcc")
+@pytest.mark.parametrize("M, N, K, dtype", [(8, 4096, 4096, torch.float16), (1, 3584, 18944, torch.bfloat16)])
+def test_a_decode_shape_races_the_decode_rows_deferred_on_a_capped_first_sight_gpu(lib, M, N, K, dtype, tmp_path,
+                                                                                    monkeypatch):
+    """An unseen decode shape in layout tn: a first sight under the build cap, with the decode family not built in
+    this cache, races without its rows (they wait for warmup, no nvcc run in the call); warmup builds them and races
+    them (its cache key names them); what serves is the fp32 product's answer eagerly and in a graph."""
+    from gemmrl.kernels import decode_gemm
+    from gemmrl.serve import decode_rows
+
+    monkeypatch.setenv("GEMMRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("GEMMRL_DECODE_ROWS", "1")  # the lib fixture turned them off
+    monkeypatch.setenv(dispatch.FIRST_CALL_BUILD_ENV, "2")
+    monkeypatch.setattr(decode_gemm._FAMILY, "built", {})  # nothing built in this process: the fresh cache decides
+    lib()
+    dev = torch.device("cuda")
+    a = torch.randn(M, K, device=dev).to(dtype)
+    b = torch.randn(N, K, device=dev).to(dtype).t()
+    ref = a.float() @ b.float()
+    p = GemmProblem(M, N, K, dtype={torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype], acc="fp32", layout="tn")
+    rows = _names(decode_rows.here(p, _gpu_name()))
+    assert len(rows) == decode_rows.COUNT
+    t0 = time.perf_counter()
+    assert (gemmrl.mm(a, b).float() - ref).abs().max() <= tol(K, dtype)
+    assert time.perf_counter() - t0 < 20, "a first sight waited on the decode family's nvcc build"
+    assert all(r not in gemmrl.served_by(a, b)["eager"] for r in rows)
+    rec = gemmrl.warmup([(M, N, K)], dtype=dtype, layouts=("tn",))
+    raced = _names(dispatch._contenders(dispatch.library(), _gpu_name(), p))
+    assert rows <= raced
+    text = "".join(f.read_text() for f in (tmp_path / "vendor-choice").glob("*.json"))
+    assert any(r.split(":", 1)[1] in text for r in rows), rec
+    assert (gemmrl.mm(a, b).float() - ref).abs().max() <= tol(K, dtype), rec
+    out = torch.empty(M, N, device=dev, dtype=dtype)
     replayed(lambda: gemmrl.mm(a, b, out=out), out)
     assert (out.float() - ref).abs().max() <= tol(K, dtype), rec
 

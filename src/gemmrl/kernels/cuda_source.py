@@ -304,6 +304,20 @@ def _structured_error(log: str, cu: str, timeout: bool = False) -> BuildError:
 # ---------------------------------------------------------------------------------------------------------
 # build
 # ---------------------------------------------------------------------------------------------------------
+def cached(src: CudaSource, arch: str | None = None) -> bool:
+    """Whether ``build(src, arch)`` would find a built object in the cache (no nvcc run: a few file checks and, once
+    a process, ``nvcc --version``). False where nvcc or the headers are missing."""
+    arch = arch_for(arch=arch)
+    nvcc = find_nvcc()
+    if not nvcc or src.abi != "gemmrl":
+        return False
+    try:
+        d = cache_dir("build", "cuda") / build_key(src, arch, nvcc, include_dirs(src.includes))  # made by a build
+    except Exception:  # noqa: BLE001 - headers missing, nvcc that does not run: nothing built here
+        return False
+    return (d / "candidate.so").is_file() and (d / "build.json").is_file()
+
+
 def build(src: CudaSource, arch: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
           max_spill_bytes: int = 0, force: bool = False) -> Build:
     """Compile ``src`` (ABI ``gemmrl``) to a shared object, or find it in the cache. Never raises for a bad
@@ -413,6 +427,16 @@ class PerDtype:
         return CudaSource(code=self._code, entry="gemmrl_gemm", layout="tn", dtype=dtype,
                           shapes=ShapeRange(k_mult=8), name=f"cuda:{self.path.stem}_{dtype}",
                           flags=(f"-DGEMMRL_BF16={int(dtype == 'bf16')}",))
+
+    def ready(self, dtype: str = "fp16", arch: str | None = None) -> bool:
+        """Whether the dtype's object is built (in this process or the disk cache): loading it costs no nvcc run.
+        False where no arch is given and no GPU names one."""
+        try:
+            key = (dtype, arch_for(arch=arch))
+        except RuntimeError:
+            return False
+        b = self.built.get(key)
+        return b.ok if b is not None else cached(self.source(dtype), key[1])
 
     def build(self, dtype: str = "fp16", arch: str | None = None) -> Build:
         key = (dtype, arch_for(arch=arch))

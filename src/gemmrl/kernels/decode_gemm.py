@@ -273,6 +273,12 @@ def build_dtype(dtype: str = "fp16", arch: str | None = None) -> Build:
 _BUILD_LOCK = threading.Lock()
 
 
+def ready(cfg: DecodeConfig) -> bool:
+    """Whether ``cfg``'s dtype is built already (this process or the disk cache): a first call may race it without
+    waiting on nvcc (~25 s a dtype)."""
+    return _FAMILY.ready(cfg.dtype)
+
+
 def prebuild(payload, arch: str | None = None) -> Build:
     """A config's dtype built into the build cache ahead of its evaluation (the tuner's prebuild threads: several
     configs of one dtype share one nvcc run, so they wait on each other instead of compiling it twice)."""
@@ -380,4 +386,5 @@ class DecodeCandidate:
 
 
 __all__ = ["DecodeConfig", "DecodeCandidate", "DecodeConfigError", "valid_config", "valid", "check", "all_configs",
-           "screen_configs", "split_for", "mt_for", "weight_in_flight", "source", "build_dtype", "prebuild", "typed"]
+           "screen_configs", "split_for", "mt_for", "weight_in_flight", "source", "build_dtype", "prebuild", "ready",
+           "typed"]

@@ -47,7 +47,8 @@ class Family:
     predicate on an H100/H200-class GPU; ``candidate(config, problem, name)`` makes the candidate (nothing is built
     before its ``prepare``); ``build(payload, problem, name)`` makes it built now, ``(candidate or None, build
     record)``; ``prebuild(payload, arch)`` compiles it ahead into the build cache, where the family compiles with
-    nvcc (a tuner runs it in threads while the GPU works). ``fixed(config)`` is the (layout, dtype) a config is
+    nvcc (a tuner runs it in threads while the GPU works); ``ready(config)``, where building costs an nvcc run,
+    whether it is built already (a first call's race defers an unbuilt one to warmup). ``fixed(config)`` is the (layout, dtype) a config is
     compiled for, None where it serves any.
     ``served``: a library entry may name it; ``buckets``: one config that won at neighbouring measured M of an (N, K)
     may serve the M between them (its launch takes any M); ``selectable``: ``gemmrl select --family`` screens it and ``gemmrl
@@ -60,6 +61,7 @@ class Family:
     fixed: Callable[[Any], tuple[str, str]] | None = None
     builder: Callable[[Any, GemmProblem, str | None], tuple[Any, Record]] | None = None
     prebuild: Callable[[Any, str], Any] | None = None
+    ready: Callable[[Any], bool] | None = None
     served: bool = False
     buckets: bool = False
     selectable: bool = False
@@ -215,7 +217,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("wgmma", wgmma_gemm.WgmmaConfig.parse, _wgmma_candidate, wgmma_gemm.valid, _fixed_config,
            selectable=True),
     Family("decode", decode_gemm.DecodeConfig.parse, _decode_candidate, decode_gemm.valid, _fixed_config,
-           prebuild=decode_gemm.prebuild, served=True, selectable=True),
+           prebuild=decode_gemm.prebuild, ready=decode_gemm.ready, served=True, selectable=True),
     Family("vendor", _vendor_parse, _vendor_candidate, served=True),
     Family("cuda", _source, _cuda_candidate, builder=_cuda_build, prebuild=_cuda_prebuild, declared=True),
     Family("triton_source", _source, _triton_source_candidate, builder=_triton_source_build, declared=True),

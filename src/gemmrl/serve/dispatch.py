@@ -19,8 +19,9 @@ How a call is served, per (shapes, strides, dtypes, devices) of its operands, de
   whose entry cannot be built or fails its check here: the fallback race, once per bucket of M (powers of two) on
   this GPU, cached per GPU, driver and cuBLASLt version: the lean cuBLAS / cuBLASLt plans and torch.matmul against
   the generated kernels the library measured for the shape or at the nearest tuned M below and above it
-  (serve/vendor_choice.py), at a launch-bound shape a few small Triton tiles (serve/launch_bound.py), and at M <= 8
-  a few Triton GEMV configs (serve/gemv_rows.py); a generated winner serves after the full correctness battery at
+  (serve/vendor_choice.py), at a launch-bound shape a few small Triton tiles (serve/launch_bound.py), at M <= 8
+  a few Triton GEMV configs (serve/gemv_rows.py), and at M <= 32 two decode-family configs where nvcc is found
+  (serve/decode_rows.py); a generated winner serves after the full correctness battery at
   this shape (``GEMMRL_VENDOR_FALLBACK=off`` for torch.matmul and entries as they are). Eager calls take the plan
   raced cold (operands from device memory), graph replays the one raced warm (``GEMMRL_GRAPH_RACE=cold``: graph
   replays too take the cold race's, as a layer inside a whole model's graph reads its weight from device memory).
@@ -65,7 +66,7 @@ from ..kernels.registry import family
 from ..library import PROTOCOL_ORDER, Entry, Library, load_default
 from ..problem import GemmProblem, parse_mnk
 from ..verify import verify
-from . import fastpath, gemv_rows, launch_bound, launchers, vendor_choice
+from . import decode_rows, fastpath, gemv_rows, launch_bound, launchers, vendor_choice
 from .launchers import DispatchError
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -127,20 +128,23 @@ def first_call_build_s() -> float:
 
 class _BuildBudget:
     """What a first sight may still spend building generated contenders (shared by its graph and cold races), and
-    the contenders it left out: once the budget is spent, no new build starts (one build may overrun it)."""
+    the contenders it left out: once the budget is spent, no new build starts (one build may overrun it); under a
+    cap, a contender whose family builds with nvcc and is not built yet (``ready`` false: tens of seconds) waits for
+    warmup from the start."""
 
     def __init__(self, seconds: float):
         self.left = seconds
+        self.capped = math.isfinite(seconds)
         self.deferred: list[str] = []
         self.built: set[str] = set()
 
-    def build(self, name: str, make: Callable[[], Any]) -> Any:
-        """``make()`` timed against the budget; None (``name`` deferred) once the budget is spent, unless ``name``
-        was built before (the cold race launches again what the graph race built: both races time the same
-        contenders)."""
+    def build(self, name: str, make: Callable[[], Any], ready: Callable[[], bool] = lambda: True) -> Any:
+        """``make()`` timed against the budget; None (``name`` deferred) once the budget is spent, or under a cap
+        where ``ready()`` says the build is an nvcc run, unless ``name`` was built before (the cold race launches
+        again what the graph race built: both races time the same contenders)."""
         if name in self.deferred:
             return None
-        if self.left <= 0 and name not in self.built:
+        if (self.left <= 0 or self.capped and not ready()) and name not in self.built:
             self.deferred.append(name)
             return None
         self.built.add(name)
@@ -615,9 +619,10 @@ def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ..
     (any protocol; relabelled, or a bucket at an unmeasured M) and those measured at the nearest tuned M below and
     above at this (N, K) of a family that takes any M (``Family.buckets``: a CUTLASS pick's scheduler knobs were
     chosen for its measured grid of tiles, and it builds with nvcc); at a launch-bound shape, also the small Triton
-    tiles of serve/launch_bound.py (``GEMMRL_LAUNCH_BOUND=0``: not), and at M <= 8 the Triton GEMV rows of
-    serve/gemv_rows.py (``GEMMRL_GEMV_ROWS=0``: not). Vendor entries are not contenders: the race times every vendor
-    plan here."""
+    tiles of serve/launch_bound.py (``GEMMRL_LAUNCH_BOUND=0``: not), at M <= 8 the Triton GEMV rows of
+    serve/gemv_rows.py (``GEMMRL_GEMV_ROWS=0``: not), and at M <= 32 the decode family's configs of
+    serve/decode_rows.py (``GEMMRL_DECODE_ROWS=0``: not). Vendor entries are not contenders: the race times every
+    vendor plan here."""
     p = problem
     own = [lib.lookup(gpu, p.dtype, p.acc, p.layout, proto, p.M, p.N, p.K) for proto in PROTOCOL_ORDER["graph"]]
     near = [e for e in lib.neighbours(gpu, p.dtype, p.acc, p.layout, p.M, p.N, p.K) if family(e.family).buckets]
@@ -627,11 +632,21 @@ def _contenders(lib: Library, gpu: str, problem: GemmProblem) -> tuple[Entry, ..
                 and _valid_at(e, p):
             out.append(e)
     out = out[:MAX_CONTENDERS]
-    # small Triton tiles where launch, not arithmetic, sets the time; Triton GEMV rows at a decode step's M (<= 8)
-    for e in (*launch_bound.here(p, gpu), *gemv_rows.here(p, gpu)):
+    # small Triton tiles where launch, not arithmetic, sets the time; Triton GEMV rows at a decode step's M (<= 8);
+    # the decode family's rings at M <= 32
+    for e in (*launch_bound.here(p, gpu), *gemv_rows.here(p, gpu), *decode_rows.here(p, gpu)):
         if all((e.family, e.impl) != (x.family, x.impl) for x in out):
             out.append(e)
     return tuple(out)
+
+
+def _ready(e: Entry) -> bool:
+    """Whether building ``e`` costs no nvcc run (its family's ``ready``; families without one compile in seconds)."""
+    fam = family(e.family)
+    try:
+        return fam.ready is None or bool(fam.ready(fam.parse(e.impl)))
+    except (ValueError, KeyError):
+        return True  # an impl that does not parse fails in its launch, reported there
 
 
 def _valid_at(e: Entry, problem: GemmProblem) -> bool:
@@ -653,8 +668,10 @@ def _fallback_settings() -> str:
             vendor_choice.graph_race()
             launch_bound.enabled()
             gemv_rows.enabled()
+            decode_rows.enabled()
         return m
-    except (vendor_choice.VendorChoiceError, launch_bound.LaunchBoundError, gemv_rows.GemvRowsError) as e:
+    except (vendor_choice.VendorChoiceError, launch_bound.LaunchBoundError, gemv_rows.GemvRowsError,
+            decode_rows.DecodeRowsError) as e:
         raise DispatchError(str(e)) from None
 
 
@@ -708,7 +725,8 @@ def _vendor_fallback(problem: GemmProblem, device, gpu: str, buffers: Callable[[
             bv = bt.t() if problem.layout == "tn" else b
             for name, e in gen.items():
                 try:
-                    got = budget.build(name, functools.partial(launchers.launch, e, problem, bufs))
+                    got = budget.build(name, functools.partial(launchers.launch, e, problem, bufs),
+                                       functools.partial(_ready, e))
                 except Exception as ex:  # noqa: BLE001 - a contender that cannot be built here does not race
                     _warn(f"gemmrl: {name} not raced at {problem.mnk} {problem.layout} ({type(ex).__name__}: {ex})")
                     continue
