@@ -98,7 +98,7 @@ def test_ready_is_the_build_cache(monkeypatch):
 
     cfg = dg.DecodeConfig(1, 1, 8, 4, 1, "bf16", 4)
     e = DR.entry_for(cfg, _p("1_4096_4096", "bf16"), "g", H200)
-    assert family("decode").ready is not None and family("triton").ready is None
+    assert family("decode").ready is not None and family("cutlass").ready is not None and family("triton").ready is None
     monkeypatch.setattr(dg._FAMILY, "built", {})
     monkeypatch.setenv("GEMMRL_CUDA_ARCH", "90a")
     asked = []
@@ -116,3 +116,20 @@ def test_ready_is_the_build_cache(monkeypatch):
     if not __import__("torch").cuda.is_available():
         monkeypatch.setattr(cuda_source, "cached", lambda src, arch: True)
         assert not dg.ready(cfg)  # no arch to look under
+
+
+def test_a_cutlass_contender_is_ready_when_its_object_is_cached(monkeypatch):
+    """A CUTLASS entry racing as a contender (a relabelled library's pick) builds with nvcc for tens of seconds: a
+    capped first sight races it only where the build cache holds its object."""
+    from gemmrl.kernels import cuda_source
+    from gemmrl.library import Entry
+
+    impl = "coop_128x128x64_c1x1_persistent_tn_fp16:s1_rh_dheuristic_k1"
+    e = Entry(gpu="g", cc="9.0", dtype="fp16", acc="fp32", layout="tn", protocol="graph", M=64, N=4096, K=4096,
+              family="cutlass", impl=impl, algo=impl, time_ms=0.01, vendor_best_ms=0.011, vendor_best="cublas_tn",
+              m_lo=64, m_hi=64, members=("64_4096_4096",), verified=True)
+    seen = []
+    monkeypatch.setattr(cuda_source, "cached", lambda src, arch=None: seen.append(src.name) or False)
+    assert not dispatch._ready(e) and seen and "coop_128x128x64" in seen[0]
+    monkeypatch.setattr(cuda_source, "cached", lambda src, arch=None: True)
+    assert dispatch._ready(e)

@@ -306,8 +306,12 @@ def _structured_error(log: str, cu: str, timeout: bool = False) -> BuildError:
 # ---------------------------------------------------------------------------------------------------------
 def cached(src: CudaSource, arch: str | None = None) -> bool:
     """Whether ``build(src, arch)`` would find a built object in the cache (no nvcc run: a few file checks and, once
-    a process, ``nvcc --version``). False where nvcc or the headers are missing."""
-    arch = arch_for(arch=arch)
+    a process, ``nvcc --version``). False where nvcc or the headers are missing, or where no arch is given and no GPU
+    names one."""
+    try:
+        arch = arch_for(arch=arch)
+    except RuntimeError:
+        return False
     nvcc = find_nvcc()
     if not nvcc or src.abi != "gemmrl":
         return False

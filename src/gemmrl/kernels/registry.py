@@ -121,6 +121,11 @@ def _cutlass_valid(cfg, problem: GemmProblem) -> tuple[bool, str]:
     return cutlass_sm90.valid(cfg[0], cfg[1], problem)
 
 
+def _cutlass_ready(cfg) -> bool:
+    """Whether the config's object is in the build cache (a CUTLASS build is an nvcc run of tens of seconds)."""
+    return cuda_source.cached(cfg[0].source())
+
+
 def _cutlass_fixed(cfg) -> tuple[str, str]:
     return cfg[0].layout, cfg[0].dtype
 
@@ -211,7 +216,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("triton", triton_configs.parse_config, _triton_candidate, _triton_valid, served=True, buckets=True,
            selectable=True),
     Family("cutlass", _cutlass_parse, _cutlass_candidate, _cutlass_valid, _cutlass_fixed, _cutlass_build,
-           _cutlass_prebuild, served=True, selectable=True),
+           _cutlass_prebuild, _cutlass_ready, served=True, selectable=True),
     Family("tiny", tiny_gemm.TinyConfig.parse, _tiny_candidate, tiny_gemm.valid, _fixed_config, served=True,
            selectable=True),
     Family("wgmma", wgmma_gemm.WgmmaConfig.parse, _wgmma_candidate, wgmma_gemm.valid, _fixed_config,
