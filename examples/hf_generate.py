@@ -598,10 +598,12 @@ def main(argv=None) -> int:
             print(f"  {t['mode']} batch {t['batch']} prompt {t['prompt_len']}: span {t['span_us']:.0f}, busy "
                   f"{t['busy_us']:.0f}, idle {t['idle_short_us']:.0f} short + {t['idle_long_us']:.0f} long "
                   f"({t['long_gaps']} gaps); " + "; ".join(f"{k['kernel'][:40]} {k['idle_before_us']:.0f}" for k in worst))
-            calls = {h["event"]: h["count"] for h in host_rows if (h["mode"], h["batch"], h["prompt_len"]) == cell}
-            print("    host: " + ", ".join(f"{n} {calls[n]}" for n in ("cudaGraphLaunch", "cudaLaunchKernel",
-                                                                        "cudaLaunchKernelExC", "cuLaunchKernelEx",
-                                                                        "cudaMemcpyAsync") if n in calls))
+            calls = {h["event"]: (h["count"], h["self_us"]) for h in host_rows
+                     if (h["mode"], h["batch"], h["prompt_len"]) == cell}
+            print("    host (calls, us each): " + ", ".join(
+                f"{n} {calls[n][0]} x {calls[n][1] / max(calls[n][0], 1):.1f}"
+                for n in ("cudaGraphLaunch", "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
+                          "cudaMemcpyAsync") if n in calls))
     if not cuda and any(m.endswith("compiled") for m in args.modes):
         print(f"\nnote: compiled modes are {compile_note}")
     print("\n" + table(rows))
