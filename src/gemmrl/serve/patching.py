@@ -22,10 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .dispatch import _is_compiling, linear
+from .dispatch import linear
 
 _SERVED = (torch.float16, torch.bfloat16)
 _MARK = "_gemmrl_patched"
+# under dynamo (one Python frame where is_compiling takes two), as dispatch.mm asks
+_is_compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 @dataclass(frozen=True)
