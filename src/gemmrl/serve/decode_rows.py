@@ -22,7 +22,8 @@ from ..kernels.toolchain import find_nvcc
 from ..kernels.triton_gemm.configs import Arch
 from ..library import Entry
 from ..problem import GemmProblem
-from .launch_bound import on_this_gpu
+from ..search.costmodel import floor_seconds
+from .launch_bound import on_this_gpu, unmeasured
 
 ENV = "GEMMRL_DECODE_ROWS"
 MAX_M = 32             # past it the family's eight n8 token tiles lose to the general kernels
@@ -54,13 +55,9 @@ def configs(problem: GemmProblem, arch: Arch, count: int = COUNT) -> list[decode
 
 
 def entry_for(cfg: decode_gemm.DecodeConfig, problem: GemmProblem, gpu: str, arch: Arch) -> Entry:
-    """A decode config as a library entry measured nowhere (no ``members``): the race times it. Its times are the
-    weight's stream at the GPU's HBM rate (the schema asks for one; nothing serves by it)."""
-    t = 2 * (problem.N * problem.K + problem.M * problem.K + problem.M * problem.N) / (arch.hbm_tbps * 1e12) * 1e3
-    return Entry(gpu=gpu, cc=str(arch.cc), dtype=problem.dtype, acc=problem.acc, layout=problem.layout,
-                 protocol="graph", M=problem.M, N=problem.N, K=problem.K, family="decode", impl=str(cfg),
-                 algo=str(cfg), time_ms=t, vendor_best_ms=t, vendor_best="cublas_tn", m_lo=problem.M,
-                 m_hi=problem.M, members=(), verified=False, source=SOURCE)
+    """A decode config as an entry measured nowhere, timed by the roofline floor (at decode sizes the weight's
+    stream at the GPU's HBM rate)."""
+    return unmeasured("decode", cfg, problem, gpu, arch, floor_seconds(problem, arch) * 1e3, SOURCE)
 
 
 @functools.lru_cache(maxsize=4096)

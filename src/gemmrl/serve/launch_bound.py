@@ -119,15 +119,19 @@ def here(problem: GemmProblem, gpu: str) -> tuple[Entry, ...]:
     return on_this_gpu(contenders, problem, gpu, enabled)
 
 
-def entry_for(cfg, problem: GemmProblem, gpu: str, arch: Arch, source: str) -> Entry:
-    """A table's Triton config as a library entry measured nowhere (no ``members``): the race times it, and a
-    winner serves only after the battery at the shape. Its times are the cost model's estimate (the library's
-    schema asks for one; nothing serves by it)."""
-    t = estimate(cfg, problem, arch).seconds * 1e3
+def unmeasured(family: str, cfg, problem: GemmProblem, gpu: str, arch: Arch, time_ms: float, source: str) -> Entry:
+    """A generated config as a library entry measured nowhere (no ``members``): the race times it, and a winner
+    serves only after the battery at the shape. ``time_ms`` is an estimate (the library's schema asks for one;
+    nothing serves by it)."""
     return Entry(gpu=gpu, cc=str(arch.cc), dtype=problem.dtype, acc=problem.acc, layout=problem.layout,
-                 protocol="graph", M=problem.M, N=problem.N, K=problem.K, family="triton", impl=str(cfg),
-                 algo=str(cfg), time_ms=t, vendor_best_ms=t, vendor_best="cublas_tn", m_lo=problem.M,
+                 protocol="graph", M=problem.M, N=problem.N, K=problem.K, family=family, impl=str(cfg),
+                 algo=str(cfg), time_ms=time_ms, vendor_best_ms=time_ms, vendor_best="cublas_tn", m_lo=problem.M,
                  m_hi=problem.M, members=(), verified=False, source=source)
+
+
+def entry_for(cfg, problem: GemmProblem, gpu: str, arch: Arch, source: str) -> Entry:
+    """A table's Triton config as an entry measured nowhere, timed by the cost model's estimate."""
+    return unmeasured("triton", cfg, problem, gpu, arch, estimate(cfg, problem, arch).seconds * 1e3, source)
 
 
 @functools.lru_cache(maxsize=4096)
